@@ -1,0 +1,51 @@
+# vcpulab: `make demo` builds everything and runs the quickstart; `make test` runs every test.
+# Needs only a Rust toolchain, Python >= 3.11 with pip, and PyPI.
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
+# maturin installs into the environment named by VIRTUAL_ENV.
+DEVELOP := VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -q
+
+.PHONY: demo test bench install build-dev build-release clean
+
+demo: install
+	$(BIN)/vcpulab run examples/quickstart.toml
+
+test: install
+	@if cargo nextest --version >/dev/null 2>&1; then \
+		echo "cargo nextest run --workspace --release"; \
+		cargo nextest run --workspace --release; \
+	else \
+		echo "cargo test --workspace --release (cargo-nextest not found)"; \
+		cargo test --workspace --release; \
+	fi
+	$(BIN)/pytest -q tests
+
+bench: install
+	cargo bench -p vcpulab-sim
+	$(BIN)/vcpulab bench
+
+# Optimised native module installed (editable Python sources) into .venv, with test tools.
+install: $(BIN)/maturin
+	$(DEVELOP) --release -E test
+
+# Debug build of the native module into .venv: compiles faster, runs much slower.
+build-dev: $(BIN)/maturin
+	$(DEVELOP) -E test
+
+# A release wheel in dist/.
+build-release: $(BIN)/maturin
+	$(BIN)/maturin build --release -o dist
+
+$(BIN)/maturin: $(BIN)/python
+	$(PIP) install 'maturin>=1.9,<2.0'
+	@touch $@
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+clean:
+	rm -rf $(VENV) target dist python/vcpulab/_vcpulab*.so .pytest_cache
+	find python tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,43 @@
+"""Type stubs for the native module built from crates/vcpulab-py."""
+
+from typing import TypedDict
+
+# Stub-only shapes of the dicts the module returns (not importable at run time).
+
+class _Cell(TypedDict):
+    workload: str
+    scenario: str  # "native" | "UC" | "OC" | "OC2"
+    vcpus: int
+    threads: int
+    seed: int
+
+class _WorkloadInfo(TypedDict):
+    name: str
+    description: str
+    model: str
+    source: str
+
+def version() -> str: ...
+
+class VcpulabError(Exception):
+    """Base class of every error raised by the simulator."""
+
+class SpecError(VcpulabError):
+    """A spec, workload or override is invalid. ``str(e)`` is one line naming the field."""
+
+class SimulationError(VcpulabError):
+    """A run could not complete (run limit reached, deadlock). ``str(e)`` is one line."""
+
+class Plan:
+    """A validated experiment: the list of cells to run, built from a TOML spec."""
+
+    def __init__(self, spec_text: str, source: str, overrides: list[str]) -> None: ...
+    def cells(self) -> list[_Cell]: ...
+    def run_cell(self, i: int) -> str:
+        """Run cell ``i`` and return its result object as JSON text."""
+    def spec_toml(self) -> str:
+        """The fully materialised spec, after overrides."""
+
+def workloads() -> list[_WorkloadInfo]: ...
+def workload_toml(name: str) -> str: ...
+def bench(seconds: float) -> str: ...

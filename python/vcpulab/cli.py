@@ -1,0 +1,336 @@
+"""The ``vcpulab`` command.
+
+Every failure ends in exactly one line ``vcpulab: error: <message>`` on stderr and an exit
+code: 2 for a bad spec or bad usage, 3 when a simulation cannot complete, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any, NoReturn, TextIO
+
+from . import __version__, render
+from ._vcpulab import Plan, SimulationError, SpecError, VcpulabError, bench, workload_toml, workloads
+from .atomic import AtomicWriter
+from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
+
+EXIT_USAGE = 2
+EXIT_SIMULATION = 3
+EXIT_INTERRUPTED = 130
+
+
+class CliError(Exception):
+    """An error to report as one line with the given exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) handled by :func:`main`."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(message)
+
+
+# --- argument types -------------------------------------------------------------------------
+
+
+def _scenarios(text: str) -> list[str]:
+    """``UC`` / ``uc,oc`` / ``all`` → canonical scenario names."""
+    canonical = {name.lower(): name for name in SCENARIOS}
+    names: list[str] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if part.lower() == "all":
+            names += SCENARIOS
+        elif part.lower() in canonical:
+            names.append(canonical[part.lower()])
+        else:
+            raise argparse.ArgumentTypeError(f"unknown scenario {part!r} (choose from {', '.join(SCENARIOS)}, all)")
+    return names
+
+
+def _ints(text: str) -> list[int]:
+    """``8`` or ``4,8,16`` → integers (their range is checked by the simulator, like the spec's)."""
+    try:
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer or a comma-separated list of integers (got {text!r})"
+        ) from None
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
+
+
+def _names(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _override(text: str) -> str:
+    try:
+        return parse_override(text)
+    except OverrideSyntaxError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds (got {text!r})")
+    return value
+
+
+# --- parser ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="vcpulab",
+        description="Simulate multithreaded workloads on virtualized multicore hosts.",
+        epilog="exit codes: 0 ok, 2 invalid spec or usage, 3 simulation could not complete, 130 interrupted",
+    )
+    parser.add_argument("--version", action="version", version=f"vcpulab {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    experiment = _Parser(add_help=False)
+    experiment.add_argument("spec", nargs="?", metavar="SPEC", help="experiment spec (TOML); flags below override it")
+    experiment.add_argument(
+        "--workload",
+        dest="workloads",
+        action="extend",
+        type=_names,
+        metavar="NAME",
+        help="workload(s) to run; repeatable or comma-separated (required without SPEC)",
+    )
+    experiment.add_argument(
+        "--scenario",
+        dest="scenarios",
+        action="extend",
+        type=_scenarios,
+        metavar="S",
+        help="native, UC, OC, OC2 or all; repeatable or comma-separated (default: all)",
+    )
+    experiment.add_argument(
+        "--vcpus",
+        action="extend",
+        type=_ints,
+        metavar="N",
+        help="vCPU count(s); repeatable or comma-separated (default: 8)",
+    )
+    experiment.add_argument(
+        "--seed", dest="seeds", action="extend", type=_ints, metavar="N", help="random seed(s) (default: 1)"
+    )
+    experiment.add_argument("--threads", type=_int, metavar="N", help="threads per instance (default: vCPUs)")
+    experiment.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        type=_override,
+        metavar="PATH=VALUE",
+        help="""override any spec field with a TOML value, e.g. --set 'limits.max_virtual_time="60s"'""",
+    )
+
+    run = commands.add_parser(
+        "run",
+        parents=[experiment],
+        help="run an experiment and report the overheads",
+        description="Run every cell of an experiment: a spec file, flags, or both.",
+    )
+    run.add_argument(
+        "--json", action="store_true", help="print one JSON object per run (JSON Lines) instead of a table"
+    )
+    run.add_argument("-o", "--out", metavar="FILE", help="also write the JSON Lines to FILE (all or nothing)")
+    run.set_defaults(func=cmd_run)
+
+    validate = commands.add_parser(
+        "validate",
+        parents=[experiment],
+        help="check a spec and list the runs it makes",
+        description="Validate a spec (and overrides) without running it.",
+    )
+    validate.add_argument("--json", action="store_true", help="print the cells as JSON Lines")
+    validate.add_argument("--print-spec", action="store_true", help="print the materialised spec (TOML) instead")
+    validate.set_defaults(func=cmd_validate)
+
+    wl = commands.add_parser(
+        "workloads", help="list the built-in workloads", description="List the built-in workloads, or show one as TOML."
+    )
+    wl.add_argument("--json", action="store_true", help="print JSON Lines")
+    wl.set_defaults(func=cmd_workloads)
+    wl_commands = wl.add_subparsers(dest="wl_command", metavar="COMMAND", parser_class=_Parser)
+    show = wl_commands.add_parser("show", help="print a built-in workload's TOML")
+    show.add_argument("name", metavar="NAME")
+    show.set_defaults(func=cmd_workload_show)
+
+    b = commands.add_parser("bench", help="measure simulator speed on a fixed model workload")
+    b.add_argument("--seconds", type=_seconds, default=3.0, metavar="S", help="wall time to run for (default: 3)")
+    b.add_argument("--json", action="store_true", help="print the measurement as JSON")
+    b.set_defaults(func=cmd_bench)
+    return parser
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    selection = Selection(
+        workloads=args.workloads, scenarios=args.scenarios, vcpus=args.vcpus, seeds=args.seeds, threads=args.threads
+    )
+    if args.spec is not None:
+        loaded = _read_spec(args.spec)
+        overrides = selection.overrides() + args.sets
+    elif args.workloads:
+        loaded, overrides = selection.spec(), list(args.sets)
+    else:
+        raise CliError(f"{args.command} needs a SPEC file or --workload NAME")
+    return Plan(loaded.text, loaded.source, overrides)
+
+
+def _read_spec(path: str) -> SpecSource:
+    try:
+        return read_spec_file(path)
+    except OSError as e:
+        raise CliError(f"cannot read spec file '{path}': {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"cannot read spec file '{path}': not UTF-8 text") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan = make_plan(args)
+    cells = plan.cells()
+    results: list[dict[str, Any]] = []
+    with _open_out(args.out) as out, render.progress(len(cells), sys.stderr.isatty()) as step:
+        for i, cell in enumerate(cells):
+            step(render.cell_label(cell))
+            result = json.loads(plan.run_cell(i))
+            line = json.dumps(result, ensure_ascii=False)
+            if out is not None:
+                out.write(line + "\n")
+            if args.json:
+                print(line, flush=True)
+            results.append(result)
+    if not args.json:
+        console = render.stdout_console()
+        console.print(render.results_table(results))
+        console.print(render.legend())
+    return 0
+
+
+def _open_out(path: str | None) -> AtomicWriter | nullcontext[None]:
+    if path is None:
+        return nullcontext()
+    if os.path.isdir(path):
+        raise CliError(f"cannot write '{path}': is a directory")
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise CliError(f"cannot write '{path}': directory '{directory}' does not exist")
+    if not os.access(directory, os.W_OK):
+        raise CliError(f"cannot write '{path}': directory '{directory}' is not writable")
+    return AtomicWriter(path)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    plan = make_plan(args)
+    if args.print_spec:
+        _write(sys.stdout, plan.spec_toml())
+        return 0
+    cells = plan.cells()
+    if args.json:
+        for cell in cells:
+            print(json.dumps(cell, ensure_ascii=False))
+        return 0
+    console = render.stdout_console()
+    console.print(render.cells_table(cells))
+    console.print(f"spec OK: {len(cells)} runs", highlight=False)
+    return 0
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    items = workloads()
+    if args.json:
+        for item in items:
+            print(json.dumps(item, ensure_ascii=False))
+    else:
+        render.stdout_console().print(render.workloads_table(items))
+    return 0
+
+
+def cmd_workload_show(args: argparse.Namespace) -> int:
+    _write(sys.stdout, workload_toml(args.name))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    result = json.loads(bench(args.seconds))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(render.bench_text(result))
+    return 0
+
+
+def _write(stream: TextIO, text: str) -> None:
+    stream.write(text if text.endswith("\n") else text + "\n")
+
+
+# --- entry point ----------------------------------------------------------------------------
+
+
+def _one_line(message: object) -> str:
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    return "; ".join(lines) or "unknown error"
+
+
+def _fail(message: object, code: int) -> int:
+    sys.stderr.write(f"vcpulab: error: {_one_line(message)}\n")
+    sys.stderr.flush()
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            raise CliError("missing command (run, validate, workloads, bench); see 'vcpulab --help'")
+        code: int = args.func(args)
+        sys.stdout.flush()
+        return code
+    except CliError as e:
+        return _fail(e, e.code)
+    except SpecError as e:
+        return _fail(e, EXIT_USAGE)
+    except (SimulationError, VcpulabError) as e:
+        return _fail(e, EXIT_SIMULATION)
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, and keep Python from
+        # complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as e:
+        where = f"'{e.filename}': " if e.filename else ""
+        return _fail(f"cannot access {where}{e.strerror or e}", EXIT_USAGE)
+    except Exception as e:  # a bug of ours: still one line, unless asked for the traceback
+        if os.environ.get("VCPULAB_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(e).__name__}: {e} (set VCPULAB_DEBUG=1 for a traceback)", 1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

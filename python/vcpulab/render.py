@@ -1,0 +1,194 @@
+"""Human-readable output: number formats and rich tables. Nothing here computes a metric;
+every figure shown is a field of a result object from the simulator."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+DASH = "—"
+
+LEGEND = """\
+t_native, t_virt  simulated run time natively and in the VM
+δη_t              time efficiency lost: (t_v·γ_v − t_p·γ_p) / (t_p·γ_p)
+δη_r              extra CPU cycles spent: (C_v − C_p) / C_p
+ω                 (1 + δη_t) / (1 + δη_r); above 1 the overhead sits on the critical path
+weighted speedup  Σ baseline time / instance time over co-running instances (1 = baseline)
+exits/s           VM exits per simulated second
+top host exit     the exit reason that took the most host time, and its share of host time"""
+
+
+def stdout_console() -> Console:
+    """A console for stdout; when stdout is not a terminal, wide enough not to squeeze tables."""
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(width=200 if wide else None)
+
+
+def fmt_seconds(value: float | None) -> str:
+    """``0.0123`` → ``12.3 ms``; ``None`` → a dash."""
+    if value is None:
+        return DASH
+    magnitude = abs(value)
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if magnitude >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns" if magnitude else "0 s"
+
+
+def fmt_pct(value: float | None) -> str:
+    """A relative overhead ``0.123`` → ``+12.3%``."""
+    return DASH if value is None else f"{value * 100:+.1f}%"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return DASH if value is None else f"{value:.3f}"
+
+
+def fmt_rate(value: float | None) -> str:
+    """``12345.6`` → ``12.3 k``."""
+    if value is None:
+        return DASH
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g}"
+
+
+def exits_per_second(result: Mapping[str, Any]) -> float | None:
+    """VM exits per simulated second (``None`` for native runs)."""
+    if result.get("scenario") == "native" or result.get("t_virt_s") is None:
+        return None
+    total = sum(result.get("exits", {}).values())
+    duration = result.get("duration_s") or result.get("t_virt_s") or 0.0
+    return total / duration if duration > 0 else None
+
+
+def top_host_reason(result: Mapping[str, Any]) -> str:
+    """The exit reason with the most host time, with its share of host time."""
+    by_reason: Mapping[str, float] = result.get("host_ns_by_reason") or {}
+    busy = {reason: ns for reason, ns in by_reason.items() if ns > 0}
+    if not busy:
+        return DASH
+    reason = max(sorted(busy), key=lambda r: busy[r])
+    total = result.get("host_ns") or sum(busy.values())
+    return f"{reason} {100 * busy[reason] / total:.0f}%" if total else reason
+
+
+def results_table(results: Sequence[Mapping[str, Any]]) -> Table:
+    show_seed = len({r.get("seed") for r in results}) > 1
+    table = Table(title="vcpulab results", title_justify="left")
+    table.add_column("workload")
+    table.add_column("scenario")
+    table.add_column("vCPUs", justify="right")
+    if show_seed:
+        table.add_column("seed", justify="right")
+    for name in ("t_native", "t_virt", "δη_t", "δη_r", "ω", "weighted speedup", "exits/s"):
+        table.add_column(name, justify="right")
+    table.add_column("top host exit")
+    for r in results:
+        row: list[str | Text] = [Text(str(r["workload"])), Text(str(r["scenario"])), str(r["vcpus"])]
+        if show_seed:
+            row.append(str(r["seed"]))
+        virt = r["scenario"] != "native"
+        row += [
+            fmt_seconds(r.get("t_native_s")),
+            fmt_seconds(r.get("t_virt_s")),
+            fmt_pct(r.get("delta_eta_t") if virt else None),
+            fmt_pct(r.get("delta_eta_r") if virt else None),
+            fmt_ratio(r.get("omega")),
+            fmt_ratio(r.get("weighted_speedup")),
+            fmt_rate(exits_per_second(r)),
+            Text(top_host_reason(r)),
+        ]
+        table.add_row(*row)
+    events = sum(int(r.get("events", 0)) for r in results)
+    wall = sum(float(r.get("wall_s", 0.0)) for r in results)
+    table.caption = f"{len(results)} runs · {events:,} events · {wall:.2f} s wall"
+    table.caption_justify = "left"
+    return table
+
+
+def legend() -> Text:
+    return Text(LEGEND, style="dim")
+
+
+def workloads_table(items: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="built-in workloads", title_justify="left")
+    for name in ("name", "model", "description"):
+        table.add_column(name)
+    for w in items:
+        table.add_row(Text(str(w["name"])), Text(str(w.get("model", ""))), Text(str(w.get("description", ""))))
+    return table
+
+
+def cells_table(cells: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="cells", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("workload")
+    table.add_column("scenario")
+    for name in ("vCPUs", "threads", "seed"):
+        table.add_column(name, justify="right")
+    for i, c in enumerate(cells):
+        table.add_row(
+            str(i),
+            Text(str(c["workload"])),
+            Text(str(c["scenario"])),
+            str(c["vcpus"]),
+            str(c["threads"]),
+            str(c["seed"]),
+        )
+    return table
+
+
+def bench_text(b: Mapping[str, Any]) -> str:
+    return (
+        f"workload {b['workload']}: {int(b['events']):,} events in {b['wall_s']:.2f} s wall"
+        f" = {fmt_rate(b['events_per_s'])} events/s\n"
+        f"simulated {fmt_seconds(b['sim_s'])} = {b['sim_per_wall']:.3g}× wall time"
+    )
+
+
+def cell_label(cell: Mapping[str, Any]) -> str:
+    return f"{cell['workload']} {cell['scenario']} {cell['vcpus']} vCPUs seed {cell['seed']}"
+
+
+@contextmanager
+def progress(total: int, enabled: bool) -> Iterator[Callable[[str], None]]:
+    """A progress bar over ``total`` runs on stderr; yields ``step(label)``, called before each run.
+
+    When stdout is a terminal too, prints to stdout are routed above the bar.
+    """
+    if not enabled:
+        yield lambda _label: None
+        return
+    bar = Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        redirect_stdout=sys.stdout.isatty(),
+        redirect_stderr=False,
+    )
+    with bar:
+        task = bar.add_task("", total=total)
+        started = False
+
+        def step(label: str) -> None:
+            nonlocal started
+            if started:
+                bar.advance(task)
+            started = True
+            bar.update(task, description=label)
+
+        yield step
+        bar.update(task, completed=total)

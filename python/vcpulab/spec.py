@@ -1,0 +1,151 @@
+"""Turning what a user gives (a file, TOML text, a dict, command-line flags) into spec text.
+
+Validation is not done here: the native side validates the spec text and every override
+exactly the same way, whatever they came from. This module only reads, quotes and assembles.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import tomli_w
+
+SCENARIOS: tuple[str, ...] = ("native", "UC", "OC", "OC2")
+"""Every scenario, in the order they are reported."""
+
+SpecLike: TypeAlias = str | os.PathLike[str] | Mapping[str, Any]
+OverridesLike: TypeAlias = Iterable[str] | Mapping[str, Any]
+
+
+class OverrideSyntaxError(ValueError):
+    """An override is not of the form PATH=VALUE."""
+
+
+@dataclass(frozen=True)
+class SpecSource:
+    """Spec text plus the name errors should be reported against."""
+
+    text: str
+    source: str
+
+
+def toml_value(value: Any) -> str:
+    """Render a Python value as a one-line TOML value (the right-hand side of ``key = value``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        # JSON's escapes are all valid TOML; DEL must be escaped in TOML, not in JSON.
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, Mapping):
+        items = ", ".join(f"{toml_value(str(k))} = {toml_value(v)}" for k, v in value.items())
+        return f"{{ {items} }}" if items else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as a TOML value")
+
+
+def parse_override(text: str) -> str:
+    """Check the shape of a ``PATH=VALUE`` override and return it unchanged.
+
+    The value itself is validated by the native side, against the spec.
+    """
+    path, sep, _value = text.partition("=")
+    if not sep or not path.strip():
+        raise OverrideSyntaxError(f"expected PATH=VALUE, e.g. experiment.vcpus=[4] (got {text!r})")
+    return text
+
+
+def normalize_overrides(overrides: OverridesLike) -> list[str]:
+    """Accept ``["a.b=1", ...]`` or ``{"a.b": 1, ...}`` and return ``PATH=VALUE`` strings."""
+    if isinstance(overrides, Mapping):
+        return [f"{path}={toml_value(value)}" for path, value in overrides.items()]
+    if isinstance(overrides, str):
+        raise TypeError("overrides must be a list of 'PATH=VALUE' strings or a mapping, not a str")
+    return [parse_override(item) for item in overrides]
+
+
+def _looks_like_path(text: str) -> bool:
+    if "\n" in text:
+        return False
+    stripped = text.strip()
+    return stripped.endswith(".toml") or Path(stripped).is_file()
+
+
+def read_spec_file(path: str | os.PathLike[str]) -> SpecSource:
+    """Read a spec file; OSError (missing, unreadable) and UnicodeDecodeError propagate."""
+    name = os.fspath(path)
+    with open(name, encoding="utf-8") as fh:
+        return SpecSource(fh.read(), name)
+
+
+def load_spec(spec: SpecLike, source: str | None = None) -> SpecSource:
+    """Resolve a path, TOML text or dict into spec text.
+
+    A ``str`` is taken as a path when it is one line and ends in ``.toml`` or names an
+    existing file; otherwise it is TOML text.
+    """
+    if isinstance(spec, Mapping):
+        loaded = SpecSource(tomli_w.dumps(dict(spec)), "<dict>")
+    elif isinstance(spec, os.PathLike) or (isinstance(spec, str) and _looks_like_path(spec)):
+        loaded = read_spec_file(spec)
+    elif isinstance(spec, str):
+        loaded = SpecSource(spec, "<string>")
+    else:
+        raise TypeError(f"spec must be a path, TOML text or a dict, not {type(spec).__name__}")
+    return SpecSource(loaded.text, source) if source is not None else loaded
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The experiment fields that command-line flags can set. ``None`` means not given."""
+
+    workloads: Sequence[str] | None = None
+    scenarios: Sequence[str] | None = None
+    vcpus: Sequence[int] | None = None
+    seeds: Sequence[int] | None = None
+    threads: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The given fields as ``experiment.*`` keys and values, in spec order."""
+        values: dict[str, Any] = {
+            "workloads": _dedup(self.workloads),
+            "scenarios": _dedup(self.scenarios),
+            "vcpus": _dedup(self.vcpus),
+            "seeds": _dedup(self.seeds),
+            "threads": self.threads,
+        }
+        return {key: value for key, value in values.items() if value is not None}
+
+    def overrides(self) -> list[str]:
+        """The given fields as overrides of a spec file."""
+        return [f"experiment.{key}={toml_value(value)}" for key, value in self.fields().items()]
+
+    def spec(self) -> SpecSource:
+        """A whole spec built from flags alone, with defaults for what was not given."""
+        experiment: dict[str, Any] = {
+            "scenarios": list(SCENARIOS),
+            "vcpus": [8],
+            "seeds": [1],
+        }
+        experiment.update(self.fields())
+        return SpecSource(tomli_w.dumps({"experiment": experiment}), "<command line>")
+
+
+def _dedup(values: Sequence[Any] | None) -> list[Any] | None:
+    if values is None:
+        return None
+    return list(dict.fromkeys(values))

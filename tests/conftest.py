@@ -1,0 +1,73 @@
+"""Shared helpers: run the installed ``vcpulab`` command the way a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+RESULT_KEYS = frozenset(
+    """workload scenario vcpus threads seed t_native_s t_virt_s delta_eta_r delta_eta_t omega
+    weighted_speedup c_native_ns c_virt_ns exits host_ns_by_reason guest_ns host_ns events
+    duration_s wall_s instances breakdown""".split()
+)
+
+BUILTIN_WORKLOADS = frozenset({"ep", "lock", "barrier", "spinbarrier", "forkjoin", "kspin", "pipeline"})
+
+
+def vcpulab_command() -> list[str]:
+    """The console script installed beside this interpreter, else ``python -m vcpulab``."""
+    script = Path(sys.executable).with_name("vcpulab")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "vcpulab"]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.out.splitlines() if line.strip()]
+
+
+RunCli = Callable[..., Result]
+
+
+def run_cli(*args: object, cwd: Path | None = None, timeout: float = 600) -> Result:
+    env = dict(os.environ)
+    env.pop("VCPULAB_DEBUG", None)
+    proc = subprocess.run(
+        vcpulab_command() + [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> RunCli:
+    """``cli("run", "--workload", "ep")`` runs vcpulab in a fresh directory."""
+
+    def run(*args: object, cwd: Path | None = None, timeout: float = 600) -> Result:
+        return run_cli(*args, cwd=cwd or tmp_path, timeout=timeout)
+
+    return run
+
+
+def without_wall(result: dict[str, Any]) -> dict[str, Any]:
+    """A result minus the fields measured on the host (not part of the deterministic output)."""
+    return {k: v for k, v in result.items() if k != "wall_s"}

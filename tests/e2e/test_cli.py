@@ -1,0 +1,123 @@
+"""The vcpulab command end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import vcpulab
+from conftest import BUILTIN_WORKLOADS, RESULT_KEYS, RunCli, without_wall
+
+
+def test_version(cli: RunCli) -> None:
+    r = cli("--version")
+    assert r.code == 0, r.err
+    assert r.out.strip() == f"vcpulab {vcpulab.__version__}"
+
+
+def test_run_json_prints_one_sane_result(cli: RunCli) -> None:
+    r = cli("run", "--workload", "ep", "--scenario", "UC", "--vcpus", "4", "--json")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert len(lines) == 1
+    res = json.loads(lines[0])
+    assert RESULT_KEYS <= res.keys()
+    assert (res["workload"], res["scenario"], res["vcpus"], res["seed"]) == ("ep", "UC", 4, 1)
+    assert res["threads"] == 4
+    assert res["t_native_s"] > 0
+    assert res["t_virt_s"] >= 0
+    assert res["omega"] == pytest.approx((1 + res["delta_eta_t"]) / (1 + res["delta_eta_r"]), rel=1e-9, abs=1e-9)
+    assert all(isinstance(n, int) and n >= 0 for n in res["exits"].values())
+    assert all(ns >= 0 for ns in res["host_ns_by_reason"].values())
+    assert res["guest_ns"] >= 0 and res["host_ns"] >= 0
+    assert res["events"] > 0
+    assert res["duration_s"] > 0
+
+
+def test_run_is_deterministic(cli: RunCli) -> None:
+    args = ("run", "--workload", "lock", "--scenario", "OC", "--vcpus", "4", "--seed", "3", "--json")
+    first, second = cli(*args), cli(*args)
+    assert first.code == second.code == 0, first.err + second.err
+    assert [without_wall(x) for x in first.json_lines()] == [without_wall(x) for x in second.json_lines()]
+
+
+def test_default_scenarios_are_all_four_in_order(cli: RunCli) -> None:
+    r = cli("run", "--workload", "ep", "--vcpus", "2", "--json")
+    assert r.code == 0, r.err
+    results = r.json_lines()
+    assert [x["scenario"] for x in results] == ["native", "UC", "OC", "OC2"]
+    native = results[0]
+    assert native["t_virt_s"] is None and native["omega"] is None
+
+
+def test_set_overrides_the_flags(cli: RunCli) -> None:
+    r = cli("run", "--workload", "ep", "--scenario", "UC", "--vcpus", "4", "--set", "experiment.vcpus=[2]", "--json")
+    assert r.code == 0, r.err
+    assert [x["vcpus"] for x in r.json_lines()] == [2]
+
+
+def test_flags_override_a_spec_file(cli: RunCli, tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[experiment]\nworkloads = ["lock"]\nscenarios = ["native", "UC"]\nvcpus = [4]\nseeds = [1]\n')
+    r = cli("run", spec, "--workload", "ep", "--scenario", "UC", "--vcpus", "2", "--seed", "5", "--json")
+    assert r.code == 0, r.err
+    assert [(x["workload"], x["scenario"], x["vcpus"], x["seed"]) for x in r.json_lines()] == [("ep", "UC", 2, 5)]
+
+
+def test_human_table(cli: RunCli) -> None:
+    r = cli("run", "--workload", "ep", "--scenario", "native,UC", "--vcpus", "2")
+    assert r.code == 0, r.err
+    assert r.err == ""  # no progress bar when stderr is not a terminal
+    for text in ("workload", "δη_t", "δη_r", "ω", "weighted speedup", "ep", "native", "UC"):
+        assert text in r.out
+
+
+def test_out_writes_the_json_lines(cli: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    r = cli("run", "--workload", "ep", "--scenario", "UC", "--vcpus", "2", "--json", "--out", out)
+    assert r.code == 0, r.err
+    assert out.read_text() == r.out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
+
+
+def test_workloads_lists_the_builtins(cli: RunCli) -> None:
+    r = cli("workloads", "--json")
+    assert r.code == 0, r.err
+    items = r.json_lines()
+    assert {w["name"] for w in items} == BUILTIN_WORKLOADS
+    assert all(w["source"] == "builtin" and w["description"] for w in items)
+    table = cli("workloads")
+    assert table.code == 0, table.err
+    assert all(name in table.out for name in BUILTIN_WORKLOADS)
+
+
+def test_workloads_show_prints_toml(cli: RunCli) -> None:
+    r = cli("workloads", "show", "lock")
+    assert r.code == 0, r.err
+    assert tomllib.loads(r.out)
+
+
+def test_validate_lists_cells(cli: RunCli) -> None:
+    r = cli("validate", "--workload", "ep,lock", "--scenario", "UC", "--vcpus", "2,4", "--json")
+    assert r.code == 0, r.err
+    cells = r.json_lines()
+    assert sorted((c["workload"], c["vcpus"]) for c in cells) == [("ep", 2), ("ep", 4), ("lock", 2), ("lock", 4)]
+    assert {c["scenario"] for c in cells} == {"UC"}
+
+
+def test_validate_print_spec_is_toml(cli: RunCli) -> None:
+    r = cli("validate", "--workload", "ep", "--vcpus", "2", "--print-spec")
+    assert r.code == 0, r.err
+    assert tomllib.loads(r.out)
+
+
+def test_bench(cli: RunCli) -> None:
+    r = cli("bench", "--seconds", "0.3", "--json")
+    assert r.code == 0, r.err
+    b = json.loads(r.out)
+    assert b["events"] > 0 and b["events_per_s"] > 0 and b["sim_per_wall"] > 0
+    human = cli("bench", "--seconds", "0.1")
+    assert human.code == 0 and "events/s" in human.out
