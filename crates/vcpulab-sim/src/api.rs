@@ -1,0 +1,330 @@
+//! The public entry point: a validated spec becomes a [`Plan`] of cells (workload ×
+//! scenario × vCPUs × seed); running a cell runs (or reuses) its baseline and scenario
+//! simulations and pairs them into a [`ScenarioResult`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::account::metrics::{overhead, weighted_speedup};
+use crate::scenario::{simulate_run, Layout, RunConfig};
+use crate::spec::{Scenario, Spec, SpecError};
+use crate::workload::builtin::BUILTINS;
+use crate::workload::profile::parse_workload;
+use crate::world::record::RunRecord;
+use crate::world::RunError;
+
+/// One cell of the experiment matrix.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Cell {
+    /// Workload name.
+    pub workload: String,
+    /// Scenario.
+    pub scenario: Scenario,
+    /// vCPUs per VM = cores used.
+    pub vcpus: u32,
+    /// Threads per instance.
+    pub threads: u32,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// A failed cell: which simulation failed and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellError {
+    /// One-line description.
+    pub message: String,
+}
+
+impl std::fmt::Display for CellError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+impl std::error::Error for CellError {}
+
+/// The result of one cell: the scenario's metrics against its baseline.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScenarioResult {
+    /// Workload name.
+    pub workload: String,
+    /// Scenario.
+    pub scenario: Scenario,
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Threads per instance.
+    pub threads: u32,
+    /// Seed.
+    pub seed: u64,
+    /// Baseline run time (s): one native instance, or the mean of k native instances for OC2.
+    pub t_native_s: f64,
+    /// Mean run time of the VM instances (s); None for native.
+    pub t_virt_s: Option<f64>,
+    /// δη_r.
+    pub delta_eta_r: Option<f64>,
+    /// δη_t.
+    pub delta_eta_t: Option<f64>,
+    /// ω.
+    pub omega: Option<f64>,
+    /// Weighted speedup against one instance in one VM (UC run); None for native.
+    pub weighted_speedup: Option<f64>,
+    /// C_p: busy ns per baseline instance.
+    pub c_native_ns: f64,
+    /// C_v: busy ns per VM (host time split evenly); None for native.
+    pub c_virt_ns: Option<f64>,
+    /// Exits by reason, all VMs.
+    pub exits: BTreeMap<String, u64>,
+    /// Host time by exit reason / host activity, all VMs (ns).
+    pub host_ns_by_reason: BTreeMap<String, u64>,
+    /// Guest (user + kernel) busy time, all VMs (ns); native: the instance's busy time.
+    pub guest_ns: u64,
+    /// Host-layer time of the VMs (ns); native: 0.
+    pub host_ns: u64,
+    /// Events of the scenario run.
+    pub events: u64,
+    /// Virtual duration of the scenario run (s).
+    pub duration_s: f64,
+    /// Wall-clock time of the scenario run (s) — the only non-deterministic field.
+    pub wall_s: f64,
+    /// Completion time per instance.
+    pub instances: Vec<InstanceTime>,
+    /// Busy time of the workload's owners by layer and cause (ns).
+    pub breakdown: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The scenario run in full (ledger, counters).
+    pub run: RunRecord,
+}
+
+/// Completion time of one instance.
+#[derive(Clone, Debug, Serialize)]
+pub struct InstanceTime {
+    /// Name.
+    pub name: String,
+    /// Seconds.
+    pub finish_s: f64,
+}
+
+/// Information about a built-in workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadInfo {
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// Model tag.
+    pub model: String,
+    /// Where it comes from.
+    pub source: String,
+}
+
+/// Lists the built-in workloads.
+pub fn builtin_workloads() -> Vec<WorkloadInfo> {
+    BUILTINS
+        .iter()
+        .map(|(name, text)| {
+            let v = toml::Value::Table(toml::from_str(text).expect("built-ins parse (tested)"));
+            let w = parse_workload(name, &v).expect("built-ins validate (tested)");
+            WorkloadInfo { name: name.to_string(), description: w.description, model: w.model, source: "builtin".into() }
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct RunKey {
+    workload: usize,
+    vcpus: u32,
+    threads: u32,
+    seed: u64,
+    layout: Layout,
+}
+
+/// A validated experiment and the runs done so far.
+#[derive(Debug)]
+pub struct Plan {
+    spec: Spec,
+    cells: Vec<Cell>,
+    runs: BTreeMap<RunKey, Arc<(RunRecord, f64)>>,
+}
+
+impl Plan {
+    /// Validates a spec (see [`Spec::parse`]) and lists its cells.
+    pub fn new(text: &str, source: &str, overrides: &[String]) -> Result<Plan, SpecError> {
+        let spec = Spec::parse(text, source, overrides)?;
+        let mut cells = Vec::new();
+        for w in &spec.workloads {
+            for &vcpus in &spec.experiment.vcpus.0 {
+                let threads = w.threads.or(spec.experiment.threads).unwrap_or(vcpus);
+                for &seed in &spec.experiment.seeds.0 {
+                    for &scenario in &spec.experiment.scenarios.0 {
+                        cells.push(Cell { workload: w.name.clone(), scenario, vcpus, threads, seed });
+                    }
+                }
+            }
+        }
+        Ok(Plan { spec, cells, runs: BTreeMap::new() })
+    }
+
+    /// The cells in order.
+    pub fn cells(&self) -> &[Cell] {
+        &self.cells
+    }
+
+    /// The validated spec.
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    /// The configuration of one simulation of `cell`'s workload with `layout`.
+    pub fn run_config(&self, cell: &Cell, layout: Layout) -> RunConfig {
+        let w = self.spec.workloads.iter().find(|w| w.name == cell.workload).expect("cell workload exists");
+        RunConfig {
+            workload: Arc::new(w.clone()),
+            threads: cell.threads,
+            cores: cell.vcpus,
+            seed: cell.seed,
+            layout,
+            machine: self.spec.machine.clone(),
+            host: self.spec.host.clone(),
+            guest: self.spec.guest.clone(),
+            vm: self.spec.vm.clone(),
+            limits: self.spec.limits.clone(),
+        }
+    }
+
+    fn run(&mut self, cell: &Cell, layout: Layout) -> Result<Arc<(RunRecord, f64)>, CellError> {
+        let wi = self.spec.workloads.iter().position(|w| w.name == cell.workload).expect("cell workload exists");
+        let key = RunKey { workload: wi, vcpus: cell.vcpus, threads: cell.threads, seed: cell.seed, layout };
+        if let Some(r) = self.runs.get(&key) {
+            return Ok(Arc::clone(r));
+        }
+        let cfg = self.run_config(cell, layout);
+        let start = Instant::now();
+        let rec = simulate_run(&cfg).map_err(|e: RunError| CellError {
+            message: format!(
+                "workload '{}' {} vcpus {} seed {} ({}): {e}",
+                cell.workload,
+                cell.scenario,
+                cell.vcpus,
+                cell.seed,
+                layout.describe()
+            ),
+        })?;
+        let r = Arc::new((rec, start.elapsed().as_secs_f64()));
+        self.runs.insert(key, Arc::clone(&r));
+        Ok(r)
+    }
+
+    /// Runs cell `i` (and its baselines, once per plan) and pairs the results.
+    pub fn run_cell(&mut self, i: usize) -> Result<ScenarioResult, CellError> {
+        let cell = self.cells[i].clone();
+        let k = self.spec.experiment.oc_vms;
+        let main = self.run(&cell, Layout::for_scenario(cell.scenario, k))?;
+        let base = match Layout::baseline(cell.scenario, k) {
+            Some(l) => Some(self.run(&cell, l)?),
+            None => None,
+        };
+        let alone = match cell.scenario {
+            Scenario::Native => None,
+            _ => Some(self.run(&cell, Layout::Vms { vms: 1 })?),
+        };
+        let (rec, wall) = (&main.0, main.1);
+        let virt = cell.scenario != Scenario::Native;
+        let (t_native, c_native) = match &base {
+            Some(b) => (b.0.mean_time_s(), b.0.cycles_per_instance_ns()),
+            None => (rec.mean_time_s(), rec.cycles_per_instance_ns()),
+        };
+        let (t_virt, c_virt) = (rec.mean_time_s(), rec.cycles_per_instance_ns());
+        let o = virt.then(|| overhead(t_native, c_native, t_virt, c_virt, Layout::gamma_ratio(cell.scenario, k)));
+        let ws = alone.map(|a| {
+            let times: Vec<f64> = rec.instances.iter().map(|i| i.finish_ns as f64).collect();
+            weighted_speedup(a.0.instances[0].finish_ns as f64, &times)
+        });
+        let mut exits = BTreeMap::new();
+        let mut host_by = BTreeMap::new();
+        for vm in &rec.vms {
+            for (r, n) in &vm.exits {
+                *exits.entry(r.clone()).or_insert(0) += n;
+            }
+            for (r, n) in &vm.host_ns_by_reason {
+                *host_by.entry(r.clone()).or_insert(0) += n;
+            }
+        }
+        let guest_ns = rec.instances.iter().map(|i| i.user_ns + i.kernel_ns).sum();
+        let host_ns = if virt { rec.instances.iter().map(|i| i.host_ns).sum() } else { 0 };
+        let mut breakdown: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for row in &rec.ledger {
+            if row.owner != "host" && row.cause != "idle" && row.cause != "cstate_exit" {
+                *breakdown.entry(row.layer.to_string()).or_default().entry(row.cause.clone()).or_insert(0) += row.ns;
+            }
+        }
+        Ok(ScenarioResult {
+            workload: cell.workload.clone(),
+            scenario: cell.scenario,
+            vcpus: cell.vcpus,
+            threads: cell.threads,
+            seed: cell.seed,
+            t_native_s: t_native,
+            t_virt_s: virt.then_some(t_virt),
+            delta_eta_r: o.map(|o| o.delta_eta_r),
+            delta_eta_t: o.map(|o| o.delta_eta_t),
+            omega: o.map(|o| o.omega),
+            weighted_speedup: ws,
+            c_native_ns: c_native,
+            c_virt_ns: virt.then_some(c_virt),
+            exits,
+            host_ns_by_reason: host_by,
+            guest_ns,
+            host_ns,
+            events: rec.events,
+            duration_s: rec.duration_ns as f64 * 1e-9,
+            wall_s: wall,
+            instances: rec.instances.iter().map(|i| InstanceTime { name: i.name.clone(), finish_s: i.finish_ns as f64 * 1e-9 }).collect(),
+            breakdown,
+            run: rec.clone(),
+        })
+    }
+}
+
+/// Throughput of the simulator on a fixed model workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchResult {
+    /// What was simulated.
+    pub workload: String,
+    /// Events processed.
+    pub events: u64,
+    /// Wall time (s).
+    pub wall_s: f64,
+    /// Events per wall second.
+    pub events_per_s: f64,
+    /// Virtual time simulated (s).
+    pub sim_s: f64,
+    /// Virtual seconds per wall second.
+    pub sim_per_wall: f64,
+}
+
+/// Simulates the fixed bench model (`barrier`, OC, 16 vCPUs, 2 VMs) repeatedly for at least
+/// `seconds` of wall time.
+pub fn bench(seconds: f64) -> BenchResult {
+    let text = "[experiment]\nworkloads = [\"barrier\"]\nscenarios = [\"OC\"]\nvcpus = [16]\nseeds = [1]\n";
+    let plan = Plan::new(text, "<bench>", &[]).expect("bench spec is valid");
+    let cell = plan.cells()[0].clone();
+    let cfg = plan.run_config(&cell, Layout::Vms { vms: 2 });
+    let (mut events, mut sim_ns, mut runs) = (0u64, 0u64, 0u32);
+    let start = Instant::now();
+    while runs == 0 || start.elapsed().as_secs_f64() < seconds {
+        let r = simulate_run(&cfg).expect("bench model runs");
+        events += r.events;
+        sim_ns += r.duration_ns;
+        runs += 1;
+    }
+    let wall = start.elapsed().as_secs_f64();
+    BenchResult {
+        workload: "barrier, OC, 16 vCPUs x 2 VMs".into(),
+        events,
+        wall_s: wall,
+        events_per_s: events as f64 / wall,
+        sim_s: sim_ns as f64 * 1e-9,
+        sim_per_wall: sim_ns as f64 * 1e-9 / wall,
+    }
+}

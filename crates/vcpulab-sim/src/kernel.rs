@@ -1,0 +1,203 @@
+//! The OS model, written once and instantiated at two levels.
+//!
+//! A [`Kernel`] schedules tasks on its CPUs with a CFS-like fair scheduler (per-CPU run
+//! queues ordered by virtual runtime, slices checked at the tick, wake-up preemption,
+//! sleeper placement, wake-up CPU selection and idle/periodic balancing), runs an idle path
+//! (tickless idle with timer reprogramming, HLT or polling), delivers interrupts (timer,
+//! reschedule IPIs) and implements futex-style blocking for the workload's synchronisation.
+//!
+//! Kernel 0 is the *host*: its CPUs are the cores and its tasks are native threads and vCPU
+//! threads. Every VM has a *guest* kernel whose CPUs are that VM's vCPUs and whose tasks are
+//! the workload's threads. What differs between levels is only the platform under a CPU:
+//! a guest's sensitive operations (timer writes, IPIs, HLT) become VM exits handled by the
+//! host side (see [`crate::virt`]).
+
+pub mod cpu;
+pub mod sched;
+pub mod sync;
+pub mod thread;
+
+use std::collections::{BTreeSet, VecDeque};
+
+use crate::account::{Attr, OwnerId};
+use crate::engine::SimTime;
+use crate::spec::kernel::KernelParams;
+
+/// Index of a kernel (0 = host).
+pub type KernelId = u32;
+/// Index of a schedulable task (a thread or a vCPU thread).
+pub type TaskId = u32;
+/// Index of a workload thread.
+pub type ThreadId = u32;
+
+/// The host kernel's id.
+pub const HOST: KernelId = 0;
+
+/// Pending-interrupt bits of a kernel CPU.
+pub mod irq {
+    /// The local timer fired (tick and/or hrtimers due).
+    pub const TIMER: u8 = 1;
+    /// A reschedule IPI.
+    pub const RESCHED: u8 = 2;
+}
+
+/// What a kernel runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelKind {
+    /// The host: CPU i is core i.
+    Host,
+    /// A guest: CPU i is vCPU i of the VM.
+    Guest {
+        /// The VM.
+        vm: u32,
+    },
+}
+
+/// A unit of kernel or host overhead waiting to be executed on a CPU before it continues.
+#[derive(Clone, Copy, Debug)]
+pub struct Work {
+    /// Who pays, where, for what.
+    pub attr: Attr,
+    /// Remaining nanoseconds.
+    pub rem: u64,
+}
+
+/// The state of a CPU's idle loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleState {
+    /// Not idle, or in the idle loop but not yet halted/polling.
+    Awake,
+    /// Halted (HLT / C1; for a vCPU: the vCPU thread is blocked in the host).
+    Halted,
+    /// Polling with TIF_POLLING set (wakers set need_resched instead of sending IPIs).
+    Polling,
+}
+
+/// One CPU of a kernel.
+#[derive(Debug)]
+pub struct KCpu {
+    /// Queued (runnable, not running) tasks ordered by (vruntime, id).
+    pub rq: BTreeSet<(u64, TaskId)>,
+    /// The running task (None = idle).
+    pub curr: Option<TaskId>,
+    /// CFS min_vruntime.
+    pub min_vr: u64,
+    /// A reschedule is pending.
+    pub need_resched: bool,
+    /// Overhead to execute before continuing.
+    pub kwork: VecDeque<Work>,
+    /// Idle-loop state.
+    pub idle: IdleState,
+    /// The periodic tick is running.
+    pub tick_on: bool,
+    /// Next tick instant when the tick runs.
+    pub next_tick: SimTime,
+    /// The instant the local timer is programmed for (NEVER = disarmed).
+    pub programmed: SimTime,
+    /// Generation of the programmed timer event (stale events are ignored).
+    pub timer_gen: u32,
+    /// Threads sleeping on this CPU's hrtimers: (wake time, thread).
+    pub sleepers: BTreeSet<(SimTime, ThreadId)>,
+    /// Interrupts raised but not yet handled.
+    pub pending: u8,
+    /// Ticks since the last periodic balance.
+    pub ticks_since_balance: u32,
+}
+
+impl KCpu {
+    fn new() -> Self {
+        KCpu {
+            rq: BTreeSet::new(),
+            curr: None,
+            min_vr: 0,
+            need_resched: false,
+            kwork: VecDeque::new(),
+            idle: IdleState::Awake,
+            tick_on: false,
+            next_tick: SimTime::NEVER,
+            programmed: SimTime::NEVER,
+            timer_gen: 0,
+            sleepers: BTreeSet::new(),
+            pending: 0,
+            ticks_since_balance: 0,
+        }
+    }
+
+    /// Tasks running or queued here.
+    pub fn nr_running(&self) -> usize {
+        self.rq.len() + usize::from(self.curr.is_some())
+    }
+}
+
+/// A kernel instance.
+#[derive(Debug)]
+pub struct Kernel {
+    /// Host or guest.
+    pub kind: KernelKind,
+    /// Its CPUs.
+    pub cpus: Vec<KCpu>,
+    /// Scheduler and timer parameters.
+    pub params: KernelParams,
+}
+
+impl Kernel {
+    /// A kernel with `n` idle CPUs.
+    pub fn new(kind: KernelKind, n: u32, params: KernelParams) -> Self {
+        Kernel { kind, cpus: (0..n).map(|_| KCpu::new()).collect(), params }
+    }
+}
+
+/// What a task is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskKind {
+    /// A workload thread.
+    Thread(ThreadId),
+    /// The thread of a vCPU (host kernel only).
+    Vcpu(u32),
+}
+
+/// Scheduling state of a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    /// In a run queue.
+    Queued,
+    /// Current on its CPU.
+    Running,
+    /// Not runnable (blocked, sleeping, halted vCPU).
+    Blocked,
+    /// Exited.
+    Done,
+}
+
+/// A schedulable entity.
+#[derive(Debug)]
+pub struct Task {
+    /// Thread or vCPU.
+    pub kind: TaskKind,
+    /// The kernel that schedules it.
+    pub kernel: KernelId,
+    /// Who its time belongs to.
+    pub owner: OwnerId,
+    /// Scheduling state.
+    pub state: TaskState,
+    /// Current or last CPU.
+    pub cpu: u32,
+    /// CFS virtual runtime.
+    pub vr: u64,
+    /// CFS load weight (1024 = nice 0).
+    pub weight: u64,
+    /// When the current run started being accounted.
+    pub exec_start: SimTime,
+    /// Total run time.
+    pub sum_exec: u64,
+    /// `sum_exec` when last picked (for slice checks).
+    pub prev_sum_exec: u64,
+    /// Only this CPU is allowed (pinning).
+    pub pinned: Option<u32>,
+    /// When it was last woken (for wake-up latency), if it has not run since.
+    pub woken_at: Option<SimTime>,
+    /// Voluntary context switches (blocked).
+    pub nvcsw: u64,
+    /// Involuntary context switches (preempted).
+    pub nivcsw: u64,
+}

@@ -1,0 +1,255 @@
+//! A kernel CPU's life: interrupts, the reschedule point, queued overhead, the idle path
+//! (newidle balance, tick stop, HLT or polling), the local timer (tick + hrtimers, with
+//! reprogramming on every change of the earliest deadline) and IPIs.
+//!
+//! [`World::step_core`] walks core → host CPU → (vCPU → guest CPU) → thread and performs
+//! one state change or returns the leaf the core executes.
+
+use crate::account::{Attr, Cause, Layer, OwnerKind};
+use crate::engine::SimTime;
+use crate::spec::kernel::IdlePolicy;
+use crate::virt::exit::ExitReason;
+use crate::world::{Leaf, Rem, Step, World};
+
+use super::{irq, IdleState, KernelId, KernelKind, TaskKind, HOST};
+
+impl World {
+    /// One resolution step for `core`.
+    pub(crate) fn step_core(&mut self, core: u32) -> Step {
+        if let Some(s) = self.step_common(HOST, core) {
+            return s;
+        }
+        match self.kernels[0].cpus[core as usize].curr {
+            None => self.step_idle(HOST, core),
+            Some(task) => match self.tasks[task as usize].kind {
+                TaskKind::Thread(t) => self.step_thread(HOST, core, t),
+                TaskKind::Vcpu(v) => self.step_guest(v),
+            },
+        }
+    }
+
+    /// The vCPU `v` is current on its core and the host has nothing queued: guest mode.
+    fn step_guest(&mut self, v: u32) -> Step {
+        let (k, cpu) = (self.vcpus[v as usize].kernel, self.vcpus[v as usize].idx);
+        if let Some(s) = self.step_common(k, cpu) {
+            return s;
+        }
+        match self.kernels[k as usize].cpus[cpu as usize].curr {
+            None => self.step_idle(k, cpu),
+            Some(task) => match self.tasks[task as usize].kind {
+                TaskKind::Thread(t) => self.step_thread(k, cpu, t),
+                TaskKind::Vcpu(_) => unreachable!("guest kernels schedule threads only"),
+            },
+        }
+    }
+
+    /// Interrupts, then the reschedule point, then queued overhead.
+    fn step_common(&mut self, k: KernelId, cpu: u32) -> Option<Step> {
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if kc.pending != 0 {
+            let p = std::mem::take(&mut kc.pending);
+            self.handle_irqs(k, cpu, p);
+            return Some(Step::Again);
+        }
+        if kc.need_resched {
+            self.schedule(k, cpu);
+            return Some(Step::Again);
+        }
+        if let Some(w) = kc.kwork.front() {
+            if w.rem == 0 {
+                kc.kwork.pop_front();
+                return Some(Step::Again);
+            }
+            let rem = if k == HOST { Rem::HostWork } else { Rem::GuestWork(k, cpu) };
+            return Some(Step::Leaf(Leaf { attr: w.attr, rem, thread: None }));
+        }
+        None
+    }
+
+    /// Handles the interrupts in `p` on a CPU that is executing (for a guest: injected at
+    /// VM entry).
+    fn handle_irqs(&mut self, k: KernelId, cpu: u32, p: u8) {
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        let was = std::mem::replace(&mut kc.idle, IdleState::Awake);
+        if k == HOST {
+            let curr = kc.curr;
+            let host_busy = !kc.kwork.is_empty();
+            if was == IdleState::Halted {
+                let attr = Attr { owner: 0, layer: Layer::Host, cause: Cause::CStateExit };
+                self.push_work(HOST, cpu, attr, self.costs.c1_exit);
+            }
+            if let Some(TaskKind::Vcpu(v)) = curr.map(|t| self.tasks[t as usize].kind) {
+                if !host_busy {
+                    self.exit(v, ExitReason::ExternalInterrupt);
+                }
+            }
+        } else if !self.vm_of(k).apicv {
+            let v = self.vcpu_of(k, cpu);
+            for _ in 0..p.count_ones() {
+                self.exit(v, ExitReason::MsrWriteEoi);
+            }
+        }
+        let attr = self.ctx_attr(k, cpu, Cause::Interrupt);
+        self.push_work(k, cpu, attr, self.costs.irq_handler);
+        if p & irq::TIMER != 0 {
+            self.timer_fire(k, cpu);
+        }
+        if p & irq::RESCHED != 0 {
+            self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
+        }
+    }
+
+    /// The idle path of a CPU with nothing to run.
+    fn step_idle(&mut self, k: KernelId, cpu: u32) -> Step {
+        let params = &self.kernels[k as usize].params;
+        let (tickless, policy) = (params.tickless, params.idle);
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        if kc.idle == IdleState::Awake && self.idle_balance(k, cpu) {
+            return Step::Again;
+        }
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if tickless && kc.tick_on {
+            kc.tick_on = false;
+            self.update_timer(k, cpu);
+            return Step::Again;
+        }
+        match policy {
+            IdlePolicy::Poll => {
+                self.kernels[k as usize].cpus[cpu as usize].idle = IdleState::Polling;
+                let attr = if k == HOST {
+                    Attr { owner: 0, layer: Layer::Host, cause: Cause::IdlePoll }
+                } else {
+                    self.ctx_attr(k, cpu, Cause::IdlePoll)
+                };
+                Step::Leaf(Leaf { attr, rem: Rem::Inf, thread: None })
+            }
+            IdlePolicy::Halt if k == HOST => {
+                self.kernels[0].cpus[cpu as usize].idle = IdleState::Halted;
+                Step::Leaf(Leaf { attr: Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle }, rem: Rem::Inf, thread: None })
+            }
+            IdlePolicy::Halt => {
+                let v = self.vcpu_of(k, cpu);
+                self.kernels[k as usize].cpus[cpu as usize].idle = IdleState::Halted;
+                self.vcpu_halt(v);
+                Step::Again
+            }
+        }
+    }
+
+    /// The attribution of kernel overhead on `cpu` of kernel `k` right now.
+    pub(crate) fn ctx_attr(&self, k: KernelId, cpu: u32, cause: Cause) -> Attr {
+        if k != HOST {
+            let v = self.vcpu_of(k, cpu);
+            return Attr { owner: self.vcpus[v as usize].owner, layer: Layer::Kernel, cause };
+        }
+        match self.kernels[0].cpus[cpu as usize].curr {
+            Some(t) => {
+                let owner = self.tasks[t as usize].owner;
+                let layer = match self.owners[owner as usize] {
+                    OwnerKind::Vcpu { .. } => Layer::Host,
+                    OwnerKind::Native { .. } => Layer::Kernel,
+                    OwnerKind::Host => Layer::Host,
+                };
+                Attr { owner, layer, cause }
+            }
+            None => Attr { owner: 0, layer: Layer::Host, cause },
+        }
+    }
+
+    /// The core a kernel CPU executes on right now, if any.
+    pub(crate) fn kcpu_core(&self, k: KernelId, cpu: u32) -> Option<u32> {
+        match self.kernels[k as usize].kind {
+            KernelKind::Host => Some(cpu),
+            KernelKind::Guest { .. } => self.vcpu_core(self.vcpu_of(k, cpu)),
+        }
+    }
+
+    /// Touches the core under a kernel CPU (if it is on one).
+    pub(crate) fn touch_kcpu(&mut self, k: KernelId, cpu: u32) {
+        if let Some(c) = self.kcpu_core(k, cpu) {
+            self.touch(c);
+        }
+    }
+
+    // ---------------------------------------------------------------- timers
+
+    /// Reprograms the local timer if its earliest deadline changed (natively a cheap WRMSR;
+    /// in a guest a TSC_DEADLINE MSR-write exit).
+    pub(crate) fn update_timer(&mut self, k: KernelId, cpu: u32) {
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        let tick = if kc.tick_on { kc.next_tick } else { SimTime::NEVER };
+        let sleep = kc.sleepers.first().map_or(SimTime::NEVER, |&(t, _)| t);
+        let want = tick.min(sleep);
+        if want == kc.programmed {
+            return;
+        }
+        kc.programmed = want;
+        kc.timer_gen = kc.timer_gen.wrapping_add(1);
+        if want != SimTime::NEVER {
+            let gen = kc.timer_gen;
+            self.q.schedule(want.max(self.now), crate::world::Ev::Timer { k, cpu, gen });
+        }
+        if k == HOST {
+            let attr = self.ctx_attr(k, cpu, Cause::TimerProgram);
+            self.push_work(k, cpu, attr, self.costs.timer_program);
+        } else {
+            let v = self.vcpu_of(k, cpu);
+            self.exit(v, ExitReason::MsrWriteTscDeadline);
+        }
+    }
+
+    /// The local timer's deadline passed.
+    pub(crate) fn timer_event(&mut self, k: KernelId, cpu: u32, gen: u32) {
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if kc.timer_gen != gen {
+            return;
+        }
+        kc.programmed = SimTime::NEVER;
+        self.raise_irq(k, cpu, irq::TIMER);
+    }
+
+    /// Timer interrupt handling: tick work, expired hrtimers, reprogramming.
+    fn timer_fire(&mut self, k: KernelId, cpu: u32) {
+        let tick_ns = self.kernels[k as usize].params.tick_ns;
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if kc.tick_on && kc.next_tick <= self.now {
+            kc.next_tick = SimTime((self.now.ns() / tick_ns + 1) * tick_ns);
+            let attr = self.ctx_attr(k, cpu, Cause::Interrupt);
+            self.push_work(k, cpu, attr, self.costs.tick_handler);
+            self.tick_sched(k, cpu);
+        }
+        while let Some(&(t, th)) = self.kernels[k as usize].cpus[cpu as usize].sleepers.first() {
+            if t > self.now {
+                break;
+            }
+            self.kernels[k as usize].cpus[cpu as usize].sleepers.pop_first();
+            self.wake_thread(th, (k, cpu));
+        }
+        self.update_timer(k, cpu);
+    }
+
+    // ---------------------------------------------------------------- interrupts
+
+    /// Raises interrupt `kind` on a kernel CPU: natively it is handled at once; for a vCPU the
+    /// virtualization layer decides (exit, posted delivery, wake-up, or pending until entry).
+    pub(crate) fn raise_irq(&mut self, k: KernelId, cpu: u32, kind: u8) {
+        if k == HOST {
+            self.touch(cpu);
+            self.kernels[0].cpus[cpu as usize].pending |= kind;
+        } else {
+            self.kernels[k as usize].cpus[cpu as usize].pending |= kind;
+            self.virt_deliver(k, cpu, kind);
+        }
+    }
+
+    /// Sends an IPI from one CPU of kernel `k` to another.
+    pub(crate) fn send_ipi(&mut self, k: KernelId, from: u32, to: u32, kind: u8) {
+        if k == HOST {
+            let attr = self.ctx_attr(k, from, Cause::IpiSend);
+            self.push_work(k, from, attr, self.costs.ipi_send);
+            self.q.schedule(self.now + self.costs.ipi_latency, crate::world::Ev::Ipi { k, cpu: to, kind });
+        } else {
+            self.virt_send_ipi(k, from, to, kind);
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The fair scheduler (CFS as in Linux 4.15, the TPDS kernel; ref §6.1).
+//!
+//! - Per-CPU run queues ordered by virtual runtime; `vruntime += delta × 1024 / weight`.
+//! - Slices: period = `latency` (or `nr × min_gran` beyond `latency / min_gran` tasks), split by
+//!   weight, floored at `min_gran`; checked at the tick.
+//! - Wake-up preemption when `curr.vruntime − woken.vruntime > wakeup_gran × 1024 / weight`.
+//! - Sleepers are placed at `max(vruntime, min_vruntime − latency / 2)` (GENTLE_FAIR_SLEEPERS).
+//! - Wake-up CPU selection: previous CPU if idle, else the first idle allowed CPU after it,
+//!   else the previous CPU. Idle CPUs pull a queued task when they go idle (newidle balance);
+//!   busy CPUs push queued tasks to idle CPUs at their periodic balance (nohz idle balance).
+//! - A thread inside a kernel spinlock section is not preemptible (preempt_count > 0).
+
+use crate::account::{Attr, Cause, Layer};
+use crate::engine::SimTime;
+
+use super::{irq, IdleState, KernelId, TaskId, TaskKind, TaskState, Work, HOST};
+use crate::world::World;
+
+impl World {
+    /// Accounts the running task's time since it was last accounted.
+    pub(crate) fn update_curr(&mut self, k: KernelId, cpu: u32) {
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        let Some(t) = kc.curr else { return };
+        let task = &mut self.tasks[t as usize];
+        let delta = self.now.since(task.exec_start);
+        task.exec_start = self.now;
+        if delta > 0 {
+            task.sum_exec += delta;
+            task.vr += delta * 1024 / task.weight;
+        }
+        self.update_min_vr(k, cpu);
+    }
+
+    fn update_min_vr(&mut self, k: KernelId, cpu: u32) {
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        let curr_vr = kc.curr.filter(|&t| self.tasks[t as usize].state == TaskState::Running).map(|t| self.tasks[t as usize].vr);
+        let left = kc.rq.first().map(|&(v, _)| v);
+        let cand = match (curr_vr, left) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => return,
+        };
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        kc.min_vr = kc.min_vr.max(cand);
+    }
+
+    fn enqueue(&mut self, k: KernelId, cpu: u32, t: TaskId) {
+        let task = &mut self.tasks[t as usize];
+        task.state = TaskState::Queued;
+        task.cpu = cpu;
+        self.kernels[k as usize].cpus[cpu as usize].rq.insert((task.vr, t));
+    }
+
+    fn dequeue(&mut self, k: KernelId, cpu: u32, t: TaskId) {
+        let vr = self.tasks[t as usize].vr;
+        let removed = self.kernels[k as usize].cpus[cpu as usize].rq.remove(&(vr, t));
+        debug_assert!(removed, "dequeue of a task not queued");
+    }
+
+    /// Puts a task that is runnable at start-up into its CPU's queue.
+    pub(crate) fn enqueue_initial(&mut self, t: TaskId) {
+        let (k, cpu) = (self.tasks[t as usize].kernel, self.tasks[t as usize].cpu);
+        self.enqueue(k, cpu, t);
+        self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
+    }
+
+    /// Picks the next task on `cpu` (the `schedule()` of the model) and charges the switch.
+    pub(crate) fn schedule(&mut self, k: KernelId, cpu: u32) {
+        self.kernels[k as usize].cpus[cpu as usize].need_resched = false;
+        self.update_curr(k, cpu);
+        let prev = self.kernels[k as usize].cpus[cpu as usize].curr;
+        let prev_runnable = prev.filter(|&p| self.tasks[p as usize].state == TaskState::Running);
+        if let Some(p) = prev_runnable {
+            let left = self.kernels[k as usize].cpus[cpu as usize].rq.first().copied();
+            match left {
+                Some((v, _)) if v < self.tasks[p as usize].vr => {
+                    self.enqueue(k, cpu, p);
+                    self.tasks[p as usize].nivcsw += 1;
+                    if let TaskKind::Vcpu(v) = self.tasks[p as usize].kind {
+                        self.vcpus[v as usize].preemptions += 1;
+                    }
+                }
+                _ => return, // prev stays
+            }
+        }
+        let next = self.kernels[k as usize].cpus[cpu as usize].rq.pop_first().map(|(_, t)| t);
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        kc.curr = next;
+        if let Some(n) = next {
+            let now = self.now;
+            let task = &mut self.tasks[n as usize];
+            task.state = TaskState::Running;
+            task.cpu = cpu;
+            task.exec_start = now;
+            task.prev_sum_exec = task.sum_exec;
+            if let Some(w) = task.woken_at.take() {
+                let lat = now.since(w);
+                match task.kind {
+                    TaskKind::Thread(th) => self.threads[th as usize].stats.wake_latency.record(lat),
+                    TaskKind::Vcpu(v) => self.vcpus[v as usize].wake_latency.record(lat),
+                }
+            }
+        }
+        if next != prev {
+            self.charge_switch(k, cpu, prev, next);
+        }
+        if next.is_some() {
+            self.exit_idle(k, cpu);
+        }
+        self.update_min_vr(k, cpu);
+    }
+
+    fn charge_switch(&mut self, k: KernelId, cpu: u32, prev: Option<TaskId>, next: Option<TaskId>) {
+        let payer = next.or(prev).expect("a switch involves a task");
+        let owner = self.tasks[payer as usize].owner;
+        let (attr, cost) = if k != HOST {
+            (self.ctx_attr(k, cpu, Cause::ContextSwitch), self.costs.context_switch)
+        } else {
+            match self.tasks[payer as usize].kind {
+                TaskKind::Vcpu(_) => {
+                    let cost = if next.is_some() { self.costs.vcpu_switch } else { self.costs.context_switch.min(self.costs.vcpu_switch) };
+                    (Attr { owner, layer: Layer::Host, cause: Cause::VcpuSwitch }, cost)
+                }
+                TaskKind::Thread(_) => (Attr { owner, layer: Layer::Kernel, cause: Cause::ContextSwitch }, self.costs.context_switch),
+            }
+        };
+        self.push_work(k, cpu, attr, cost);
+    }
+
+    /// Leaves the idle loop because a task was picked: restart the tick (NO_HZ_IDLE exit).
+    fn exit_idle(&mut self, k: KernelId, cpu: u32) {
+        let tick = self.kernels[k as usize].params.tick_ns;
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        kc.idle = IdleState::Awake;
+        if !kc.tick_on {
+            kc.tick_on = true;
+            kc.next_tick = SimTime((self.now.ns() / tick + 1) * tick);
+            self.update_timer(k, cpu);
+        }
+    }
+
+    /// The running task of `cpu` stops being runnable (blocks, sleeps, halts, exits).
+    pub(crate) fn block_curr(&mut self, k: KernelId, cpu: u32, done: bool) {
+        self.touch_kcpu(k, cpu);
+        self.update_curr(k, cpu);
+        let t = self.kernels[k as usize].cpus[cpu as usize].curr.expect("block_curr with a running task");
+        let task = &mut self.tasks[t as usize];
+        task.state = if done { TaskState::Done } else { TaskState::Blocked };
+        if !done {
+            task.nvcsw += 1;
+        }
+        self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
+    }
+
+    /// Makes a blocked task runnable. `waker` is the CPU (of the same kernel) executing the
+    /// wake-up, or None when it happens in interrupt context on the target CPU.
+    pub(crate) fn wake_task(&mut self, t: TaskId, waker: Option<(KernelId, u32)>) {
+        let k = self.tasks[t as usize].kernel;
+        debug_assert_eq!(self.tasks[t as usize].state, TaskState::Blocked);
+        let prev = self.tasks[t as usize].cpu;
+        let target = self.select_cpu(t);
+        let half_latency = self.kernels[k as usize].params.latency / 2;
+        let (old_min, new_min) = (self.kernels[k as usize].cpus[prev as usize].min_vr, self.kernels[k as usize].cpus[target as usize].min_vr);
+        let task = &mut self.tasks[t as usize];
+        if target != prev {
+            task.vr = task.vr.saturating_sub(old_min) + new_min;
+        }
+        task.vr = task.vr.max(new_min.saturating_sub(half_latency));
+        task.woken_at = Some(self.now);
+        self.enqueue(k, target, t);
+        let preempt = self.kernels[k as usize].cpus[target as usize].curr.is_none() || self.wakeup_preempts(k, target, t);
+        if preempt {
+            self.resched_cpu(k, target, waker);
+        }
+    }
+
+    fn wakeup_preempts(&mut self, k: KernelId, cpu: u32, woken: TaskId) -> bool {
+        let Some(c) = self.kernels[k as usize].cpus[cpu as usize].curr else { return true };
+        if self.nonpreemptible(c) {
+            return false;
+        }
+        self.update_curr(k, cpu);
+        let gran = self.kernels[k as usize].params.wakeup_gran * 1024 / self.tasks[woken as usize].weight;
+        self.tasks[c as usize].vr > self.tasks[woken as usize].vr + gran
+    }
+
+    /// A thread inside a kernel spinlock section cannot be preempted by its kernel.
+    pub(crate) fn nonpreemptible(&self, t: TaskId) -> bool {
+        match self.tasks[t as usize].kind {
+            TaskKind::Thread(th) => self.threads[th as usize].kdepth > 0,
+            TaskKind::Vcpu(_) => false,
+        }
+    }
+
+    /// Asks `cpu` to reschedule: locally, by setting need_resched on a polling CPU, or with a
+    /// reschedule IPI from the waker (or an interrupt on the target when there is no waker).
+    pub(crate) fn resched_cpu(&mut self, k: KernelId, cpu: u32, waker: Option<(KernelId, u32)>) {
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if kc.need_resched {
+            return;
+        }
+        kc.need_resched = true;
+        let idle_loop_awake = kc.curr.is_none() && kc.idle == IdleState::Awake;
+        if waker == Some((k, cpu)) || kc.idle == IdleState::Polling || idle_loop_awake {
+            self.touch_kcpu(k, cpu);
+        } else if let Some((wk, wcpu)) = waker {
+            self.send_ipi(wk, wcpu, cpu, irq::RESCHED);
+        } else {
+            self.raise_irq(k, cpu, irq::RESCHED);
+        }
+    }
+
+    fn allowed(&self, t: TaskId, cpu: u32) -> bool {
+        self.tasks[t as usize].pinned.is_none_or(|p| p == cpu)
+    }
+
+    fn cpu_idle(&self, k: KernelId, cpu: u32) -> bool {
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        kc.curr.is_none() && kc.rq.is_empty()
+    }
+
+    fn select_cpu(&self, t: TaskId) -> u32 {
+        let task = &self.tasks[t as usize];
+        if let Some(p) = task.pinned {
+            return p;
+        }
+        let k = task.kernel;
+        let n = self.kernels[k as usize].cpus.len() as u32;
+        let prev = task.cpu;
+        (0..n).map(|i| (prev + i) % n).find(|&c| self.cpu_idle(k, c)).unwrap_or(prev)
+    }
+
+    fn sched_slice(&self, k: KernelId, cpu: u32, t: TaskId) -> u64 {
+        let p = &self.kernels[k as usize].params;
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        let nr = kc.nr_running() as u64;
+        let nr_latency = (p.latency / p.min_gran).max(1);
+        let period = if nr > nr_latency { nr * p.min_gran } else { p.latency };
+        let total: u64 = kc.rq.iter().map(|&(_, q)| self.tasks[q as usize].weight).sum::<u64>() + self.tasks[t as usize].weight;
+        (period * self.tasks[t as usize].weight / total).max(p.min_gran)
+    }
+
+    /// Scheduler work of a tick: slice expiry and periodic balancing.
+    pub(crate) fn tick_sched(&mut self, k: KernelId, cpu: u32) {
+        self.update_curr(k, cpu);
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        if let Some(c) = kc.curr {
+            if !kc.rq.is_empty() && !self.nonpreemptible(c) {
+                let ran = self.tasks[c as usize].sum_exec - self.tasks[c as usize].prev_sum_exec;
+                if ran > self.sched_slice(k, cpu, c) {
+                    self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
+                }
+            }
+        }
+        let balance_ticks = self.kernels[k as usize].params.balance_ticks;
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        kc.ticks_since_balance += 1;
+        if kc.ticks_since_balance >= balance_ticks {
+            kc.ticks_since_balance = 0;
+            self.push_to_idle(k, cpu);
+        }
+    }
+
+    /// Newidle balance: an idle CPU pulls a queued task from the busiest CPU.
+    pub(crate) fn idle_balance(&mut self, k: KernelId, cpu: u32) -> bool {
+        let n = self.kernels[k as usize].cpus.len() as u32;
+        let mut best: Option<(usize, u32, TaskId)> = None;
+        for c in (1..n).map(|i| (cpu + i) % n) {
+            let rq = &self.kernels[k as usize].cpus[c as usize].rq;
+            if rq.is_empty() {
+                continue;
+            }
+            let movable = rq.iter().rev().map(|&(_, t)| t).find(|&t| self.allowed(t, cpu));
+            if let Some(t) = movable {
+                if best.is_none_or(|(len, _, _)| rq.len() > len) {
+                    best = Some((rq.len(), c, t));
+                }
+            }
+        }
+        let Some((_, src, t)) = best else { return false };
+        self.migrate(k, t, src, cpu);
+        self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
+        true
+    }
+
+    /// Periodic balance of a busy CPU: hand queued tasks to idle CPUs (nohz idle balance).
+    fn push_to_idle(&mut self, k: KernelId, cpu: u32) {
+        let n = self.kernels[k as usize].cpus.len() as u32;
+        loop {
+            let queued: Vec<TaskId> = self.kernels[k as usize].cpus[cpu as usize].rq.iter().rev().map(|&(_, t)| t).collect();
+            let mut moved = false;
+            for t in queued {
+                let dst = (1..n).map(|i| (cpu + i) % n).find(|&c| self.cpu_idle(k, c) && self.allowed(t, c));
+                if let Some(dst) = dst {
+                    self.migrate(k, t, cpu, dst);
+                    self.resched_cpu(k, dst, Some((k, cpu)));
+                    moved = true;
+                    break;
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn migrate(&mut self, k: KernelId, t: TaskId, from: u32, to: u32) {
+        self.dequeue(k, from, t);
+        let (fm, tm) = (self.kernels[k as usize].cpus[from as usize].min_vr, self.kernels[k as usize].cpus[to as usize].min_vr);
+        let task = &mut self.tasks[t as usize];
+        task.vr = task.vr.saturating_sub(fm) + tm;
+        self.enqueue(k, to, t);
+    }
+
+    /// The running task gives up the CPU to the others queued there (sched_yield-like):
+    /// its vruntime moves behind the last queued task.
+    pub(crate) fn yield_curr(&mut self, k: KernelId, cpu: u32) {
+        self.touch_kcpu(k, cpu);
+        self.update_curr(k, cpu);
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        let (Some(c), Some(&(last, _))) = (kc.curr, kc.rq.last()) else { return };
+        let task = &mut self.tasks[c as usize];
+        task.vr = task.vr.max(last + 1);
+        self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
+    }
+
+    /// Queues overhead on a CPU (no-op for zero cost).
+    pub(crate) fn push_work(&mut self, k: KernelId, cpu: u32, attr: Attr, cost: u64) {
+        if cost == 0 {
+            return;
+        }
+        self.touch_kcpu(k, cpu);
+        self.kernels[k as usize].cpus[cpu as usize].kwork.push_back(Work { attr, rem: cost });
+    }
+}

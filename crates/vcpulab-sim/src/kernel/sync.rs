@@ -1,0 +1,352 @@
+//! Workload instances and their synchronisation objects (futex-style, as glibc/Linux).
+//!
+//! - Mutex: `lock` takes a free mutex or blocks (futex wait); `unlock` frees it and wakes the
+//!   first waiter, which then retries (no hand-off, as glibc's default mutex).
+//! - User spinlock (test-and-set): waiters spin in user mode; on release the lock goes to a
+//!   spinner that is running at that instant (chosen by the lock's random stream), else to
+//!   whichever spinner runs first.
+//! - Kernel ticket spinlock: FIFO tickets; waiters spin at CPL 0 and are not preemptible, so
+//!   a descheduled holder or next waiter stalls everyone (LHP / LWP).
+//! - Barrier: the last arrival opens it; blocking barriers wake every waiter (futex wake),
+//!   spin barriers are seen by spinners as soon as they run.
+//! - Condition variable: `signal` wakes the first waiter or, with none, leaves a token that
+//!   the next `wait` consumes without blocking (the predicate a correct program re-checks);
+//!   `broadcast` wakes every current waiter. `wait` needs the mutex, releases it while
+//!   blocked and re-acquires it after waking.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use crate::engine::{SimTime, Stream};
+use crate::workload::program::{ObjId, ObjKind};
+use crate::workload::Workload;
+use crate::world::World;
+
+use super::thread::{Act, BlockOn, Flow, SpinOn};
+use super::{KernelId, ThreadId};
+
+/// A synchronisation object's state.
+#[derive(Debug)]
+pub enum Obj {
+    /// Blocking mutex.
+    Mutex {
+        /// Holder.
+        holder: Option<ThreadId>,
+        /// Futex waiters in arrival order.
+        waiters: VecDeque<ThreadId>,
+    },
+    /// User test-and-set spinlock.
+    SpinLock {
+        /// Holder.
+        holder: Option<ThreadId>,
+        /// Spinning threads.
+        spinners: Vec<ThreadId>,
+        /// Chooses among running spinners on release.
+        rng: Stream,
+    },
+    /// Kernel ticket spinlock.
+    KSpin {
+        /// Next ticket to hand out.
+        next: u64,
+        /// Ticket being served.
+        serving: u64,
+        /// Holder.
+        holder: Option<ThreadId>,
+        /// Waiters by ticket.
+        waiting: BTreeMap<u64, ThreadId>,
+    },
+    /// Barrier (blocking or spin).
+    Barrier {
+        /// Threads that must arrive.
+        parties: u32,
+        /// Arrived so far in this generation.
+        arrived: u32,
+        /// Generation (episodes completed).
+        gen: u64,
+        /// Threads waiting in this generation.
+        waiters: Vec<ThreadId>,
+        /// Spin (true) or block (false).
+        spin: bool,
+    },
+    /// Condition variable.
+    Cond {
+        /// Signals not yet consumed.
+        tokens: u64,
+        /// Waiters in arrival order.
+        waiters: VecDeque<ThreadId>,
+    },
+}
+
+/// One running copy of a workload.
+#[derive(Debug)]
+pub struct Instance {
+    /// Display name ("native0", "vm1").
+    pub name: String,
+    /// The kernel its threads run in.
+    pub kernel: KernelId,
+    /// Its VM, if virtualized.
+    pub vm: Option<u32>,
+    /// The workload.
+    pub wl: Arc<Workload>,
+    /// Its threads.
+    pub threads: Vec<ThreadId>,
+    /// Its objects, by `ObjId`.
+    pub objs: Vec<Obj>,
+    /// Threads not finished.
+    pub live: u32,
+    /// When the last thread finished.
+    pub finish: Option<SimTime>,
+}
+
+impl Obj {
+    /// Fresh state for a declared object.
+    pub fn new(kind: ObjKind, parties: u32, rng: Stream) -> Obj {
+        match kind {
+            ObjKind::Mutex => Obj::Mutex { holder: None, waiters: VecDeque::new() },
+            ObjKind::SpinLock => Obj::SpinLock { holder: None, spinners: Vec::new(), rng },
+            ObjKind::KSpinLock => Obj::KSpin { next: 0, serving: 0, holder: None, waiting: BTreeMap::new() },
+            ObjKind::Barrier | ObjKind::SpinBarrier => {
+                Obj::Barrier { parties, arrived: 0, gen: 0, waiters: Vec::new(), spin: kind == ObjKind::SpinBarrier }
+            }
+            ObjKind::CondVar => Obj::Cond { tokens: 0, waiters: VecDeque::new() },
+        }
+    }
+}
+
+impl World {
+    fn obj(&mut self, t: ThreadId, o: ObjId) -> &mut Obj {
+        let inst = self.threads[t as usize].inst;
+        &mut self.insts[inst as usize].objs[o as usize]
+    }
+
+    fn obj_name(&self, t: ThreadId, o: ObjId) -> String {
+        let inst = &self.insts[self.threads[t as usize].inst as usize];
+        inst.wl.objects[o as usize].name.clone()
+    }
+
+    fn misuse(&mut self, t: ThreadId, o: ObjId, what: &str) -> Flow {
+        let th = &self.threads[t as usize];
+        let msg = format!("{} thread {} {what} '{}'", self.insts[th.inst as usize].name, th.idx, self.obj_name(t, o));
+        self.fail(msg);
+        Flow::Stop
+    }
+
+    pub(crate) fn op_lock(&mut self, k: KernelId, cpu: u32, t: ThreadId, m: ObjId) -> Flow {
+        let Obj::Mutex { holder, waiters } = self.obj(t, m) else { unreachable!("checked at parse") };
+        match *holder {
+            None => {
+                *holder = Some(t);
+                Flow::Continue
+            }
+            Some(h) if h == t => self.misuse(t, m, "locks again the mutex it holds"),
+            Some(_) => {
+                waiters.push_back(t);
+                self.threads[t as usize].pending_lock = Some(m);
+                self.block_thread(k, cpu, t, BlockOn::Mutex(m));
+                Flow::Stop
+            }
+        }
+    }
+
+    pub(crate) fn op_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId, m: ObjId) -> Flow {
+        let Obj::Mutex { holder, waiters } = self.obj(t, m) else { unreachable!("checked at parse") };
+        if *holder != Some(t) {
+            return self.misuse(t, m, "unlocks a mutex it does not hold:");
+        }
+        *holder = None;
+        if let Some(w) = waiters.pop_front() {
+            self.syscall(k, cpu, t);
+            self.wake_thread(w, (k, cpu));
+        }
+        Flow::Continue
+    }
+
+    pub(crate) fn op_spin_lock(&mut self, t: ThreadId, l: ObjId) -> Flow {
+        let Obj::SpinLock { holder, spinners, .. } = self.obj(t, l) else { unreachable!("checked at parse") };
+        match *holder {
+            None => {
+                *holder = Some(t);
+                Flow::Continue
+            }
+            Some(h) if h == t => self.misuse(t, l, "locks again the spinlock it holds"),
+            Some(_) => {
+                spinners.push(t);
+                self.threads[t as usize].act = Act::Spin(SpinOn::ULock(l));
+                Flow::Stop
+            }
+        }
+    }
+
+    pub(crate) fn op_spin_unlock(&mut self, t: ThreadId, l: ObjId) -> Flow {
+        let running: Vec<(usize, u32)> = {
+            let Obj::SpinLock { holder, spinners, .. } = self.obj(t, l) else { unreachable!("checked at parse") };
+            if *holder != Some(t) {
+                return self.misuse(t, l, "unlocks a spinlock it does not hold:");
+            }
+            *holder = None;
+            let spinners = spinners.clone();
+            spinners.iter().enumerate().filter_map(|(i, &s)| self.thread_core(s).map(|c| (i, c))).collect()
+        };
+        if running.is_empty() {
+            return Flow::Continue;
+        }
+        let Obj::SpinLock { holder, spinners, rng } = self.obj(t, l) else { unreachable!() };
+        let (i, core) = running[rng.below(running.len() as u64) as usize];
+        *holder = Some(spinners.remove(i));
+        self.touch(core);
+        Flow::Continue
+    }
+
+    pub(crate) fn op_kspin_lock(&mut self, t: ThreadId, l: ObjId) -> Flow {
+        let Obj::KSpin { next, serving, holder, waiting } = self.obj(t, l) else { unreachable!("checked at parse") };
+        if *holder == Some(t) {
+            return self.misuse(t, l, "locks again the kernel spinlock it holds");
+        }
+        let ticket = *next;
+        *next += 1;
+        let now_serving = *serving;
+        if ticket == now_serving && holder.is_none() {
+            *holder = Some(t);
+            self.threads[t as usize].kdepth += 1;
+            return Flow::Continue;
+        }
+        waiting.insert(ticket, t);
+        let th = &mut self.threads[t as usize];
+        th.kdepth += 1;
+        th.ticket = ticket;
+        th.spin_window = 0;
+        th.act = Act::Spin(SpinOn::KLock(l));
+        Flow::Stop
+    }
+
+    pub(crate) fn op_kspin_unlock(&mut self, t: ThreadId, l: ObjId) -> Flow {
+        let Obj::KSpin { serving, holder, waiting, .. } = self.obj(t, l) else { unreachable!("checked at parse") };
+        if *holder != Some(t) {
+            return self.misuse(t, l, "unlocks a kernel spinlock it does not hold:");
+        }
+        *holder = None;
+        *serving += 1;
+        let next = waiting.get(serving).copied();
+        self.threads[t as usize].kdepth -= 1;
+        if let Some(core) = next.and_then(|w| self.thread_core(w)) {
+            self.touch(core);
+        }
+        Flow::Continue
+    }
+
+    pub(crate) fn op_barrier(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) -> Flow {
+        let Obj::Barrier { parties, arrived, gen, waiters, spin } = self.obj(t, b) else { unreachable!("checked at parse") };
+        *arrived += 1;
+        if *arrived < *parties {
+            waiters.push(t);
+            let (spin, g) = (*spin, *gen);
+            if spin {
+                let th = &mut self.threads[t as usize];
+                th.bgen = g;
+                th.act = Act::Spin(SpinOn::Barrier(b));
+            } else {
+                self.block_thread(k, cpu, t, BlockOn::Barrier(b));
+            }
+            return Flow::Stop;
+        }
+        *arrived = 0;
+        *gen += 1;
+        let released = std::mem::take(waiters);
+        if *spin {
+            for w in released {
+                if let Some(core) = self.thread_core(w) {
+                    self.touch(core);
+                }
+            }
+        } else if !released.is_empty() {
+            self.syscall(k, cpu, t);
+            for w in released {
+                self.wake_thread(w, (k, cpu));
+            }
+        }
+        Flow::Continue
+    }
+
+    pub(crate) fn op_cond_wait(&mut self, k: KernelId, cpu: u32, t: ThreadId, c: ObjId, m: ObjId) -> Flow {
+        let holds = matches!(self.obj(t, m), Obj::Mutex { holder: Some(h), .. } if *h == t);
+        if !holds {
+            return self.misuse(t, m, "waits on a condition variable without holding its mutex");
+        }
+        let Obj::Cond { tokens, waiters } = self.obj(t, c) else { unreachable!("checked at parse") };
+        if *tokens > 0 {
+            *tokens -= 1;
+            return Flow::Continue;
+        }
+        waiters.push_back(t);
+        if let Flow::Stop = self.op_unlock(k, cpu, t, m) {
+            return Flow::Stop;
+        }
+        self.threads[t as usize].pending_lock = Some(m);
+        self.block_thread(k, cpu, t, BlockOn::Cond(c));
+        Flow::Stop
+    }
+
+    pub(crate) fn op_cond_wake(&mut self, k: KernelId, cpu: u32, t: ThreadId, c: ObjId, all: bool) -> Flow {
+        let Obj::Cond { tokens, waiters } = self.obj(t, c) else { unreachable!("checked at parse") };
+        let woken: Vec<ThreadId> = if all {
+            waiters.drain(..).collect()
+        } else {
+            match waiters.pop_front() {
+                Some(w) => vec![w],
+                None => {
+                    *tokens += 1;
+                    Vec::new()
+                }
+            }
+        };
+        if !woken.is_empty() {
+            self.syscall(k, cpu, t);
+            for w in woken {
+                self.wake_thread(w, (k, cpu));
+            }
+        }
+        Flow::Continue
+    }
+
+    pub(crate) fn op_sleep(&mut self, k: KernelId, cpu: u32, t: ThreadId, ns: u64) -> Flow {
+        let at = self.now + ns;
+        self.kernels[k as usize].cpus[cpu as usize].sleepers.insert((at, t));
+        self.block_thread(k, cpu, t, BlockOn::Sleep);
+        self.update_timer(k, cpu);
+        Flow::Stop
+    }
+
+    /// Whether a spinning thread's wait is over (and, for locks, takes the lock).
+    pub(crate) fn try_finish_spin(&mut self, t: ThreadId, on: SpinOn) -> bool {
+        match on {
+            SpinOn::ULock(l) => {
+                let Obj::SpinLock { holder, spinners, .. } = self.obj(t, l) else { unreachable!() };
+                match *holder {
+                    Some(h) if h == t => true,
+                    None => {
+                        *holder = Some(t);
+                        spinners.retain(|&s| s != t);
+                        true
+                    }
+                    Some(_) => false,
+                }
+            }
+            SpinOn::KLock(l) => {
+                let ticket = self.threads[t as usize].ticket;
+                let Obj::KSpin { serving, holder, waiting, .. } = self.obj(t, l) else { unreachable!() };
+                if *serving == ticket && holder.is_none() {
+                    *holder = Some(t);
+                    waiting.remove(&ticket);
+                    true
+                } else {
+                    false
+                }
+            }
+            SpinOn::Barrier(b) => {
+                let bgen = self.threads[t as usize].bgen;
+                let Obj::Barrier { gen, .. } = self.obj(t, b) else { unreachable!() };
+                *gen != bgen
+            }
+        }
+    }
+}

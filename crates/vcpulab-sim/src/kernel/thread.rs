@@ -1,0 +1,341 @@
+//! Workload threads: the interpreter of a compiled program and the thread's states.
+//!
+//! A thread is Running (computing or spinning) while current on a CPU, Ready while queued,
+//! Blocked on a mutex / barrier / condition variable / timer, or Done. Zero-time operations
+//! (unlocks, signals, loop control) execute back to back; the interpreter stops at the first
+//! operation that takes time or changes the thread's state.
+
+use crate::account::{Attr, Cause, Layer, Log2Histogram};
+use crate::engine::Stream;
+use crate::workload::program::ObjId;
+use crate::workload::Instr;
+use crate::world::{Leaf, Rem, Step, World};
+
+use super::sync::Instance;
+use super::{KernelId, TaskId, ThreadId, HOST};
+
+/// What a spinning thread waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpinOn {
+    /// A user spinlock to become free (or be handed over).
+    ULock(ObjId),
+    /// Its ticket of a kernel ticket lock to be served.
+    KLock(ObjId),
+    /// The spin barrier's generation to change.
+    Barrier(ObjId),
+}
+
+/// What a blocked thread waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockOn {
+    /// A mutex (futex wait).
+    Mutex(ObjId),
+    /// A blocking barrier.
+    Barrier(ObjId),
+    /// A condition variable.
+    Cond(ObjId),
+    /// A timer (sleep).
+    Sleep,
+}
+
+/// The thread's activity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// About to execute its next operation.
+    Fresh,
+    /// Computing (`compute_rem` left).
+    Compute,
+    /// Busy-waiting.
+    Spin(SpinOn),
+    /// Not runnable.
+    Blocked(BlockOn),
+    /// Exited.
+    Done,
+}
+
+/// Per-thread statistics.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadStats {
+    /// Time computing (ns).
+    pub compute_ns: u64,
+    /// Time spinning (ns).
+    pub spin_ns: u64,
+    /// Times it blocked.
+    pub blocks: u64,
+    /// Wake-up latency (woken → running) histogram.
+    pub wake_latency: Log2Histogram,
+}
+
+/// A workload thread.
+#[derive(Debug)]
+pub struct Thread {
+    /// Instance it belongs to.
+    pub inst: u32,
+    /// Index within the instance.
+    pub idx: u32,
+    /// Its task in its kernel.
+    pub task: TaskId,
+    /// Program counter.
+    pub pc: u32,
+    /// Remaining iterations of the enclosing loops (innermost last).
+    pub loops: Vec<u64>,
+    /// Current activity.
+    pub act: Act,
+    /// Remaining computation (ns).
+    pub compute_rem: u64,
+    /// Remaining PLE window while spinning in a guest kernel (ns).
+    pub spin_window: u64,
+    /// Its random stream.
+    pub rng: Stream,
+    /// Kernel spinlocks held or waited for (> 0: kernel mode, not preemptible).
+    pub kdepth: u32,
+    /// Ticket taken on the kernel lock it waits for.
+    pub ticket: u64,
+    /// Spin-barrier generation it waits to see change.
+    pub bgen: u64,
+    /// A mutex to (re)acquire before continuing (after a futex wake or a condvar wait).
+    pub pending_lock: Option<ObjId>,
+    /// Statistics.
+    pub stats: ThreadStats,
+}
+
+impl Thread {
+    /// Describes what a blocked or spinning thread waits on (for deadlock reports).
+    pub(crate) fn blocked_on_desc(&self, insts: &[Instance]) -> Option<String> {
+        let name = |o: ObjId| insts[self.inst as usize].wl.objects[o as usize].name.clone();
+        match self.act {
+            Act::Blocked(BlockOn::Mutex(o)) => Some(format!("mutex '{}'", name(o))),
+            Act::Blocked(BlockOn::Barrier(o)) => Some(format!("barrier '{}'", name(o))),
+            Act::Blocked(BlockOn::Cond(o)) => Some(format!("condvar '{}'", name(o))),
+            Act::Blocked(BlockOn::Sleep) => Some("a timer".into()),
+            Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(o) | SpinOn::Barrier(o)) => Some(format!("spinning on '{}'", name(o))),
+            _ => None,
+        }
+    }
+}
+
+/// Whether the interpreter continues with the next operation.
+pub(crate) enum Flow {
+    Continue,
+    Stop,
+}
+
+impl World {
+    /// One resolution step for thread `t`, current on CPU `cpu` of kernel `k`.
+    pub(crate) fn step_thread(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Step {
+        let th = &self.threads[t as usize];
+        match th.act {
+            Act::Compute => {
+                if th.compute_rem == 0 {
+                    self.threads[t as usize].act = Act::Fresh;
+                    return Step::Again;
+                }
+                let layer = if th.kdepth > 0 { Layer::Kernel } else { Layer::User };
+                let attr = Attr { owner: self.leaf_owner(k, cpu, t), layer, cause: Cause::Compute };
+                Step::Leaf(Leaf { attr, rem: Rem::Compute(t), thread: Some(t) })
+            }
+            Act::Spin(on) => {
+                if self.try_finish_spin(t, on) {
+                    self.threads[t as usize].act = Act::Fresh;
+                    return Step::Again;
+                }
+                let kernel_spin = matches!(on, SpinOn::KLock(_));
+                let ple = if kernel_spin && k != HOST { self.vm_of(k).ple_window_ns } else { None };
+                let attr = if kernel_spin {
+                    Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::SpinKernel }
+                } else {
+                    Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::User, cause: Cause::SpinUser }
+                };
+                match ple {
+                    None => Step::Leaf(Leaf { attr, rem: Rem::Inf, thread: Some(t) }),
+                    Some(window) => {
+                        if self.threads[t as usize].spin_window == 0 {
+                            self.threads[t as usize].spin_window = window;
+                            let v = self.vcpu_of(k, cpu);
+                            self.ple_exit(v);
+                            return Step::Again;
+                        }
+                        Step::Leaf(Leaf { attr, rem: Rem::SpinWindow(t), thread: Some(t) })
+                    }
+                }
+            }
+            Act::Fresh => {
+                self.advance(k, cpu, t);
+                Step::Again
+            }
+            Act::Blocked(_) | Act::Done => {
+                // Not runnable but still current: the reschedule point switches it out.
+                self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
+                Step::Again
+            }
+        }
+    }
+
+    fn leaf_owner(&self, k: KernelId, cpu: u32, t: ThreadId) -> u32 {
+        if k == HOST {
+            self.tasks[self.threads[t as usize].task as usize].owner
+        } else {
+            self.vcpus[self.vcpu_of(k, cpu) as usize].owner
+        }
+    }
+
+    /// The core thread `t` executes on, if it is current on an executing CPU.
+    pub(crate) fn thread_core(&self, t: ThreadId) -> Option<u32> {
+        let task = &self.tasks[self.threads[t as usize].task as usize];
+        if task.state != crate::kernel::TaskState::Running {
+            return None;
+        }
+        self.kcpu_core(task.kernel, task.cpu)
+    }
+
+    /// Executes operations of `t` until one takes time or changes its state.
+    fn advance(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
+        if let Some(m) = self.threads[t as usize].pending_lock.take() {
+            if let Flow::Stop = self.op_lock(k, cpu, t, m) {
+                return;
+            }
+        }
+        let wl = self.insts[self.threads[t as usize].inst as usize].wl.clone();
+        loop {
+            if self.fault.is_some() {
+                return;
+            }
+            let pc = self.threads[t as usize].pc as usize;
+            let flow = match &wl.program.instrs[pc] {
+                Instr::Compute(d) => {
+                    let th = &mut self.threads[t as usize];
+                    th.pc += 1;
+                    let ns = d.sample(&mut th.rng);
+                    if ns == 0 {
+                        Flow::Continue
+                    } else {
+                        th.compute_rem = ns;
+                        th.act = crate::kernel::thread::Act::Compute;
+                        Flow::Stop
+                    }
+                }
+                Instr::Sleep(d) => {
+                    let th = &mut self.threads[t as usize];
+                    th.pc += 1;
+                    let ns = d.sample(&mut th.rng);
+                    if ns == 0 { Flow::Continue } else { self.op_sleep(k, cpu, t, ns) }
+                }
+                Instr::Lock(m) => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_lock(k, cpu, t, *m)
+                }
+                Instr::Unlock(m) => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_unlock(k, cpu, t, *m)
+                }
+                Instr::SpinLock(l) => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_spin_lock(t, *l)
+                }
+                Instr::SpinUnlock(l) => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_spin_unlock(t, *l)
+                }
+                Instr::KSpinLock(l) => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_kspin_lock(t, *l)
+                }
+                Instr::KSpinUnlock(l) => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_kspin_unlock(t, *l)
+                }
+                Instr::Barrier(b) => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_barrier(k, cpu, t, *b)
+                }
+                Instr::CondWait { cond, mutex } => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_cond_wait(k, cpu, t, *cond, *mutex)
+                }
+                Instr::CondSignal(c) => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_cond_wake(k, cpu, t, *c, false)
+                }
+                Instr::CondBroadcast(c) => {
+                    self.threads[t as usize].pc += 1;
+                    self.op_cond_wake(k, cpu, t, *c, true)
+                }
+                Instr::LoopStart { count, end } => {
+                    let th = &mut self.threads[t as usize];
+                    if *count == 0 {
+                        th.pc = end + 1;
+                    } else {
+                        th.loops.push(*count);
+                        th.pc += 1;
+                    }
+                    Flow::Continue
+                }
+                Instr::LoopEnd { start } => {
+                    let th = &mut self.threads[t as usize];
+                    let top = th.loops.last_mut().expect("loop stack");
+                    *top -= 1;
+                    if *top > 0 {
+                        th.pc = start + 1;
+                    } else {
+                        th.loops.pop();
+                        th.pc += 1;
+                    }
+                    Flow::Continue
+                }
+                Instr::OnlyThread { thread, end } => {
+                    let th = &mut self.threads[t as usize];
+                    th.pc = if th.idx == *thread { th.pc + 1 } else { *end };
+                    Flow::Continue
+                }
+                Instr::End => {
+                    self.thread_exit(k, cpu, t);
+                    Flow::Stop
+                }
+            };
+            if let Flow::Stop = flow {
+                return;
+            }
+        }
+    }
+
+    /// The current thread of (`k`, `cpu`) blocks on `on`, paying a futex system call.
+    pub(crate) fn block_thread(&mut self, k: KernelId, cpu: u32, t: ThreadId, on: BlockOn) {
+        let attr = self.ctx_attr_thread(k, cpu, t, Cause::Syscall);
+        self.push_work(k, cpu, attr, self.costs.syscall_futex);
+        let th = &mut self.threads[t as usize];
+        th.act = Act::Blocked(on);
+        th.stats.blocks += 1;
+        self.block_curr(k, cpu, false);
+    }
+
+    /// Charges a system call of the running thread (e.g. a futex wake).
+    pub(crate) fn syscall(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
+        let attr = self.ctx_attr_thread(k, cpu, t, Cause::Syscall);
+        self.push_work(k, cpu, attr, self.costs.syscall_futex);
+    }
+
+    /// Kernel-layer attribution of thread `t`'s overhead on (`k`, `cpu`).
+    fn ctx_attr_thread(&self, k: KernelId, cpu: u32, t: ThreadId, cause: Cause) -> Attr {
+        Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause }
+    }
+
+    /// Makes blocked thread `t` runnable; the wake-up executes on (`k`, `cpu`).
+    pub(crate) fn wake_thread(&mut self, t: ThreadId, waker: (KernelId, u32)) {
+        let th = &mut self.threads[t as usize];
+        debug_assert!(matches!(th.act, Act::Blocked(_)));
+        th.act = Act::Fresh;
+        let task = th.task;
+        self.wake_task(task, Some(waker));
+    }
+
+    fn thread_exit(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
+        self.threads[t as usize].act = Act::Done;
+        self.block_curr(k, cpu, true);
+        let inst = &mut self.insts[self.threads[t as usize].inst as usize];
+        inst.live -= 1;
+        if inst.live == 0 {
+            inst.finish = Some(self.now);
+            self.live -= 1;
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! The physical machine: topology (sockets → NUMA nodes → cores → hardware threads) and the
+//! cost table every mechanism draws its latencies from.
+
+pub mod costs;
+pub mod topology;
+
+pub use costs::Costs;
+pub use topology::{MachineSpec, Topology};

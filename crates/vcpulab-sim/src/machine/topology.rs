@@ -1,0 +1,155 @@
+//! Sockets, NUMA nodes, cores and hardware threads, and which of them a scenario uses.
+
+use serde::{Deserialize, Serialize};
+
+use super::costs::Costs;
+
+/// The `[machine]` table of a spec.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MachineSpec {
+    /// Number of sockets.
+    pub sockets: u32,
+    /// Cores per socket.
+    pub cores_per_socket: u32,
+    /// NUMA nodes per socket (1 unless sub-NUMA clustering).
+    pub nodes_per_socket: u32,
+    /// Hardware threads per core (1 = SMT off, as in TPDS; 2 = hyperthreading).
+    pub threads_per_core: u32,
+    /// Core clock and TSC rate in GHz, used to convert cycle-denominated parameters
+    /// (PLE window) to nanoseconds.
+    pub freq_ghz: f64,
+    /// Cost table overrides.
+    pub costs: Costs,
+}
+
+impl Default for MachineSpec {
+    /// The TPDS testbed: 4 sockets × 20 cores, SMT off (Xeon Gold 6148 class, 2.4 GHz).
+    fn default() -> Self {
+        MachineSpec {
+            sockets: 4,
+            cores_per_socket: 20,
+            nodes_per_socket: 1,
+            threads_per_core: 1,
+            freq_ghz: 2.4,
+            costs: Costs::default(),
+        }
+    }
+}
+
+/// One hardware thread (what the host kernel calls a CPU; what the simulator calls a core).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Pcpu {
+    /// Socket index.
+    pub socket: u32,
+    /// NUMA node index (global).
+    pub node: u32,
+    /// Core index (global).
+    pub core: u32,
+    /// Hardware thread index within the core.
+    pub smt: u32,
+}
+
+/// The hardware threads a run uses, in the order the host kernel numbers them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Topology {
+    /// The selected hardware threads.
+    pub pcpus: Vec<Pcpu>,
+    /// Sockets the selection spans.
+    pub sockets_used: u32,
+}
+
+impl MachineSpec {
+    /// Total hardware threads of the machine.
+    pub fn total_pcpus(&self) -> u32 {
+        self.sockets * self.cores_per_socket * self.threads_per_core
+    }
+
+    /// Checks the shape; returns (field, message) on error.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let pos = |v: u32, f: &str| {
+            if v == 0 {
+                Err((f.to_string(), "expected an integer >= 1 (got 0)".to_string()))
+            } else {
+                Ok(())
+            }
+        };
+        pos(self.sockets, "sockets")?;
+        pos(self.cores_per_socket, "cores_per_socket")?;
+        pos(self.nodes_per_socket, "nodes_per_socket")?;
+        pos(self.threads_per_core, "threads_per_core")?;
+        if self.cores_per_socket % self.nodes_per_socket != 0 {
+            return Err((
+                "nodes_per_socket".into(),
+                format!("must divide cores_per_socket ({}) (got {})", self.cores_per_socket, self.nodes_per_socket),
+            ));
+        }
+        if !(self.freq_ghz.is_finite() && self.freq_ghz > 0.0) {
+            return Err(("freq_ghz".into(), format!("expected a positive number (got {})", self.freq_ghz)));
+        }
+        Ok(())
+    }
+
+    /// Converts cycles at the machine clock to nanoseconds (rounded, at least 1).
+    pub fn cycles_to_ns(&self, cycles: u64) -> u64 {
+        ((cycles as f64 / self.freq_ghz).round() as u64).max(1)
+    }
+
+    /// Chooses `n` hardware threads the way TPDS laid out its VMs: the fewest sockets that
+    /// hold `n` (filling whole cores before their SMT siblings), spread evenly over those
+    /// sockets, so a 32-CPU run spans 2 sockets and a 64-CPU run 4 on the 4 × 20 testbed.
+    pub fn select(&self, n: u32) -> Result<Topology, String> {
+        let per_socket = self.cores_per_socket * self.threads_per_core;
+        if n == 0 || n > self.total_pcpus() {
+            return Err(format!("the machine has {} CPUs (got {n})", self.total_pcpus()));
+        }
+        let sockets_used = n.div_ceil(per_socket);
+        let cores_per_node = self.cores_per_socket / self.nodes_per_socket;
+        let mut pcpus = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            // Round-robin over the used sockets; within a socket, cores first, then siblings.
+            let socket = i % sockets_used;
+            let k = i / sockets_used;
+            let smt = k / self.cores_per_socket;
+            let local_core = k % self.cores_per_socket;
+            let core = socket * self.cores_per_socket + local_core;
+            let node = socket * self.nodes_per_socket + local_core / cores_per_node;
+            pcpus.push(Pcpu { socket, node, core, smt });
+        }
+        // Number CPUs socket by socket, like the host kernel enumerates them.
+        pcpus.sort_by_key(|p| (p.socket, p.smt, p.core));
+        Ok(Topology { pcpus, sockets_used })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tpds_layout_spreads_evenly() {
+        let m = MachineSpec::default();
+        assert_eq!(m.select(16).unwrap().sockets_used, 1);
+        let t32 = m.select(32).unwrap();
+        assert_eq!(t32.sockets_used, 2);
+        assert_eq!(t32.pcpus.iter().filter(|p| p.socket == 0).count(), 16);
+        let t64 = m.select(64).unwrap();
+        assert_eq!(t64.sockets_used, 4);
+        assert!(t64.pcpus.iter().all(|p| p.smt == 0));
+        assert!(m.select(81).is_err());
+        assert!(m.select(0).is_err());
+    }
+
+    #[test]
+    fn smt_siblings_come_after_cores() {
+        let m = MachineSpec { sockets: 1, cores_per_socket: 4, threads_per_core: 2, ..Default::default() };
+        let t = m.select(6).unwrap();
+        assert_eq!(t.pcpus.iter().filter(|p| p.smt == 1).count(), 2);
+    }
+
+    #[test]
+    fn cycles_convert() {
+        let m = MachineSpec::default();
+        assert_eq!(m.cycles_to_ns(4096), 1707);
+    }
+}

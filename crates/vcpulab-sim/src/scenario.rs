@@ -1,0 +1,103 @@
+//! Assembling runs for the scenarios of TPDS §1.2 and pairing them into overhead metrics.
+//!
+//! | scenario | run | baseline | γ_v / γ_p |
+//! |---|---|---|---|
+//! | native | 1 native instance on N cores | — | — |
+//! | UC | 1 VM, N vCPUs on the N cores | native | 1 |
+//! | OC | k VMs (default 2), N vCPUs each, on the N cores | native | 1/k |
+//! | OC2 | the OC VMs | k native instances on the N cores | 1 |
+//!
+//! Baseline and scenario runs use the same seed, so their workloads draw the same numbers.
+
+use std::sync::Arc;
+
+use crate::engine::SimTime;
+use crate::machine::MachineSpec;
+use crate::spec::{KernelSpec, LimitsSpec, Scenario, VmSpec};
+use crate::workload::Workload;
+use crate::world::record::RunRecord;
+use crate::world::{RunError, World};
+
+/// What runs on the cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Layout {
+    /// Instances of the workload directly on the host kernel.
+    Native {
+        /// How many.
+        instances: u32,
+    },
+    /// VMs, each with N vCPUs and one instance of the workload.
+    Vms {
+        /// How many.
+        vms: u32,
+    },
+}
+
+impl Layout {
+    /// The run a scenario needs, with `k` co-running VMs/instances for OC and OC2.
+    pub fn for_scenario(s: Scenario, k: u32) -> Layout {
+        match s {
+            Scenario::Native => Layout::Native { instances: 1 },
+            Scenario::Uc => Layout::Vms { vms: 1 },
+            Scenario::Oc | Scenario::Oc2 => Layout::Vms { vms: k },
+        }
+    }
+
+    /// The run a scenario is compared against.
+    pub fn baseline(s: Scenario, k: u32) -> Option<Layout> {
+        match s {
+            Scenario::Native => None,
+            Scenario::Uc | Scenario::Oc => Some(Layout::Native { instances: 1 }),
+            Scenario::Oc2 => Some(Layout::Native { instances: k }),
+        }
+    }
+
+    /// γ_v / γ_p for the scenario (TPDS §1.2).
+    pub fn gamma_ratio(s: Scenario, k: u32) -> f64 {
+        if s == Scenario::Oc {
+            1.0 / f64::from(k)
+        } else {
+            1.0
+        }
+    }
+
+    /// Short description ("native×1", "vm×2").
+    pub fn describe(self) -> String {
+        match self {
+            Layout::Native { instances } => format!("{instances} native instance(s)"),
+            Layout::Vms { vms } => format!("{vms} VM(s)"),
+        }
+    }
+}
+
+/// Everything one simulation needs.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The workload every instance runs.
+    pub workload: Arc<Workload>,
+    /// Threads per instance.
+    pub threads: u32,
+    /// Cores used (= vCPUs per VM).
+    pub cores: u32,
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// What runs.
+    pub layout: Layout,
+    /// The machine and its costs.
+    pub machine: MachineSpec,
+    /// Host kernel settings.
+    pub host: KernelSpec,
+    /// Guest kernel settings.
+    pub guest: KernelSpec,
+    /// VM settings.
+    pub vm: VmSpec,
+    /// Limits.
+    pub limits: LimitsSpec,
+}
+
+/// Runs one simulation to completion.
+pub fn simulate_run(cfg: &RunConfig) -> Result<RunRecord, RunError> {
+    let mut w = World::new(cfg);
+    let end: SimTime = w.run()?;
+    Ok(RunRecord::from_world(&w, end, cfg))
+}

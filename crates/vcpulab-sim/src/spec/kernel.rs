@@ -1,0 +1,118 @@
+//! Kernel settings (`[host]` and `[guest]`): tick, idle policy, CFS tunables.
+//!
+//! Defaults follow the TPDS setup (Ubuntu 18.04, Linux 4.15: CFS, CONFIG_HZ=250, NO_HZ_IDLE,
+//! HLT idle in guests). CFS tunables are the normalised values scaled by
+//! `1 + ilog2(min(ncpus, 8))` (SCHED_TUNABLESCALING_LOG) unless set explicitly (ref §6.1).
+
+use serde::{Deserialize, Serialize};
+
+use super::types::Dur;
+
+/// What an idle CPU does.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum IdlePolicy {
+    /// Execute HLT (in a VM: an HLT exit; natively: C1).
+    Halt,
+    /// Spin in the idle loop with TIF_POLLING set (`idle=poll`; in a guest this is what
+    /// the DIS diagnosis uses to remove vCPU switches).
+    Poll,
+}
+
+/// A `[host]` or `[guest]` table.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KernelSpec {
+    /// Tick frequency (CONFIG_HZ).
+    pub hz: u32,
+    /// Stop the tick on idle CPUs (NO_HZ_IDLE). `false` = periodic tick always.
+    pub tickless: bool,
+    /// Idle policy.
+    pub idle: IdlePolicy,
+    /// `sched_latency_ns`; default 6 ms × scaling factor.
+    pub sched_latency: Option<Dur>,
+    /// `sched_min_granularity_ns`; default 0.75 ms × scaling factor.
+    pub min_granularity: Option<Dur>,
+    /// `sched_wakeup_granularity_ns`; default 1 ms × scaling factor.
+    pub wakeup_granularity: Option<Dur>,
+    /// Period of the periodic load balancer.
+    pub balance_interval: Dur,
+}
+
+impl Default for KernelSpec {
+    fn default() -> Self {
+        KernelSpec {
+            hz: 250,
+            tickless: true,
+            idle: IdlePolicy::Halt,
+            sched_latency: None,
+            min_granularity: None,
+            wakeup_granularity: None,
+            balance_interval: Dur(4_000_000),
+        }
+    }
+}
+
+/// Kernel parameters resolved for a given CPU count.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelParams {
+    /// Tick period (ns).
+    pub tick_ns: u64,
+    /// NO_HZ_IDLE.
+    pub tickless: bool,
+    /// Idle policy.
+    pub idle: IdlePolicy,
+    /// Scheduling period target (ns).
+    pub latency: u64,
+    /// Minimum slice (ns).
+    pub min_gran: u64,
+    /// Wake-up preemption granularity (ns).
+    pub wakeup_gran: u64,
+    /// Periodic balance every this many ticks (>= 1).
+    pub balance_ticks: u32,
+}
+
+impl KernelSpec {
+    /// Checks values; returns (field, message).
+    pub fn check(&self) -> Result<(), (String, String)> {
+        if self.hz == 0 || self.hz > 10_000 {
+            return Err(("hz".into(), format!("expected 1..=10000 (got {})", self.hz)));
+        }
+        for (f, v) in [("sched_latency", self.sched_latency), ("min_granularity", self.min_granularity), ("wakeup_granularity", self.wakeup_granularity)] {
+            if v == Some(Dur(0)) {
+                return Err((f.into(), "expected a positive duration".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves the tunables for a kernel with `ncpus` CPUs.
+    pub fn params(&self, ncpus: u32) -> KernelParams {
+        let factor = 1 + u64::from(ncpus.clamp(1, 8).ilog2());
+        let tick_ns = 1_000_000_000 / u64::from(self.hz);
+        KernelParams {
+            tick_ns,
+            tickless: self.tickless,
+            idle: self.idle,
+            latency: self.sched_latency.map_or(6_000_000 * factor, |d| d.0),
+            min_gran: self.min_granularity.map_or(750_000 * factor, |d| d.0),
+            wakeup_gran: self.wakeup_granularity.map_or(1_000_000 * factor, |d| d.0),
+            balance_ticks: (self.balance_interval.0 / tick_ns).max(1) as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tunables_scale_like_linux() {
+        let k = KernelSpec::default();
+        assert_eq!(k.params(1).latency, 6_000_000);
+        assert_eq!(k.params(4).latency, 18_000_000);
+        assert_eq!(k.params(64).latency, 24_000_000);
+        assert_eq!(k.params(64).wakeup_gran, 4_000_000);
+        assert_eq!(k.params(8).tick_ns, 4_000_000);
+    }
+}

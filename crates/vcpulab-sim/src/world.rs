@@ -1,0 +1,287 @@
+//! The simulated world: every entity of one run, the event loop, and the per-core ledger
+//! bookkeeping that keeps time conserved.
+//!
+//! ```text
+//!   core c ── host kernel CPU c ── curr task ─┬─ native thread ─ its operation (leaf)
+//!                                              └─ vCPU thread ── guest kernel CPU ── curr thread ─ op (leaf)
+//! ```
+//!
+//! At any instant each core executes exactly one *leaf* (a piece of host overhead, a vCPU's
+//! guest-kernel overhead, a thread's computation or spin, or idle), found by walking that
+//! chain ([`World::step_core`]). The leaf's interval is charged to the ledger when anything on
+//! the chain changes: every mutation first *touches* the core, which closes the interval
+//! (charging it and decrementing the leaf's remaining time) and marks the core dirty; after
+//! each event, dirty cores are resolved to their new leaf and their segment-end event is
+//! re-armed. Conservation (attributed time = cores × duration) therefore holds by
+//! construction, and tests check it.
+
+pub mod build;
+pub mod record;
+
+use std::collections::VecDeque;
+
+use crate::account::{Attr, Cause, Layer, Ledger, OwnerKind};
+use crate::engine::{EventQueue, SimTime};
+use crate::kernel::sync::Instance;
+use crate::kernel::thread::Thread;
+use crate::kernel::{Kernel, KernelId, Task, ThreadId};
+use crate::machine::Costs;
+use crate::virt::vcpu::{Vcpu, Vm};
+
+/// Why a run stopped early.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// The run reached `limits.max_virtual_time` or `limits.max_events`.
+    Limit(String),
+    /// Nothing can ever happen again but threads have not finished.
+    Deadlock(String),
+    /// The workload did something impossible (e.g. unlocked a mutex it does not hold).
+    Workload(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Limit(m) => write!(f, "run limit reached: {m}"),
+            RunError::Deadlock(m) => write!(f, "deadlock: {m}"),
+            RunError::Workload(m) => write!(f, "workload error: {m}"),
+        }
+    }
+}
+
+/// Events of the simulation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ev {
+    /// The leaf installed on `core` with generation `gen` reaches its end.
+    LeafEnd { core: u32, gen: u32 },
+    /// The local timer of a kernel CPU fires (if `gen` is still current).
+    Timer { k: KernelId, cpu: u32, gen: u32 },
+    /// An IPI reaches a kernel CPU.
+    Ipi { k: KernelId, cpu: u32, kind: u8 },
+}
+
+/// How much of a leaf remains, and where that count lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rem {
+    /// Until something else happens.
+    Inf,
+    /// The front of the host CPU's work queue of this core.
+    HostWork,
+    /// The front of a guest CPU's work queue.
+    GuestWork(KernelId, u32),
+    /// A thread's current computation.
+    Compute(ThreadId),
+    /// The PLE window of a thread spinning in a guest kernel.
+    SpinWindow(ThreadId),
+}
+
+/// What a core executes now.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Leaf {
+    pub(crate) attr: Attr,
+    pub(crate) rem: Rem,
+    pub(crate) thread: Option<ThreadId>,
+}
+
+/// Result of one resolution step.
+pub(crate) enum Step {
+    /// The core executes this leaf until its end or the next touch.
+    Leaf(Leaf),
+    /// State changed; walk the chain again.
+    Again,
+}
+
+#[derive(Debug)]
+pub(crate) struct Core {
+    leaf: Leaf,
+    since: SimTime,
+    gen: u32,
+}
+
+/// Limits of one run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub(crate) max_time: SimTime,
+    pub(crate) max_events: u64,
+}
+
+/// Every entity of one run.
+#[derive(Debug)]
+pub struct World {
+    pub(crate) now: SimTime,
+    pub(crate) q: EventQueue<Ev>,
+    pub(crate) costs: Costs,
+    pub(crate) cores: Vec<Core>,
+    pub(crate) kernels: Vec<Kernel>,
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) threads: Vec<Thread>,
+    pub(crate) vcpus: Vec<Vcpu>,
+    pub(crate) vms: Vec<Vm>,
+    pub(crate) insts: Vec<Instance>,
+    pub(crate) owners: Vec<OwnerKind>,
+    pub(crate) ledger: Ledger,
+    pub(crate) limits: Limits,
+    dirty: Vec<bool>,
+    worklist: VecDeque<u32>,
+    /// Instances not finished yet.
+    pub(crate) live: u32,
+    /// First workload error raised (ends the run).
+    pub(crate) fault: Option<String>,
+    /// Events processed.
+    pub(crate) events: u64,
+}
+
+const IDLE_ATTR: Attr = Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle };
+
+impl World {
+    /// Runs until every instance finished; returns the end time.
+    pub fn run(&mut self) -> Result<SimTime, RunError> {
+        for c in 0..self.cores.len() as u32 {
+            self.touch(c);
+        }
+        self.drain()?;
+        while self.live > 0 {
+            let Some((t, ev)) = self.q.pop() else {
+                return Err(RunError::Deadlock(self.describe_blocked()));
+            };
+            if t > self.limits.max_time {
+                return Err(RunError::Limit(format!(
+                    "virtual time passed {} (limits.max_virtual_time) with {} of {} instances unfinished",
+                    self.limits.max_time,
+                    self.live,
+                    self.insts.len()
+                )));
+            }
+            self.events += 1;
+            if self.events > self.limits.max_events {
+                return Err(RunError::Limit(format!("more than {} events (limits.max_events) at virtual time {}", self.limits.max_events, t)));
+            }
+            debug_assert!(t >= self.now, "time went backwards");
+            self.now = t;
+            match ev {
+                Ev::LeafEnd { core, gen } => {
+                    if self.cores[core as usize].gen == gen {
+                        self.touch(core);
+                    }
+                }
+                Ev::Timer { k, cpu, gen } => self.timer_event(k, cpu, gen),
+                Ev::Ipi { k, cpu, kind } => self.raise_irq(k, cpu, kind),
+            }
+            self.drain()?;
+        }
+        for c in 0..self.cores.len() {
+            self.sync(c);
+        }
+        Ok(self.now)
+    }
+
+    /// Closes the current interval of `core` and marks it for re-resolution.
+    #[inline]
+    pub(crate) fn touch(&mut self, core: u32) {
+        self.sync(core as usize);
+        if !self.dirty[core as usize] {
+            self.dirty[core as usize] = true;
+            self.worklist.push_back(core);
+        }
+    }
+
+    /// Charges the elapsed part of `core`'s leaf.
+    fn sync(&mut self, core: usize) {
+        let c = &mut self.cores[core];
+        let elapsed = self.now.since(c.since);
+        if elapsed == 0 {
+            return;
+        }
+        c.since = self.now;
+        let leaf = c.leaf;
+        self.ledger.add(core, leaf.attr, elapsed);
+        match leaf.rem {
+            Rem::Inf => {}
+            Rem::HostWork => {
+                let w = self.kernels[0].cpus[core].kwork.front_mut().expect("host work leaf");
+                w.rem -= elapsed;
+            }
+            Rem::GuestWork(k, cpu) => {
+                let w = self.kernels[k as usize].cpus[cpu as usize].kwork.front_mut().expect("guest work leaf");
+                w.rem -= elapsed;
+            }
+            Rem::Compute(t) => self.threads[t as usize].compute_rem -= elapsed,
+            Rem::SpinWindow(t) => self.threads[t as usize].spin_window -= elapsed,
+        }
+        if let Some(t) = leaf.thread {
+            let th = &mut self.threads[t as usize];
+            match leaf.attr.cause {
+                Cause::Compute => th.stats.compute_ns += elapsed,
+                _ => th.stats.spin_ns += elapsed,
+            }
+        }
+    }
+
+    fn drain(&mut self) -> Result<(), RunError> {
+        while let Some(core) = self.worklist.pop_front() {
+            self.dirty[core as usize] = false;
+            self.resolve(core);
+            if let Some(f) = self.fault.take() {
+                return Err(RunError::Workload(f));
+            }
+        }
+        Ok(())
+    }
+
+    fn resolve(&mut self, core: u32) {
+        let mut guard = 0u32;
+        let leaf = loop {
+            match self.step_core(core) {
+                Step::Leaf(l) => break l,
+                Step::Again => {
+                    guard += 1;
+                    if guard > 1_000_000 {
+                        self.fault = Some(format!("core {core} made no progress at {} (a zero-time loop in the workload?)", self.now));
+                        break Leaf { attr: IDLE_ATTR, rem: Rem::Inf, thread: None };
+                    }
+                }
+            }
+        };
+        let rem = self.rem_value(core, leaf.rem);
+        let c = &mut self.cores[core as usize];
+        c.leaf = leaf;
+        c.since = self.now;
+        c.gen = c.gen.wrapping_add(1);
+        if let Some(r) = rem {
+            debug_assert!(r > 0, "zero-length leaf installed");
+            let gen = c.gen;
+            self.q.schedule(self.now + r, Ev::LeafEnd { core, gen });
+        }
+    }
+
+    fn rem_value(&self, core: u32, rem: Rem) -> Option<u64> {
+        match rem {
+            Rem::Inf => None,
+            Rem::HostWork => self.kernels[0].cpus[core as usize].kwork.front().map(|w| w.rem),
+            Rem::GuestWork(k, cpu) => self.kernels[k as usize].cpus[cpu as usize].kwork.front().map(|w| w.rem),
+            Rem::Compute(t) => Some(self.threads[t as usize].compute_rem),
+            Rem::SpinWindow(t) => Some(self.threads[t as usize].spin_window),
+        }
+    }
+
+    /// Records a workload error; the run stops after the current event.
+    pub(crate) fn fail(&mut self, msg: String) {
+        if self.fault.is_none() {
+            self.fault = Some(msg);
+        }
+    }
+
+    fn describe_blocked(&self) -> String {
+        let mut parts = Vec::new();
+        for th in &self.threads {
+            if let Some(what) = th.blocked_on_desc(&self.insts) {
+                parts.push(format!("{} thread {} waits on {what}", self.insts[th.inst as usize].name, th.idx));
+            }
+            if parts.len() >= 4 {
+                parts.push("...".into());
+                break;
+            }
+        }
+        format!("at {} every unfinished thread is blocked and no event is pending ({})", self.now, parts.join("; "))
+    }
+}

@@ -1,0 +1,166 @@
+//! Building a world from a run configuration.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::account::{Attr, Cause, Layer, Ledger, OwnerKind};
+use crate::engine::{stream_seed, EventQueue, SimTime, Stream};
+use crate::kernel::sync::{Instance, Obj};
+use crate::kernel::thread::{Act, Thread, ThreadStats};
+use crate::kernel::{Kernel, KernelId, KernelKind, Task, TaskKind, TaskState, HOST};
+use crate::scenario::{Layout, RunConfig};
+use crate::virt::exit::ExitReason;
+use crate::virt::vcpu::{Vcpu, Vm};
+
+use super::{Core, Leaf, Limits, Rem, World};
+
+/// Stream-path tags, so that streams of different entity kinds never collide.
+const STREAM_THREAD: u64 = 1;
+const STREAM_OBJECT: u64 = 2;
+const STREAM_TASK: u64 = 3;
+
+impl World {
+    /// Builds the world of one run: the host kernel on `cfg.cores` cores, and either native
+    /// instances in the host kernel or VMs (each with a guest kernel and one instance).
+    pub fn new(cfg: &RunConfig) -> World {
+        let n = cfg.cores;
+        let mut w = World {
+            now: SimTime::ZERO,
+            q: EventQueue::new(),
+            costs: cfg.machine.costs.clone(),
+            cores: Vec::new(),
+            kernels: vec![Kernel::new(KernelKind::Host, n, cfg.host.params(n))],
+            tasks: Vec::new(),
+            threads: Vec::new(),
+            vcpus: Vec::new(),
+            vms: Vec::new(),
+            insts: Vec::new(),
+            owners: vec![OwnerKind::Host],
+            ledger: Ledger::new(1, 1),
+            limits: Limits { max_time: SimTime(cfg.limits.max_virtual_time.0), max_events: cfg.limits.max_events },
+            dirty: vec![false; n as usize],
+            worklist: VecDeque::new(),
+            live: 0,
+            fault: None,
+            events: 0,
+        };
+        match cfg.layout {
+            Layout::Native { instances } => {
+                for i in 0..instances {
+                    let owner = w.owners.len() as u32;
+                    w.owners.push(OwnerKind::Native { instance: i });
+                    w.add_instance(cfg, HOST, None, owner, format!("native{i}"));
+                }
+            }
+            Layout::Vms { vms } => {
+                for vm in 0..vms {
+                    let k = w.kernels.len() as KernelId;
+                    w.kernels.push(Kernel::new(KernelKind::Guest { vm }, n, cfg.guest.params(n)));
+                    let mut ids = Vec::new();
+                    for i in 0..n {
+                        let owner = w.owners.len() as u32;
+                        w.owners.push(OwnerKind::Vcpu { vm, vcpu: i });
+                        let vid = w.vcpus.len() as u32;
+                        let task = w.new_task(TaskKind::Vcpu(vid), HOST, owner, i, cfg.vm.vcpu_weight(i));
+                        w.tasks[task as usize].pinned = cfg.vm.pin.then_some(i);
+                        w.vcpus.push(Vcpu {
+                            vm,
+                            idx: i,
+                            task,
+                            kernel: k,
+                            owner,
+                            halted: false,
+                            exits: [0; ExitReason::COUNT],
+                            ipis_sent: 0,
+                            halts: 0,
+                            wakeups: 0,
+                            preemptions: 0,
+                            wake_latency: Default::default(),
+                        });
+                        ids.push(vid);
+                    }
+                    let first_owner = w.vcpus[ids[0] as usize].owner;
+                    w.vms.push(Vm {
+                        kernel: k,
+                        vcpus: ids,
+                        apicv: cfg.vm.apicv,
+                        ipiv: cfg.vm.ipiv,
+                        ple_window_ns: cfg.vm.ple.enabled.then(|| cfg.machine.cycles_to_ns(cfg.vm.ple.window_cycles)),
+                    });
+                    w.add_instance(cfg, k, Some(vm), first_owner, format!("vm{vm}"));
+                }
+            }
+        }
+        w.ledger = Ledger::new(w.owners.len(), n as usize);
+        let idle = Leaf { attr: Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle }, rem: Rem::Inf, thread: None };
+        w.cores = (0..n).map(|_| Core { leaf: idle, since: SimTime::ZERO, gen: 0 }).collect();
+        // Tasks start with a random virtual runtime below one minimum slice, so that which of
+        // the tasks sharing a CPU runs first is arbitrary (as on a real host, where VMs and
+        // threads never start in lockstep) instead of every core picking the same VM first.
+        for t in 0..w.tasks.len() as u32 {
+            let k = w.tasks[t as usize].kernel as usize;
+            let spread = w.kernels[k].params.min_gran;
+            w.tasks[t as usize].vr = Stream::new(stream_seed(cfg.seed, &[STREAM_TASK, u64::from(t)])).below(spread);
+            w.enqueue_initial(t);
+        }
+        w.live = w.insts.len() as u32;
+        w
+    }
+
+    fn new_task(&mut self, kind: TaskKind, kernel: KernelId, owner: u32, cpu: u32, weight: u64) -> u32 {
+        let id = self.tasks.len() as u32;
+        self.tasks.push(Task {
+            kind,
+            kernel,
+            owner,
+            state: TaskState::Blocked,
+            cpu,
+            vr: 0,
+            weight,
+            exec_start: SimTime::ZERO,
+            sum_exec: 0,
+            prev_sum_exec: 0,
+            pinned: None,
+            woken_at: None,
+            nvcsw: 0,
+            nivcsw: 0,
+        });
+        id
+    }
+
+    fn add_instance(&mut self, cfg: &RunConfig, k: KernelId, vm: Option<u32>, owner: u32, name: String) {
+        let inst = self.insts.len() as u32;
+        let wl = Arc::clone(&cfg.workload);
+        let threads = cfg.threads;
+        let ncpus = self.kernels[k as usize].cpus.len() as u32;
+        let objs = wl
+            .objects
+            .iter()
+            .enumerate()
+            .map(|(o, d)| Obj::new(d.kind, d.parties.unwrap_or(threads), Stream::new(stream_seed(cfg.seed, &[STREAM_OBJECT, u64::from(inst), o as u64]))))
+            .collect();
+        let mut ids = Vec::new();
+        for i in 0..threads {
+            let tid = self.threads.len() as u32;
+            let task = self.new_task(TaskKind::Thread(tid), k, owner, i % ncpus, 1024);
+            self.threads.push(Thread {
+                inst,
+                idx: i,
+                task,
+                pc: 0,
+                loops: Vec::new(),
+                act: Act::Fresh,
+                compute_rem: 0,
+                spin_window: 0,
+                rng: Stream::new(stream_seed(cfg.seed, &[STREAM_THREAD, u64::from(inst), u64::from(i)])),
+                kdepth: 0,
+                ticket: 0,
+                bgen: 0,
+                pending_lock: None,
+                stats: ThreadStats::default(),
+            });
+            ids.push(tid);
+        }
+        self.insts.push(Instance { name, kernel: k, vm, wl, threads: ids, objs, live: threads, finish: None });
+    }
+}

@@ -1,0 +1,298 @@
+//! The result of one simulation: times, the ledger, and counters, all derived from the world.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::account::{Cause, Layer, Log2Histogram, OwnerKind};
+use crate::engine::SimTime;
+use crate::scenario::{Layout, RunConfig};
+use crate::virt::exit::ExitReason;
+
+use super::World;
+
+/// Summary of a latency histogram.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LatencySummary {
+    /// Samples.
+    pub count: u64,
+    /// Mean (ns).
+    pub mean_ns: f64,
+    /// Upper bound of the median's log2 bucket (ns).
+    pub p50_ns: u64,
+    /// Upper bound of the 99th percentile's log2 bucket (ns).
+    pub p99_ns: u64,
+    /// Largest sample (ns).
+    pub max_ns: u64,
+}
+
+impl From<&Log2Histogram> for LatencySummary {
+    fn from(h: &Log2Histogram) -> Self {
+        LatencySummary { count: h.count, mean_ns: h.mean(), p50_ns: h.quantile_upper(0.5), p99_ns: h.quantile_upper(0.99), max_ns: h.max }
+    }
+}
+
+/// One workload instance.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct InstanceRecord {
+    /// Name ("native0", "vm1").
+    pub name: String,
+    /// VM index if virtualized.
+    pub vm: Option<u32>,
+    /// Completion time (ns).
+    pub finish_ns: u64,
+    /// Busy core time of its owner(s), all layers (ns): C of TPDS before host sharing.
+    pub busy_ns: u64,
+    /// User-layer busy time (ns).
+    pub user_ns: u64,
+    /// Kernel-layer busy time (ns).
+    pub kernel_ns: u64,
+    /// Host-layer busy time (ns).
+    pub host_ns: u64,
+    /// Threads.
+    pub threads: u32,
+    /// Time threads spent computing (ns).
+    pub compute_ns: u64,
+    /// Time threads spent spinning (ns).
+    pub spin_ns: u64,
+    /// Blocking operations.
+    pub blocks: u64,
+    /// Voluntary context switches of its threads.
+    pub nvcsw: u64,
+    /// Involuntary context switches of its threads.
+    pub nivcsw: u64,
+    /// Thread wake-up latency.
+    pub wake_latency: LatencySummary,
+}
+
+/// One vCPU.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct VcpuRecord {
+    /// Busy time (ns), all layers.
+    pub busy_ns: u64,
+    /// Guest user (ns).
+    pub user_ns: u64,
+    /// Guest kernel (ns).
+    pub kernel_ns: u64,
+    /// Host for this vCPU (ns).
+    pub host_ns: u64,
+    /// Exits.
+    pub exits: u64,
+    /// HLTs that blocked.
+    pub halts: u64,
+    /// Host preemptions.
+    pub preemptions: u64,
+}
+
+/// One VM.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct VmRecord {
+    /// VM index.
+    pub vm: u32,
+    /// Exits by reason.
+    pub exits: BTreeMap<String, u64>,
+    /// Host time by exit reason / host activity (ns).
+    pub host_ns_by_reason: BTreeMap<String, u64>,
+    /// Guest user time (ns).
+    pub guest_user_ns: u64,
+    /// Guest kernel time (ns).
+    pub guest_kernel_ns: u64,
+    /// Host time (ns).
+    pub host_ns: u64,
+    /// IPIs sent by the guest.
+    pub ipis_sent: u64,
+    /// HLTs that blocked a vCPU.
+    pub halts: u64,
+    /// Wake-ups of halted vCPUs.
+    pub wakeups: u64,
+    /// Host preemptions of runnable vCPUs.
+    pub preemptions: u64,
+    /// vCPU wake-up latency in the host (woken → running).
+    pub vcpu_wake_latency: LatencySummary,
+    /// Per vCPU.
+    pub vcpus: Vec<VcpuRecord>,
+}
+
+/// One row of the ledger.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LedgerRow {
+    /// Owner ("host", "native0", "vm0/vcpu3").
+    pub owner: String,
+    /// Layer.
+    pub layer: &'static str,
+    /// Cause.
+    pub cause: String,
+    /// Nanoseconds.
+    pub ns: u64,
+}
+
+/// Everything one simulation produced.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RunRecord {
+    /// What ran ("1 VM(s)", ...).
+    pub layout: String,
+    /// Cores simulated.
+    pub cores: u32,
+    /// Virtual end time (ns): when the last instance finished.
+    pub duration_ns: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Sum of everything attributed (= cores × duration).
+    pub attributed_ns: u64,
+    /// Host-owned busy time not charged to any VM or instance (ns).
+    pub host_busy_ns: u64,
+    /// Host idle time (ns), including C-state exits.
+    pub host_idle_ns: u64,
+    /// Instances.
+    pub instances: Vec<InstanceRecord>,
+    /// VMs.
+    pub vms: Vec<VmRecord>,
+    /// Busy time per core (ns).
+    pub core_busy_ns: Vec<u64>,
+    /// The ledger.
+    pub ledger: Vec<LedgerRow>,
+}
+
+/// Name of a host-layer cause in `host_ns_by_reason` (exit reasons as perf kvm names them;
+/// SCHED = host scheduling of vCPU threads, as TPDS Fig. 9).
+pub fn host_reason_name(c: Cause) -> String {
+    match c {
+        Cause::Exit(r) => r.name().to_string(),
+        Cause::VcpuSwitch => "SCHED".into(),
+        Cause::Interrupt => "HOST_INTERRUPT".into(),
+        Cause::TimerProgram => "HOST_TIMER".into(),
+        Cause::IpiSend => "HOST_IPI".into(),
+        other => other.name().to_uppercase(),
+    }
+}
+
+impl RunRecord {
+    /// Reads the results out of a finished world.
+    pub(crate) fn from_world(w: &World, end: SimTime, cfg: &RunConfig) -> RunRecord {
+        let l = &w.ledger;
+        let busy = |o: u32, layer: Layer| l.owner_layer_busy(o, layer);
+        let mut instances = Vec::new();
+        for inst in &w.insts {
+            let owners: Vec<u32> = match inst.vm {
+                Some(vm) => w.vms[vm as usize].vcpus.iter().map(|&v| w.vcpus[v as usize].owner).collect(),
+                None => vec![w.tasks[w.threads[inst.threads[0] as usize].task as usize].owner],
+            };
+            let sum = |layer: Layer| owners.iter().map(|&o| busy(o, layer)).sum::<u64>();
+            let mut wake = Log2Histogram::default();
+            let (mut compute, mut spin, mut blocks, mut nv, mut niv) = (0, 0, 0, 0, 0);
+            for &t in &inst.threads {
+                let th = &w.threads[t as usize];
+                wake.merge(&th.stats.wake_latency);
+                compute += th.stats.compute_ns;
+                spin += th.stats.spin_ns;
+                blocks += th.stats.blocks;
+                nv += w.tasks[th.task as usize].nvcsw;
+                niv += w.tasks[th.task as usize].nivcsw;
+            }
+            let (u, k, h) = (sum(Layer::User), sum(Layer::Kernel), sum(Layer::Host));
+            instances.push(InstanceRecord {
+                name: inst.name.clone(),
+                vm: inst.vm,
+                finish_ns: inst.finish.unwrap_or(end).ns(),
+                busy_ns: u + k + h,
+                user_ns: u,
+                kernel_ns: k,
+                host_ns: h,
+                threads: inst.threads.len() as u32,
+                compute_ns: compute,
+                spin_ns: spin,
+                blocks,
+                nvcsw: nv,
+                nivcsw: niv,
+                wake_latency: (&wake).into(),
+            });
+        }
+        let mut vms = Vec::new();
+        for (i, vm) in w.vms.iter().enumerate() {
+            let mut exits = BTreeMap::new();
+            let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
+            let mut vcpus = Vec::new();
+            let mut wake = Log2Histogram::default();
+            let (mut ipis, mut halts, mut wakeups, mut pre) = (0, 0, 0, 0);
+            for &v in &vm.vcpus {
+                let vc = &w.vcpus[v as usize];
+                for r in ExitReason::ALL {
+                    if vc.exits[r.index()] > 0 {
+                        *exits.entry(r.name().to_string()).or_insert(0) += vc.exits[r.index()];
+                    }
+                }
+                for c in (0..Cause::COUNT).map(Cause::from_index).filter(|c| c.is_busy()) {
+                    let ns = l.get(vc.owner, Layer::Host, c);
+                    if ns > 0 {
+                        *by_reason.entry(host_reason_name(c)).or_insert(0) += ns;
+                    }
+                }
+                let (u, k, h) = (busy(vc.owner, Layer::User), busy(vc.owner, Layer::Kernel), busy(vc.owner, Layer::Host));
+                vcpus.push(VcpuRecord {
+                    busy_ns: u + k + h,
+                    user_ns: u,
+                    kernel_ns: k,
+                    host_ns: h,
+                    exits: vc.exits.iter().sum(),
+                    halts: vc.halts,
+                    preemptions: vc.preemptions,
+                });
+                wake.merge(&vc.wake_latency);
+                ipis += vc.ipis_sent;
+                halts += vc.halts;
+                wakeups += vc.wakeups;
+                pre += vc.preemptions;
+            }
+            vms.push(VmRecord {
+                vm: i as u32,
+                exits,
+                host_ns_by_reason: by_reason,
+                guest_user_ns: vcpus.iter().map(|v| v.user_ns).sum(),
+                guest_kernel_ns: vcpus.iter().map(|v| v.kernel_ns).sum(),
+                host_ns: vcpus.iter().map(|v| v.host_ns).sum(),
+                ipis_sent: ipis,
+                halts,
+                wakeups,
+                preemptions: pre,
+                vcpu_wake_latency: (&wake).into(),
+                vcpus,
+            });
+        }
+        let owner_name = |o: u32| match w.owners[o as usize] {
+            OwnerKind::Host => "host".to_string(),
+            OwnerKind::Native { instance } => format!("native{instance}"),
+            OwnerKind::Vcpu { vm, vcpu } => format!("vm{vm}/vcpu{vcpu}"),
+        };
+        let ledger = l.entries().map(|(o, layer, cause, ns)| LedgerRow { owner: owner_name(o), layer: layer.name(), cause: cause.name(), ns }).collect();
+        RunRecord {
+            layout: cfg.layout.describe(),
+            cores: cfg.cores,
+            duration_ns: end.ns(),
+            events: w.events,
+            attributed_ns: l.grand_total(),
+            host_busy_ns: l.owner_total(0, true),
+            host_idle_ns: l.owner_total(0, false) - l.owner_total(0, true),
+            instances,
+            vms,
+            core_busy_ns: (0..cfg.cores as usize).map(|c| l.core_total(c, true)).collect(),
+            ledger,
+        }
+    }
+
+    /// Mean completion time of the instances (s): t of TPDS §1.1.
+    pub fn mean_time_s(&self) -> f64 {
+        self.instances.iter().map(|i| i.finish_ns as f64).sum::<f64>() / self.instances.len() as f64 * 1e-9
+    }
+
+    /// Cycles (as busy ns) per instance: the instances' own time plus host time not charged
+    /// to anyone, split evenly (TPDS §1.2: C_v = C_sys / 2 in OC).
+    pub fn cycles_per_instance_ns(&self) -> f64 {
+        let own: u64 = self.instances.iter().map(|i| i.busy_ns).sum();
+        (own + self.host_busy_ns) as f64 / self.instances.len() as f64
+    }
+
+    /// Whether a layout is virtualized.
+    pub fn is_virtual(layout: Layout) -> bool {
+        matches!(layout, Layout::Vms { .. })
+    }
+}
