@@ -1,0 +1,117 @@
+//! Python bindings of `vcpulab-sim`: the native module `vcpulab._vcpulab`.
+//!
+//! Only conversions and error mapping live here; everything else is in the simulator crate
+//! (results cross the boundary as JSON text produced by serde).
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use vcpulab_sim::api;
+use vcpulab_sim::workload::builtin::{builtin_names, builtin_text};
+
+create_exception!(_vcpulab, VcpulabError, PyException, "Base class of every error raised by the simulator.");
+create_exception!(_vcpulab, SpecError, VcpulabError, "A spec, workload or override is invalid.");
+create_exception!(_vcpulab, SimulationError, VcpulabError, "A run could not complete (run limit, deadlock).");
+
+/// The simulator version.
+#[pyfunction]
+fn version() -> &'static str {
+    vcpulab_sim::VERSION
+}
+
+/// A validated experiment: its cells and the runs done so far (baselines are reused).
+#[pyclass(module = "vcpulab._vcpulab")]
+struct Plan {
+    inner: api::Plan,
+}
+
+#[pymethods]
+impl Plan {
+    #[new]
+    fn new(spec_text: &str, source: &str, overrides: Vec<String>) -> PyResult<Self> {
+        api::Plan::new(spec_text, source, &overrides).map(|inner| Plan { inner }).map_err(|e| SpecError::new_err(e.to_string()))
+    }
+
+    /// The cells, as dicts.
+    fn cells<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.inner
+            .cells()
+            .iter()
+            .map(|c| {
+                let d = PyDict::new(py);
+                d.set_item("workload", &c.workload)?;
+                d.set_item("scenario", c.scenario.name())?;
+                d.set_item("vcpus", c.vcpus)?;
+                d.set_item("threads", c.threads)?;
+                d.set_item("seed", c.seed)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// Runs cell `i` (releasing the GIL) and returns its result as JSON text.
+    fn run_cell(&mut self, py: Python<'_>, i: usize) -> PyResult<String> {
+        if i >= self.inner.cells().len() {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!("cell {i} out of range ({} cells)", self.inner.cells().len())));
+        }
+        let inner = &mut self.inner;
+        let r = py.detach(move || inner.run_cell(i));
+        let r = r.map_err(|e| SimulationError::new_err(e.to_string()))?;
+        serde_json::to_string(&r).map_err(|e| VcpulabError::new_err(e.to_string()))
+    }
+
+    /// The fully materialised spec after overrides (TOML).
+    fn spec_toml(&self) -> String {
+        self.inner.spec().materialized.clone()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.cells().len()
+    }
+}
+
+/// The built-in workloads.
+#[pyfunction]
+fn workloads<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    api::builtin_workloads()
+        .into_iter()
+        .map(|w| {
+            let d = PyDict::new(py);
+            d.set_item("name", w.name)?;
+            d.set_item("description", w.description)?;
+            d.set_item("model", w.model)?;
+            d.set_item("source", w.source)?;
+            Ok(d)
+        })
+        .collect()
+}
+
+/// The TOML of a built-in workload.
+#[pyfunction]
+fn workload_toml(name: &str) -> PyResult<&'static str> {
+    builtin_text(name).ok_or_else(|| SpecError::new_err(format!("unknown workload '{name}' (built-ins: {})", builtin_names().join(", "))))
+}
+
+/// Runs the fixed bench model for at least `seconds`; returns JSON.
+#[pyfunction]
+#[pyo3(name = "bench")]
+fn bench_sim(py: Python<'_>, seconds: f64) -> PyResult<String> {
+    let r = py.detach(move || api::bench(seconds));
+    serde_json::to_string(&r).map_err(|e| VcpulabError::new_err(e.to_string()))
+}
+
+#[pymodule]
+fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("VcpulabError", py.get_type::<VcpulabError>())?;
+    m.add("SpecError", py.get_type::<SpecError>())?;
+    m.add("SimulationError", py.get_type::<SimulationError>())?;
+    m.add_class::<Plan>()?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(workloads, m)?)?;
+    m.add_function(wrap_pyfunction!(workload_toml, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_sim, m)?)?;
+    Ok(())
+}
