@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # maturin installs into the environment named by VIRTUAL_ENV.
-DEVELOP := VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -q
+DEVELOP := PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -q
 
 .PHONY: demo test bench install build-dev build-release clean
 

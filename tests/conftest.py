@@ -21,7 +21,8 @@ RESULT_KEYS = frozenset(
     duration_s wall_s instances breakdown""".split()
 )
 
-BUILTIN_WORKLOADS = frozenset({"ep", "lock", "barrier", "spinbarrier", "forkjoin", "kspin", "pipeline"})
+# Built-ins the tests and the quickstart rely on (the full list is whatever `vcpulab workloads` says).
+CORE_WORKLOADS = frozenset({"ep", "lock", "barrier", "spinbarrier", "forkjoin", "kspin"})
 
 
 def vcpulab_command() -> list[str]:

@@ -1,6 +1,17 @@
 """Type stubs for the native module built from crates/vcpulab-py."""
 
-from typing import TypedDict
+from typing import Self, TypedDict, final
+
+__all__ = [
+    "Plan",
+    "SimulationError",
+    "SpecError",
+    "VcpulabError",
+    "bench",
+    "version",
+    "workload_toml",
+    "workloads",
+]
 
 # Stub-only shapes of the dicts the module returns (not importable at run time).
 
@@ -28,15 +39,17 @@ class SpecError(VcpulabError):
 class SimulationError(VcpulabError):
     """A run could not complete (run limit reached, deadlock). ``str(e)`` is one line."""
 
+@final
 class Plan:
     """A validated experiment: the list of cells to run, built from a TOML spec."""
 
-    def __init__(self, spec_text: str, source: str, overrides: list[str]) -> None: ...
+    def __new__(cls, spec_text: str, source: str, overrides: list[str]) -> Self: ...
     def cells(self) -> list[_Cell]: ...
     def run_cell(self, i: int) -> str:
-        """Run cell ``i`` and return its result object as JSON text."""
+        """Run cell ``i`` and return its result object as JSON text (IndexError if out of range)."""
     def spec_toml(self) -> str:
         """The fully materialised spec, after overrides."""
+    def __len__(self) -> int: ...
 
 def workloads() -> list[_WorkloadInfo]: ...
 def workload_toml(name: str) -> str: ...

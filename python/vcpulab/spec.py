@@ -142,7 +142,7 @@ class Selection:
             "seeds": [1],
         }
         experiment.update(self.fields())
-        return SpecSource(tomli_w.dumps({"experiment": experiment}), "<command line>")
+        return SpecSource(tomli_w.dumps({"experiment": experiment}), "<flags>")
 
 
 def _dedup(values: Sequence[Any] | None) -> list[Any] | None:
