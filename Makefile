@@ -21,6 +21,7 @@ test: install
 		echo "cargo test --workspace --release (cargo-nextest not found)"; \
 		cargo test --workspace --release; \
 	fi
+	cargo test --release --doc -p vcpulab-sim
 	$(BIN)/pytest -q tests
 
 bench: install

@@ -57,7 +57,21 @@ impl Plan {
             return Err(pyo3::exceptions::PyIndexError::new_err(format!("cell {i} out of range ({} cells)", self.inner.cells().len())));
         }
         let inner = &mut self.inner;
-        let r = py.detach(move || inner.run_cell(i));
+        // The GIL is released while simulating; every few thousand events the run briefly
+        // re-attaches to let Python handle signals, so Ctrl-C stops a long cell promptly.
+        let mut pending: Option<PyErr> = None;
+        let r = py.detach(|| {
+            inner.run_cell_checked(i, &mut || match Python::attach(|py| py.check_signals()) {
+                Ok(()) => false,
+                Err(e) => {
+                    pending = Some(e);
+                    true
+                }
+            })
+        });
+        if let Some(e) = pending {
+            return Err(e);
+        }
         let r = r.map_err(|e| SimulationError::new_err(e.to_string()))?;
         serde_json::to_string(&r).map_err(|e| VcpulabError::new_err(e.to_string()))
     }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::account::metrics::{overhead, weighted_speedup};
-use crate::scenario::{simulate_run, Layout, RunConfig};
+use crate::scenario::{simulate_run, simulate_run_checked, Layout, RunConfig};
 use crate::spec::{Scenario, Spec, SpecError};
 use crate::workload::builtin::BUILTINS;
 use crate::workload::profile::parse_workload;
@@ -36,6 +36,8 @@ pub struct Cell {
 pub struct CellError {
     /// One-line description.
     pub message: String,
+    /// The run was interrupted by the caller (not a simulation failure).
+    pub interrupted: bool,
 }
 
 impl std::fmt::Display for CellError {
@@ -192,7 +194,7 @@ impl Plan {
         }
     }
 
-    fn run(&mut self, cell: &Cell, layout: Layout) -> Result<Arc<(RunRecord, f64)>, CellError> {
+    fn run(&mut self, cell: &Cell, layout: Layout, check: &mut dyn FnMut() -> bool) -> Result<Arc<(RunRecord, f64)>, CellError> {
         let wi = self.spec.workloads.iter().position(|w| w.name == cell.workload).expect("cell workload exists");
         let key = RunKey { workload: wi, vcpus: cell.vcpus, threads: cell.threads, seed: cell.seed, layout };
         if let Some(r) = self.runs.get(&key) {
@@ -200,7 +202,7 @@ impl Plan {
         }
         let cfg = self.run_config(cell, layout);
         let start = Instant::now();
-        let rec = simulate_run(&cfg).map_err(|e: RunError| CellError {
+        let rec = simulate_run_checked(&cfg, check).map_err(|e: RunError| CellError {
             message: format!(
                 "workload '{}' {} vcpus {} seed {} ({}): {e}",
                 cell.workload,
@@ -209,6 +211,7 @@ impl Plan {
                 cell.seed,
                 layout.describe()
             ),
+            interrupted: e == RunError::Interrupted,
         })?;
         let r = Arc::new((rec, start.elapsed().as_secs_f64()));
         self.runs.insert(key, Arc::clone(&r));
@@ -217,16 +220,21 @@ impl Plan {
 
     /// Runs cell `i` (and its baselines, once per plan) and pairs the results.
     pub fn run_cell(&mut self, i: usize) -> Result<ScenarioResult, CellError> {
+        self.run_cell_checked(i, &mut || false)
+    }
+
+    /// Like [`Plan::run_cell`], asking `check` every few thousand events whether to stop.
+    pub fn run_cell_checked(&mut self, i: usize, check: &mut dyn FnMut() -> bool) -> Result<ScenarioResult, CellError> {
         let cell = self.cells[i].clone();
         let k = self.spec.experiment.oc_vms;
-        let main = self.run(&cell, Layout::for_scenario(cell.scenario, k))?;
+        let main = self.run(&cell, Layout::for_scenario(cell.scenario, k), check)?;
         let base = match Layout::baseline(cell.scenario, k) {
-            Some(l) => Some(self.run(&cell, l)?),
+            Some(l) => Some(self.run(&cell, l, check)?),
             None => None,
         };
         let alone = match cell.scenario {
             Scenario::Native => None,
-            _ => Some(self.run(&cell, Layout::Vms { vms: 1 })?),
+            _ => Some(self.run(&cell, Layout::Vms { vms: 1 }, check)?),
         };
         let (rec, wall) = (&main.0, main.1);
         let virt = cell.scenario != Scenario::Native;

@@ -102,6 +102,9 @@ pub struct KCpu {
     pub pending: u8,
     /// Ticks since the last periodic balance.
     pub ticks_since_balance: u32,
+    /// A reschedule was requested while the running thread was not preemptible; it happens
+    /// when the thread leaves its kernel spinlock section (`preempt_enable`).
+    pub resched_deferred: bool,
 }
 
 impl KCpu {
@@ -120,6 +123,7 @@ impl KCpu {
             sleepers: BTreeSet::new(),
             pending: 0,
             ticks_since_balance: 0,
+            resched_deferred: false,
         }
     }
 

@@ -97,7 +97,12 @@ pub struct RunConfig {
 
 /// Runs one simulation to completion.
 pub fn simulate_run(cfg: &RunConfig) -> Result<RunRecord, RunError> {
+    simulate_run_checked(cfg, &mut || false)
+}
+
+/// Runs one simulation, asking `interrupted` periodically whether to stop.
+pub fn simulate_run_checked(cfg: &RunConfig, interrupted: &mut dyn FnMut() -> bool) -> Result<RunRecord, RunError> {
     let mut w = World::new(cfg);
-    let end: SimTime = w.run()?;
+    let end: SimTime = w.run_checked(interrupted)?;
     Ok(RunRecord::from_world(&w, end, cfg))
 }

@@ -37,6 +37,8 @@ pub enum RunError {
     Deadlock(String),
     /// The workload did something impossible (e.g. unlocked a mutex it does not hold).
     Workload(String),
+    /// The caller asked the run to stop (e.g. Ctrl-C).
+    Interrupted,
 }
 
 impl std::fmt::Display for RunError {
@@ -45,6 +47,7 @@ impl std::fmt::Display for RunError {
             RunError::Limit(m) => write!(f, "run limit reached: {m}"),
             RunError::Deadlock(m) => write!(f, "deadlock: {m}"),
             RunError::Workload(m) => write!(f, "workload error: {m}"),
+            RunError::Interrupted => write!(f, "interrupted"),
         }
     }
 }
@@ -131,11 +134,20 @@ pub struct World {
     pub(crate) events: u64,
 }
 
+/// How often (in events) a run asks its caller whether to stop.
+pub const CHECK_EVERY: u64 = 1 << 16;
+
 const IDLE_ATTR: Attr = Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle };
 
 impl World {
     /// Runs until every instance finished; returns the end time.
     pub fn run(&mut self) -> Result<SimTime, RunError> {
+        self.run_checked(&mut || false)
+    }
+
+    /// Like [`World::run`], calling `interrupted` every [`CHECK_EVERY`] events; the run
+    /// stops with [`RunError::Interrupted`] when it returns true.
+    pub fn run_checked(&mut self, interrupted: &mut dyn FnMut() -> bool) -> Result<SimTime, RunError> {
         for c in 0..self.cores.len() as u32 {
             self.touch(c);
         }
@@ -146,13 +158,17 @@ impl World {
             };
             if t > self.limits.max_time {
                 return Err(RunError::Limit(format!(
-                    "virtual time passed {} (limits.max_virtual_time) with {} of {} instances unfinished",
+                    "virtual time passed {} (limits.max_virtual_time) with {} of {} instances unfinished ({})",
                     self.limits.max_time,
                     self.live,
-                    self.insts.len()
+                    self.insts.len(),
+                    self.describe_threads()
                 )));
             }
             self.events += 1;
+            if self.events % CHECK_EVERY == 0 && interrupted() {
+                return Err(RunError::Interrupted);
+            }
             if self.events > self.limits.max_events {
                 return Err(RunError::Limit(format!("more than {} events (limits.max_events) at virtual time {}", self.limits.max_events, t)));
             }
@@ -231,6 +247,9 @@ impl World {
     fn resolve(&mut self, core: u32) {
         let mut guard = 0u32;
         let leaf = loop {
+            if self.fault.is_some() {
+                break Leaf { attr: IDLE_ATTR, rem: Rem::Inf, thread: None };
+            }
             match self.step_core(core) {
                 Step::Leaf(l) => break l,
                 Step::Again => {
@@ -269,6 +288,20 @@ impl World {
         if self.fault.is_none() {
             self.fault = Some(msg);
         }
+    }
+
+    /// What the unfinished threads are doing, grouped (for limit errors).
+    fn describe_threads(&self) -> String {
+        let mut groups: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+        for th in &self.threads {
+            let what = match th.act {
+                crate::kernel::thread::Act::Done => continue,
+                crate::kernel::thread::Act::Compute | crate::kernel::thread::Act::Fresh => "running or ready".to_string(),
+                _ => th.blocked_on_desc(&self.insts).unwrap_or_default(),
+            };
+            *groups.entry(what).or_insert(0) += 1;
+        }
+        groups.iter().map(|(w, n)| format!("{n} thread(s) {w}")).collect::<Vec<_>>().join(", ")
     }
 
     fn describe_blocked(&self) -> String {

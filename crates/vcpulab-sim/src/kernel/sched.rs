@@ -13,7 +13,7 @@
 use crate::account::{Attr, Cause, Layer};
 use crate::engine::SimTime;
 
-use super::{irq, IdleState, KernelId, TaskId, TaskKind, TaskState, Work, HOST};
+use super::{irq, IdleState, KernelId, TaskId, TaskKind, TaskState, ThreadId, Work, HOST};
 use crate::world::World;
 
 impl World {
@@ -71,6 +71,11 @@ impl World {
         self.update_curr(k, cpu);
         let prev = self.kernels[k as usize].cpus[cpu as usize].curr;
         let prev_runnable = prev.filter(|&p| self.tasks[p as usize].state == TaskState::Running);
+        if let Some(p) = prev_runnable.filter(|&p| self.nonpreemptible(p)) {
+            let _ = p;
+            self.kernels[k as usize].cpus[cpu as usize].resched_deferred = true;
+            return;
+        }
         if let Some(p) = prev_runnable {
             let left = self.kernels[k as usize].cpus[cpu as usize].rq.first().copied();
             match left {
@@ -183,6 +188,17 @@ impl World {
         self.update_curr(k, cpu);
         let gran = self.kernels[k as usize].params.wakeup_gran * 1024 / self.tasks[woken as usize].weight;
         self.tasks[c as usize].vr > self.tasks[woken as usize].vr + gran
+    }
+
+    /// Thread `t` (running) left its last kernel spinlock section: a deferred reschedule of its
+    /// CPU happens now.
+    pub(crate) fn preempt_enable(&mut self, t: ThreadId) {
+        let task = &self.tasks[self.threads[t as usize].task as usize];
+        let (k, cpu) = (task.kernel, task.cpu);
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if std::mem::take(&mut kc.resched_deferred) {
+            kc.need_resched = true;
+        }
     }
 
     /// A thread inside a kernel spinlock section cannot be preempted by its kernel.

@@ -228,6 +228,9 @@ impl World {
         *serving += 1;
         let next = waiting.get(serving).copied();
         self.threads[t as usize].kdepth -= 1;
+        if self.threads[t as usize].kdepth == 0 {
+            self.preempt_enable(t);
+        }
         if let Some(core) = next.and_then(|w| self.thread_core(w)) {
             self.touch(core);
         }

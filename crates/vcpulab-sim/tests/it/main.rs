@@ -1,0 +1,32 @@
+//! Integration tests of the simulator through its public API (one binary, several modules).
+
+mod invariants;
+mod scenarios;
+
+use vcpulab_sim::api::{Plan, ScenarioResult};
+
+/// Builds a spec with one inline workload `w` and runs every cell.
+pub fn run_inline(experiment: &str, workload: &str, sets: &[&str]) -> Vec<ScenarioResult> {
+    let text = format!("[experiment]\nworkloads = [\"w\"]\n{experiment}\n[workloads.w]\n{workload}\n");
+    run_text(&text, sets)
+}
+
+/// Runs every cell of a spec text.
+pub fn run_text(text: &str, sets: &[&str]) -> Vec<ScenarioResult> {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let mut plan = Plan::new(text, "test.toml", &sets).unwrap_or_else(|e| panic!("{e}"));
+    (0..plan.cells().len()).map(|i| plan.run_cell(i).unwrap_or_else(|e| panic!("{e}"))).collect()
+}
+
+/// Sets that make every virtualization-specific cost zero.
+pub const NO_VIRT_COSTS: &[&str] = &[
+    "machine.costs.exit_hlt=0",
+    "machine.costs.exit_msr_tsc_deadline=0",
+    "machine.costs.exit_msr_icr=0",
+    "machine.costs.exit_msr_eoi=0",
+    "machine.costs.exit_preemption_timer=0",
+    "machine.costs.exit_external_interrupt=0",
+    "machine.costs.exit_pause=0",
+    "machine.costs.vcpu_switch=0",
+    "machine.costs.ipi_posted_latency=1000",
+];

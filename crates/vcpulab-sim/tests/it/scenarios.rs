@@ -1,0 +1,123 @@
+//! Scenario-level checks against what the physics demands.
+
+use super::{run_inline, run_text, NO_VIRT_COSTS};
+
+const EP: &str = "program = [ { repeat = { times = 50, body = [ { compute = \"1ms\" } ] } } ]\n";
+
+#[test]
+fn native_embarrassingly_parallel_takes_work_over_n() {
+    for n in [1u32, 2, 4, 8] {
+        let r = run_inline(&format!("scenarios = [\"native\"]\nvcpus = [{n}]\n"), EP, &[]);
+        let t = r[0].t_native_s;
+        // 50 ms of work per thread, one thread per core: ~50 ms plus tick/switch overhead.
+        assert!(t >= 0.050 && t < 0.0505, "n={n}: {t}");
+    }
+    // Twice as many threads as cores: twice the time.
+    let r = run_inline("scenarios = [\"native\"]\nvcpus = [4]\nthreads = 8\n", EP, &[]);
+    assert!((r[0].t_native_s / 0.100 - 1.0).abs() < 0.02, "{}", r[0].t_native_s);
+}
+
+#[test]
+fn uc_overhead_vanishes_without_virtualization_costs() {
+    let spec = "[experiment]\nworkloads = [\"lock\", \"barrier\", \"ep\", \"kspin\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n";
+    let mut sets: Vec<&str> = NO_VIRT_COSTS.to_vec();
+    sets.push("vm.ple.enabled=false");
+    for r in run_text(spec, &sets) {
+        let (dt, dr) = (r.delta_eta_t.unwrap(), r.delta_eta_r.unwrap());
+        assert!(dt.abs() < 0.01 && dr.abs() < 0.03, "{}: dt={dt} dr={dr}", r.workload);
+    }
+    // ... and comes back with the default costs for blocking synchronisation.
+    let with_costs = run_text("[experiment]\nworkloads = [\"lock\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n", &[]);
+    assert!(with_costs[0].delta_eta_r.unwrap() > 0.02, "{:?}", with_costs[0].delta_eta_r);
+}
+
+#[test]
+fn blocking_sync_causes_the_four_exits_of_tpds() {
+    let r = run_text("[experiment]\nworkloads = [\"barrier\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n", &[]);
+    let e = &r[0].exits;
+    for reason in ["HLT", "MSR_WRITE_ICR", "MSR_WRITE_TSC_DEADLINE"] {
+        assert!(e.get(reason).copied().unwrap_or(0) > 100, "{reason}: {e:?}");
+    }
+    // Exits cost host time, all of it charged to the VM.
+    assert!(r[0].host_ns_by_reason["HLT"] > 0);
+    assert!(r[0].host_ns > 0);
+}
+
+#[test]
+fn apicv_off_adds_receiver_exits() {
+    let spec = "[experiment]\nworkloads = [\"barrier\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n";
+    let on = run_text(spec, &[]);
+    let off = run_text(spec, &["vm.apicv=false"]);
+    assert!(off[0].exits.get("MSR_WRITE_EOI").copied().unwrap_or(0) > 0);
+    assert!(off[0].delta_eta_r.unwrap() > on[0].delta_eta_r.unwrap());
+}
+
+#[test]
+fn user_spinning_hurts_only_when_overcommitted() {
+    let spec = "[experiment]\nworkloads = [\"spinbarrier\"]\nscenarios = [\"UC\", \"OC\"]\nvcpus = [4]\n";
+    let r = run_text(spec, &["workloads.spinbarrier.params.steps=200"]);
+    assert!(r[0].delta_eta_t.unwrap().abs() < 0.02, "UC {:?}", r[0].delta_eta_t);
+    assert!(r[1].delta_eta_t.unwrap() > 1.0, "OC {:?}", r[1].delta_eta_t);
+    // PLE never sees user-level spinning.
+    assert_eq!(r[1].exits.get("PAUSE_INSTRUCTION"), None);
+}
+
+#[test]
+fn kernel_spinning_is_seen_by_ple() {
+    let spec = "[experiment]\nworkloads = [\"kspin\"]\nscenarios = [\"OC\"]\nvcpus = [4]\n";
+    let r = run_text(spec, &["workloads.kspin.params.iterations=500"]);
+    assert!(r[0].exits.get("PAUSE_INSTRUCTION").copied().unwrap_or(0) > 0, "{:?}", r[0].exits);
+    let off = run_text(spec, &["workloads.kspin.params.iterations=500", "vm.ple.enabled=false"]);
+    assert_eq!(off[0].exits.get("PAUSE_INSTRUCTION"), None);
+}
+
+#[test]
+fn omega_follows_its_definition() {
+    let r = run_text("[experiment]\nworkloads = [\"lock\"]\nscenarios = [\"UC\", \"OC\", \"OC2\"]\nvcpus = [2]\n", &[]);
+    for x in &r {
+        let o = (1.0 + x.delta_eta_t.unwrap()) / (1.0 + x.delta_eta_r.unwrap());
+        assert!((o - x.omega.unwrap()).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn run_limits_end_runs_with_an_error() {
+    let text = "[experiment]\nworkloads = [\"w\"]\nscenarios = [\"native\"]\nvcpus = [1]\n[limits]\nmax_virtual_time = \"10ms\"\n\
+                [workloads.w]\nprogram = [ { repeat = { times = 1000000000, body = [ { compute = \"1ms\" } ] } } ]\n";
+    let mut plan = vcpulab_sim::api::Plan::new(text, "t.toml", &[]).unwrap();
+    let e = plan.run_cell(0).unwrap_err().to_string();
+    assert!(e.contains("run limit reached") && e.contains("max_virtual_time"), "{e}");
+    let text = text.replace("max_virtual_time = \"10ms\"", "max_events = 1000");
+    let mut plan = vcpulab_sim::api::Plan::new(&text, "t.toml", &[]).unwrap();
+    let e = plan.run_cell(0).unwrap_err().to_string();
+    assert!(e.contains("max_events"), "{e}");
+}
+
+#[test]
+fn deadlocks_are_reported() {
+    // Thread 0 takes the mutex and exits without releasing it; thread 1 waits forever.
+    let text = "[experiment]\nworkloads = [\"w\"]\nscenarios = [\"UC\"]\nvcpus = [2]\n\
+                [workloads.w]\nobjects = { m = \"mutex\" }\nprogram = [ { single = { body = [ { lock = \"m\" } ] } }, { compute = \"1ms\" }, \
+                { single = { thread = 1, body = [ { lock = \"m\" } ] } } ]\n";
+    let mut plan = vcpulab_sim::api::Plan::new(text, "t.toml", &[]).unwrap();
+    let e = plan.run_cell(0).unwrap_err().to_string();
+    assert!(e.contains("deadlock") && e.contains("mutex 'm'"), "{e}");
+}
+
+#[test]
+fn workload_misuse_is_an_error_not_a_panic() {
+    let text = "[experiment]\nworkloads = [\"w\"]\nscenarios = [\"native\"]\nvcpus = [1]\n\
+                [workloads.w]\nobjects = { m = \"mutex\" }\nprogram = [ { unlock = \"m\" } ]\n";
+    let mut plan = vcpulab_sim::api::Plan::new(text, "t.toml", &[]).unwrap();
+    let e = plan.run_cell(0).unwrap_err().to_string();
+    assert!(e.contains("does not hold"), "{e}");
+}
+
+#[test]
+fn oc_doubles_time_for_independent_work() {
+    let r = run_inline("scenarios = [\"OC\", \"OC2\"]\nvcpus = [4]\n", EP, &[]);
+    let oc = &r[0];
+    // Two VMs on the same cores: each takes about twice as long, i.e. no δη_t overhead.
+    assert!(oc.delta_eta_t.unwrap().abs() < 0.02, "{:?}", oc.delta_eta_t);
+    assert!((oc.weighted_speedup.unwrap() - 1.0).abs() < 0.03);
+}
