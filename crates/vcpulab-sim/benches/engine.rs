@@ -42,7 +42,9 @@ fn whole_runs(c: &mut Criterion) {
         let cfg = plan.run_config(&plan.cells()[0], layout);
         let events = simulate_run(&cfg).expect("runs").events;
         g.throughput(Throughput::Elements(events));
-        g.bench_function(format!("{wl}_{}", layout.describe().replace(' ', "_")), |b| b.iter(|| black_box(simulate_run(&cfg).expect("runs").events)));
+        g.bench_function(format!("{wl}_{}", layout.describe().replace(' ', "_")), |b| {
+            b.iter(|| black_box(simulate_run(&cfg).expect("runs").events))
+        });
     }
     g.finish();
 }

@@ -166,11 +166,14 @@ impl World {
                 )));
             }
             self.events += 1;
-            if self.events % CHECK_EVERY == 0 && interrupted() {
+            if self.events.is_multiple_of(CHECK_EVERY) && interrupted() {
                 return Err(RunError::Interrupted);
             }
             if self.events > self.limits.max_events {
-                return Err(RunError::Limit(format!("more than {} events (limits.max_events) at virtual time {}", self.limits.max_events, t)));
+                return Err(RunError::Limit(format!(
+                    "more than {} events (limits.max_events) at virtual time {}",
+                    self.limits.max_events, t
+                )));
             }
             debug_assert!(t >= self.now, "time went backwards");
             self.now = t;

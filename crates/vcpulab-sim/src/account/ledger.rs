@@ -34,9 +34,10 @@ impl Ledger {
     /// Every non-zero entry as (owner, layer, cause, ns), in a fixed order.
     pub fn entries(&self) -> impl Iterator<Item = (OwnerId, Layer, Cause, u64)> + '_ {
         self.by_owner.iter().enumerate().flat_map(|(o, row)| {
-            row.iter().enumerate().filter(|(_, &ns)| ns > 0).map(move |(s, &ns)| {
-                (o as OwnerId, Layer::ALL[s / Cause::COUNT], Cause::from_index(s % Cause::COUNT), ns)
-            })
+            row.iter()
+                .enumerate()
+                .filter(|(_, &ns)| ns > 0)
+                .map(move |(s, &ns)| (o as OwnerId, Layer::ALL[s / Cause::COUNT], Cause::from_index(s % Cause::COUNT), ns))
         })
     }
 
@@ -48,10 +49,7 @@ impl Ledger {
     /// Total of one owner in one layer (busy causes only).
     pub fn owner_layer_busy(&self, owner: OwnerId, layer: Layer) -> u64 {
         let row = &self.by_owner[owner as usize];
-        (0..Cause::COUNT)
-            .filter(|&c| Cause::from_index(c).is_busy())
-            .map(|c| row[layer as usize * Cause::COUNT + c])
-            .sum()
+        (0..Cause::COUNT).filter(|&c| Cause::from_index(c).is_busy()).map(|c| row[layer as usize * Cause::COUNT + c]).sum()
     }
 
     /// Total of one core, optionally only busy causes.
@@ -70,11 +68,7 @@ impl Ledger {
     }
 
     fn row_total(row: &[u64; SLOTS], busy_only: bool) -> u64 {
-        row.iter()
-            .enumerate()
-            .filter(|(s, _)| !busy_only || Cause::from_index(s % Cause::COUNT).is_busy())
-            .map(|(_, &ns)| ns)
-            .sum()
+        row.iter().enumerate().filter(|(s, _)| !busy_only || Cause::from_index(s % Cause::COUNT).is_busy()).map(|(_, &ns)| ns).sum()
     }
 }
 

@@ -81,10 +81,12 @@ mod tests {
 
     #[test]
     fn streams_are_reproducible_and_distinct() {
-        let a1: Vec<u64> = (0..4).map({
-            let mut s = Stream::new(stream_seed(1, &[1, 2]));
-            move |_| s.next_u64()
-        }).collect();
+        let a1: Vec<u64> = (0..4)
+            .map({
+                let mut s = Stream::new(stream_seed(1, &[1, 2]));
+                move |_| s.next_u64()
+            })
+            .collect();
         let mut s2 = Stream::new(stream_seed(1, &[1, 2]));
         let a2: Vec<u64> = (0..4).map(|_| s2.next_u64()).collect();
         assert_eq!(a1, a2);

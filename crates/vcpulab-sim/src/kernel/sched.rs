@@ -166,7 +166,8 @@ impl World {
         let prev = self.tasks[t as usize].cpu;
         let target = self.select_cpu(t);
         let half_latency = self.kernels[k as usize].params.latency / 2;
-        let (old_min, new_min) = (self.kernels[k as usize].cpus[prev as usize].min_vr, self.kernels[k as usize].cpus[target as usize].min_vr);
+        let (old_min, new_min) =
+            (self.kernels[k as usize].cpus[prev as usize].min_vr, self.kernels[k as usize].cpus[target as usize].min_vr);
         let task = &mut self.tasks[t as usize];
         if target != prev {
             task.vr = task.vr.saturating_sub(old_min) + new_min;

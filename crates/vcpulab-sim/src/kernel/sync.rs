@@ -42,7 +42,7 @@ pub enum Obj {
         /// Spinning threads.
         spinners: Vec<ThreadId>,
         /// Chooses among running spinners on release.
-        rng: Stream,
+        rng: Box<Stream>,
     },
     /// Kernel ticket spinlock.
     KSpin {
@@ -103,7 +103,7 @@ impl Obj {
     pub fn new(kind: ObjKind, parties: u32, rng: Stream) -> Obj {
         match kind {
             ObjKind::Mutex => Obj::Mutex { holder: None, waiters: VecDeque::new() },
-            ObjKind::SpinLock => Obj::SpinLock { holder: None, spinners: Vec::new(), rng },
+            ObjKind::SpinLock => Obj::SpinLock { holder: None, spinners: Vec::new(), rng: Box::new(rng) },
             ObjKind::KSpinLock => Obj::KSpin { next: 0, serving: 0, holder: None, waiting: BTreeMap::new() },
             ObjKind::Barrier | ObjKind::SpinBarrier => {
                 Obj::Barrier { parties, arrived: 0, gen: 0, waiters: Vec::new(), spin: kind == ObjKind::SpinBarrier }

@@ -218,7 +218,11 @@ impl World {
                     let th = &mut self.threads[t as usize];
                     th.pc += 1;
                     let ns = d.sample(&mut th.rng);
-                    if ns == 0 { Flow::Continue } else { self.op_sleep(k, cpu, t, ns) }
+                    if ns == 0 {
+                        Flow::Continue
+                    } else {
+                        self.op_sleep(k, cpu, t, ns)
+                    }
                 }
                 Instr::Lock(m) => {
                     self.threads[t as usize].pc += 1;

@@ -26,14 +26,7 @@ pub struct MachineSpec {
 impl Default for MachineSpec {
     /// The TPDS testbed: 4 sockets × 20 cores, SMT off (Xeon Gold 6148 class, 2.4 GHz).
     fn default() -> Self {
-        MachineSpec {
-            sockets: 4,
-            cores_per_socket: 20,
-            nodes_per_socket: 1,
-            threads_per_core: 1,
-            freq_ghz: 2.4,
-            costs: Costs::default(),
-        }
+        MachineSpec { sockets: 4, cores_per_socket: 20, nodes_per_socket: 1, threads_per_core: 1, freq_ghz: 2.4, costs: Costs::default() }
     }
 }
 
@@ -78,7 +71,7 @@ impl MachineSpec {
         pos(self.cores_per_socket, "cores_per_socket")?;
         pos(self.nodes_per_socket, "nodes_per_socket")?;
         pos(self.threads_per_core, "threads_per_core")?;
-        if self.cores_per_socket % self.nodes_per_socket != 0 {
+        if !self.cores_per_socket.is_multiple_of(self.nodes_per_socket) {
             return Err((
                 "nodes_per_socket".into(),
                 format!("must divide cores_per_socket ({}) (got {})", self.cores_per_socket, self.nodes_per_socket),

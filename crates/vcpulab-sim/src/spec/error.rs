@@ -23,12 +23,8 @@ impl SpecError {
     pub fn toml(source: &str, e: &toml::de::Error) -> Self {
         let msg = e.message().lines().next().unwrap_or("invalid TOML").trim().to_string();
         let at = e.span().map(|_| String::new()).unwrap_or_default();
-        let line_col = e
-            .to_string()
-            .lines()
-            .next()
-            .and_then(|l| l.find("line ").map(|i| l[i..].trim_end_matches(':').to_string()))
-            .unwrap_or(at);
+        let line_col =
+            e.to_string().lines().next().and_then(|l| l.find("line ").map(|i| l[i..].trim_end_matches(':').to_string())).unwrap_or(at);
         let field = if line_col.is_empty() { String::new() } else { line_col };
         SpecError::new(source, field, format!("malformed TOML: {msg}"))
     }

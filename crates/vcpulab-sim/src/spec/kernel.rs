@@ -78,7 +78,11 @@ impl KernelSpec {
         if self.hz == 0 || self.hz > 10_000 {
             return Err(("hz".into(), format!("expected 1..=10000 (got {})", self.hz)));
         }
-        for (f, v) in [("sched_latency", self.sched_latency), ("min_granularity", self.min_granularity), ("wakeup_granularity", self.wakeup_granularity)] {
+        for (f, v) in [
+            ("sched_latency", self.sched_latency),
+            ("min_granularity", self.min_granularity),
+            ("wakeup_granularity", self.wakeup_granularity),
+        ] {
             if v == Some(Dur(0)) {
                 return Err((f.into(), "expected a positive duration".into()));
             }

@@ -25,6 +25,8 @@ pub struct Vcpu {
     pub exits: [u64; ExitReason::COUNT],
     /// IPIs sent by the guest on this vCPU.
     pub ipis_sent: u64,
+    /// IPIs sent to this vCPU by the guest.
+    pub ipis_received: u64,
     /// HLTs that blocked the vCPU thread.
     pub halts: u64,
     /// Wake-ups of the halted vCPU thread.
@@ -142,6 +144,7 @@ impl World {
     pub(crate) fn virt_send_ipi(&mut self, k: KernelId, from: u32, to: u32, kind: u8) {
         let (vf, vt) = (self.vcpu_of(k, from), self.vcpu_of(k, to));
         self.vcpus[vf as usize].ipis_sent += 1;
+        self.vcpus[vt as usize].ipis_received += 1;
         if !self.vm_of(k).ipiv {
             self.exit(vf, ExitReason::MsrWriteIcr);
         }

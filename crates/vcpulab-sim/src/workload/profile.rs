@@ -96,7 +96,10 @@ fn resolve<'a>(params: &'a toml::Table, v: &'a Value, path: &str) -> Result<Valu
                 Some(pv) => Ok(pv.clone()),
                 None => {
                     let known: Vec<&str> = params.keys().map(String::as_str).collect();
-                    err(path, format!("unknown parameter '${p}' (params: {})", if known.is_empty() { "none".into() } else { known.join(", ") }))
+                    err(
+                        path,
+                        format!("unknown parameter '${p}' (params: {})", if known.is_empty() { "none".into() } else { known.join(", ") }),
+                    )
                 }
             };
         }
@@ -167,7 +170,11 @@ fn dist(ctx: &mut Ctx<'_>, v: &Value, path: &str) -> Result<Dist, ParseError> {
             if k == "lognormal" && mean <= 0.0 {
                 return err(&format!("{p}.mean"), "a log-normal needs a positive mean");
             }
-            if k == "normal" { Dist::Normal { mean, sd } } else { Dist::LogNormal { mean, sd } }
+            if k == "normal" {
+                Dist::Normal { mean, sd }
+            } else {
+                Dist::LogNormal { mean, sd }
+            }
         }
         other => return err(&p, format!("unknown distribution '{other}' (expected fixed, exp, uniform, normal or lognormal)")),
     };
@@ -179,7 +186,8 @@ fn dist(ctx: &mut Ctx<'_>, v: &Value, path: &str) -> Result<Dist, ParseError> {
 
 fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<(ObjKind, Option<u32>), ParseError> {
     let kinds = "mutex, spinlock, kspinlock, barrier, spin_barrier, condvar";
-    let kind_of = |s: &str, p: &str| ObjKind::parse(s).ok_or_else(|| (p.to_string(), format!("unknown object kind '{s}' (expected one of {kinds})")));
+    let kind_of =
+        |s: &str, p: &str| ObjKind::parse(s).ok_or_else(|| (p.to_string(), format!("unknown object kind '{s}' (expected one of {kinds})")));
     match v {
         Value::String(s) => Ok((kind_of(s, path)?, None)),
         Value::Table(t) => {
@@ -213,7 +221,13 @@ fn object(ctx: &Ctx<'_>, v: &Value, path: &str, want: &[ObjKind]) -> Result<ObjI
     };
     let Some((idx, _, kind)) = ctx.objects.get_full(name) else {
         let known: Vec<&str> = ctx.objects.keys().map(String::as_str).collect();
-        return err(path, format!("unknown object '{name}' (declared: {})", if known.is_empty() { "none; declare it under objects".into() } else { known.join(", ") }));
+        return err(
+            path,
+            format!(
+                "unknown object '{name}' (declared: {})",
+                if known.is_empty() { "none; declare it under objects".into() } else { known.join(", ") }
+            ),
+        );
     };
     if !want.contains(kind) {
         let names: Vec<&str> = want.iter().map(|k| k.name()).collect();
@@ -358,13 +372,19 @@ mod tests {
         assert!(e.1.contains("non-negative"), "{}", e.1);
         let e = parse(r#"program = [ { lok = "m" } ]"#).unwrap_err();
         assert!(e.1.contains("unknown operation 'lok'"), "{}", e.1);
-        let e = parse(r#"objects = { m = "mutex" }
-            program = [ { repeat = { times = 2, body = [ { barrier = "m" } ] } } ]"#).unwrap_err();
+        let e = parse(
+            r#"objects = { m = "mutex" }
+            program = [ { repeat = { times = 2, body = [ { barrier = "m" } ] } } ]"#,
+        )
+        .unwrap_err();
         assert_eq!(e.0, "program[0].repeat.body[0].barrier");
         let e = parse(r#"program = [ { compute = "$nope" } ]"#).unwrap_err();
         assert!(e.1.contains("unknown parameter"), "{}", e.1);
-        let e = parse(r#"program = [ ]
-            colour = 3"#).unwrap_err();
+        let e = parse(
+            r#"program = [ ]
+            colour = 3"#,
+        )
+        .unwrap_err();
         assert_eq!(e.0, "colour");
         let e = parse(r#"description = "no program""#).unwrap_err();
         assert_eq!(e.0, "program");

@@ -72,6 +72,7 @@ impl World {
                             halted: false,
                             exits: [0; ExitReason::COUNT],
                             ipis_sent: 0,
+                            ipis_received: 0,
                             halts: 0,
                             wakeups: 0,
                             preemptions: 0,
@@ -137,7 +138,13 @@ impl World {
             .objects
             .iter()
             .enumerate()
-            .map(|(o, d)| Obj::new(d.kind, d.parties.unwrap_or(threads), Stream::new(stream_seed(cfg.seed, &[STREAM_OBJECT, u64::from(inst), o as u64]))))
+            .map(|(o, d)| {
+                Obj::new(
+                    d.kind,
+                    d.parties.unwrap_or(threads),
+                    Stream::new(stream_seed(cfg.seed, &[STREAM_OBJECT, u64::from(inst), o as u64])),
+                )
+            })
             .collect();
         let mut ids = Vec::new();
         for i in 0..threads {

@@ -82,6 +82,10 @@ pub struct VcpuRecord {
     pub halts: u64,
     /// Host preemptions.
     pub preemptions: u64,
+    /// IPIs its guest CPU sent.
+    pub ipis_sent: u64,
+    /// IPIs its guest CPU received.
+    pub ipis_received: u64,
 }
 
 /// One VM.
@@ -236,6 +240,8 @@ impl RunRecord {
                     exits: vc.exits.iter().sum(),
                     halts: vc.halts,
                     preemptions: vc.preemptions,
+                    ipis_sent: vc.ipis_sent,
+                    ipis_received: vc.ipis_received,
                 });
                 wake.merge(&vc.wake_latency);
                 ipis += vc.ipis_sent;
@@ -263,7 +269,10 @@ impl RunRecord {
             OwnerKind::Native { instance } => format!("native{instance}"),
             OwnerKind::Vcpu { vm, vcpu } => format!("vm{vm}/vcpu{vcpu}"),
         };
-        let ledger = l.entries().map(|(o, layer, cause, ns)| LedgerRow { owner: owner_name(o), layer: layer.name(), cause: cause.name(), ns }).collect();
+        let ledger = l
+            .entries()
+            .map(|(o, layer, cause, ns)| LedgerRow { owner: owner_name(o), layer: layer.name(), cause: cause.name(), ns })
+            .collect();
         RunRecord {
             layout: cfg.layout.describe(),
             cores: cfg.cores,

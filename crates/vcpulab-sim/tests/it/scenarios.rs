@@ -10,7 +10,7 @@ fn native_embarrassingly_parallel_takes_work_over_n() {
         let r = run_inline(&format!("scenarios = [\"native\"]\nvcpus = [{n}]\n"), EP, &[]);
         let t = r[0].t_native_s;
         // 50 ms of work per thread, one thread per core: ~50 ms plus tick/switch overhead.
-        assert!(t >= 0.050 && t < 0.0505, "n={n}: {t}");
+        assert!((0.050..0.0505).contains(&t), "n={n}: {t}");
     }
     // Twice as many threads as cores: twice the time.
     let r = run_inline("scenarios = [\"native\"]\nvcpus = [4]\nthreads = 8\n", EP, &[]);
