@@ -200,77 +200,42 @@ impl World {
             if self.fault.is_some() {
                 return;
             }
-            let pc = self.threads[t as usize].pc as usize;
-            let flow = match &wl.program.instrs[pc] {
+            // Every instruction moves the program counter on by one; loop and thread-block
+            // instructions then set it explicitly.
+            let pc = self.threads[t as usize].pc;
+            self.threads[t as usize].pc = pc + 1;
+            let flow = match &wl.program.instrs[pc as usize] {
                 Instr::Compute(d) => {
                     let th = &mut self.threads[t as usize];
-                    th.pc += 1;
-                    let ns = d.sample(&mut th.rng);
-                    if ns == 0 {
-                        Flow::Continue
-                    } else {
-                        th.compute_rem = ns;
-                        th.act = crate::kernel::thread::Act::Compute;
-                        Flow::Stop
+                    match d.sample(&mut th.rng) {
+                        0 => Flow::Continue,
+                        ns => {
+                            th.compute_rem = ns;
+                            th.act = Act::Compute;
+                            Flow::Stop
+                        }
                     }
                 }
-                Instr::Sleep(d) => {
-                    let th = &mut self.threads[t as usize];
-                    th.pc += 1;
-                    let ns = d.sample(&mut th.rng);
-                    if ns == 0 {
-                        Flow::Continue
-                    } else {
-                        self.op_sleep(k, cpu, t, ns)
-                    }
-                }
-                Instr::Lock(m) => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_lock(k, cpu, t, *m)
-                }
-                Instr::Unlock(m) => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_unlock(k, cpu, t, *m)
-                }
-                Instr::SpinLock(l) => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_spin_lock(t, *l)
-                }
-                Instr::SpinUnlock(l) => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_spin_unlock(t, *l)
-                }
-                Instr::KSpinLock(l) => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_kspin_lock(t, *l)
-                }
-                Instr::KSpinUnlock(l) => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_kspin_unlock(t, *l)
-                }
-                Instr::Barrier(b) => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_barrier(k, cpu, t, *b)
-                }
-                Instr::CondWait { cond, mutex } => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_cond_wait(k, cpu, t, *cond, *mutex)
-                }
-                Instr::CondSignal(c) => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_cond_wake(k, cpu, t, *c, false)
-                }
-                Instr::CondBroadcast(c) => {
-                    self.threads[t as usize].pc += 1;
-                    self.op_cond_wake(k, cpu, t, *c, true)
-                }
+                Instr::Sleep(d) => match d.sample(&mut self.threads[t as usize].rng) {
+                    0 => Flow::Continue,
+                    ns => self.op_sleep(k, cpu, t, ns),
+                },
+                Instr::Lock(m) => self.op_lock(k, cpu, t, *m),
+                Instr::Unlock(m) => self.op_unlock(k, cpu, t, *m),
+                Instr::SpinLock(l) => self.op_spin_lock(t, *l),
+                Instr::SpinUnlock(l) => self.op_spin_unlock(t, *l),
+                Instr::KSpinLock(l) => self.op_kspin_lock(t, *l),
+                Instr::KSpinUnlock(l) => self.op_kspin_unlock(t, *l),
+                Instr::Barrier(b) => self.op_barrier(k, cpu, t, *b),
+                Instr::CondWait { cond, mutex } => self.op_cond_wait(k, cpu, t, *cond, *mutex),
+                Instr::CondSignal(c) => self.op_cond_wake(k, cpu, t, *c, false),
+                Instr::CondBroadcast(c) => self.op_cond_wake(k, cpu, t, *c, true),
                 Instr::LoopStart { count, end } => {
                     let th = &mut self.threads[t as usize];
                     if *count == 0 {
                         th.pc = end + 1;
                     } else {
                         th.loops.push(*count);
-                        th.pc += 1;
                     }
                     Flow::Continue
                 }
@@ -282,13 +247,14 @@ impl World {
                         th.pc = start + 1;
                     } else {
                         th.loops.pop();
-                        th.pc += 1;
                     }
                     Flow::Continue
                 }
                 Instr::OnlyThread { thread, end } => {
                     let th = &mut self.threads[t as usize];
-                    th.pc = if th.idx == *thread { th.pc + 1 } else { *end };
+                    if th.idx != *thread {
+                        th.pc = *end;
+                    }
                     Flow::Continue
                 }
                 Instr::End => {
