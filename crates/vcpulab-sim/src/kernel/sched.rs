@@ -71,8 +71,8 @@ impl World {
         self.update_curr(k, cpu);
         let prev = self.kernels[k as usize].cpus[cpu as usize].curr;
         let prev_runnable = prev.filter(|&p| self.tasks[p as usize].state == TaskState::Running);
-        if let Some(p) = prev_runnable.filter(|&p| self.nonpreemptible(p)) {
-            let _ = p;
+        if prev_runnable.is_some_and(|p| self.nonpreemptible(p)) {
+            // preempt_count > 0: the switch happens at preempt_enable().
             self.kernels[k as usize].cpus[cpu as usize].resched_deferred = true;
             return;
         }

@@ -91,23 +91,3 @@ impl Default for Costs {
         }
     }
 }
-
-impl Costs {
-    /// A table where every virtualization-specific cost is zero (exits, vCPU switches) and
-    /// posted delivery takes what a native IPI takes. With it a UC run should match native
-    /// closely; tests use it to check that overheads come from the costs.
-    pub fn without_virtualization(&self) -> Costs {
-        Costs {
-            exit_hlt: 0,
-            exit_msr_tsc_deadline: 0,
-            exit_msr_icr: 0,
-            exit_msr_eoi: 0,
-            exit_preemption_timer: 0,
-            exit_external_interrupt: 0,
-            exit_pause: 0,
-            ipi_posted_latency: self.ipi_latency,
-            vcpu_switch: 0,
-            ..self.clone()
-        }
-    }
-}

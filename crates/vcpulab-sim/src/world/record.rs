@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::account::{Cause, Layer, Log2Histogram, OwnerKind};
 use crate::engine::SimTime;
-use crate::scenario::{Layout, RunConfig};
+use crate::scenario::RunConfig;
 use crate::virt::exit::ExitReason;
 
 use super::World;
@@ -298,10 +298,5 @@ impl RunRecord {
     pub fn cycles_per_instance_ns(&self) -> f64 {
         let own: u64 = self.instances.iter().map(|i| i.busy_ns).sum();
         (own + self.host_busy_ns) as f64 / self.instances.len() as f64
-    }
-
-    /// Whether a layout is virtualized.
-    pub fn is_virtual(layout: Layout) -> bool {
-        matches!(layout, Layout::Vms { .. })
     }
 }
