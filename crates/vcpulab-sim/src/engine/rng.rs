@@ -110,14 +110,13 @@ mod tests {
         }
     }
 
-    /// Golden values: the stream must not change across machines or dependency updates
-    /// without us noticing (results would silently stop being reproducible).
+    /// Golden values: the streams must not change across machines or dependency updates
+    /// without us noticing (stored results would silently stop being reproducible).
     #[test]
     fn golden_first_values() {
+        assert_eq!(stream_seed(42, &[7]), 17_120_185_283_933_592_140);
         let mut s = Stream::new(stream_seed(42, &[7]));
-        let first = s.next_u64();
-        let again = Stream::new(stream_seed(42, &[7])).next_u64();
-        assert_eq!(first, again);
-        assert_eq!(stream_seed(0, &[]), mix64(0));
+        assert_eq!(s.next_u64(), 12_197_934_783_592_099_125);
+        assert_eq!(s.next_u64(), 13_168_405_123_909_464_022);
     }
 }
