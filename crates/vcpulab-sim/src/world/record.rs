@@ -63,6 +63,27 @@ pub struct InstanceRecord {
     pub nivcsw: u64,
     /// Thread wake-up latency.
     pub wake_latency: LatencySummary,
+    /// Per thread.
+    pub thread_stats: Vec<ThreadRecord>,
+}
+
+/// One thread.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ThreadRecord {
+    /// Index within the instance.
+    pub idx: u32,
+    /// Time computing (ns).
+    pub compute_ns: u64,
+    /// Time spinning (ns).
+    pub spin_ns: u64,
+    /// Blocking operations.
+    pub blocks: u64,
+    /// Voluntary context switches.
+    pub nvcsw: u64,
+    /// Involuntary context switches.
+    pub nivcsw: u64,
+    /// Wake-up latency.
+    pub wake_latency: LatencySummary,
 }
 
 /// One vCPU.
@@ -184,8 +205,19 @@ impl RunRecord {
             let sum = |layer: Layer| owners.iter().map(|&o| busy(o, layer)).sum::<u64>();
             let mut wake = Log2Histogram::default();
             let (mut compute, mut spin, mut blocks, mut nv, mut niv) = (0, 0, 0, 0, 0);
+            let mut thread_stats = Vec::new();
             for &t in &inst.threads {
                 let th = &w.threads[t as usize];
+                let task = &w.tasks[th.task as usize];
+                thread_stats.push(ThreadRecord {
+                    idx: th.idx,
+                    compute_ns: th.stats.compute_ns,
+                    spin_ns: th.stats.spin_ns,
+                    blocks: th.stats.blocks,
+                    nvcsw: task.nvcsw,
+                    nivcsw: task.nivcsw,
+                    wake_latency: (&th.stats.wake_latency).into(),
+                });
                 wake.merge(&th.stats.wake_latency);
                 compute += th.stats.compute_ns;
                 spin += th.stats.spin_ns;
@@ -209,6 +241,7 @@ impl RunRecord {
                 nvcsw: nv,
                 nivcsw: niv,
                 wake_latency: (&wake).into(),
+                thread_stats,
             });
         }
         let mut vms = Vec::new();
