@@ -133,6 +133,15 @@ impl KCpu {
     }
 }
 
+impl Kernel {
+    /// The first tick instant of this kernel strictly after `now`.
+    pub fn next_tick_after(&self, now: crate::engine::SimTime) -> crate::engine::SimTime {
+        let (tick, phase) = (self.params.tick_ns, self.tick_phase);
+        let n = now.ns().saturating_sub(phase) / tick + 1;
+        crate::engine::SimTime(n * tick + phase)
+    }
+}
+
 /// A kernel instance.
 #[derive(Debug)]
 pub struct Kernel {
@@ -142,12 +151,15 @@ pub struct Kernel {
     pub cpus: Vec<KCpu>,
     /// Scheduler and timer parameters.
     pub params: KernelParams,
+    /// Offset of this kernel's tick grid (ns in `0..tick`): a guest's jiffies are not in
+    /// phase with the host's.
+    pub tick_phase: u64,
 }
 
 impl Kernel {
     /// A kernel with `n` idle CPUs.
     pub fn new(kind: KernelKind, n: u32, params: KernelParams) -> Self {
-        Kernel { kind, cpus: (0..n).map(|_| KCpu::new()).collect(), params }
+        Kernel { kind, cpus: (0..n).map(|_| KCpu::new()).collect(), params, tick_phase: 0 }
     }
 }
 

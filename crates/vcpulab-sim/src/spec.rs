@@ -155,7 +155,12 @@ impl Spec {
             let v = &file.workloads[name.as_str()];
             let w = parse_workload(name, v).map_err(|(f, m)| {
                 let path = if f.is_empty() { format!("workloads.{name}") } else { format!("workloads.{name}.{f}") };
-                SpecError::new(blame(path.clone()), path, m)
+                // A bad parameter value is blamed on whoever set the parameter.
+                let origin = match m.rsplit_once("(value of params.") {
+                    Some((_, p)) => format!("workloads.{name}.params.{}", p.trim_end_matches(')')),
+                    None => path.clone(),
+                };
+                SpecError::new(blame(origin), path, m)
             })?;
             for &vcpus in &file.experiment.vcpus.0 {
                 let threads = w.threads.or(file.experiment.threads).unwrap_or(vcpus);

@@ -311,7 +311,7 @@ impl World {
         let mut parts = Vec::new();
         for th in &self.threads {
             if let Some(what) = th.blocked_on_desc(&self.insts) {
-                parts.push(format!("{} thread {} waits on {what}", self.insts[th.inst as usize].name, th.idx));
+                parts.push(format!("{} thread {} {what}", self.insts[th.inst as usize].name, th.idx));
             }
             if parts.len() >= 4 {
                 parts.push("...".into());

@@ -210,10 +210,10 @@ impl World {
 
     /// Timer interrupt handling: tick work, expired hrtimers, reprogramming.
     fn timer_fire(&mut self, k: KernelId, cpu: u32) {
-        let tick_ns = self.kernels[k as usize].params.tick_ns;
+        let next = self.kernels[k as usize].next_tick_after(self.now);
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
         if kc.tick_on && kc.next_tick <= self.now {
-            kc.next_tick = SimTime((self.now.ns() / tick_ns + 1) * tick_ns);
+            kc.next_tick = next;
             let attr = self.ctx_attr(k, cpu, Cause::Interrupt);
             self.push_work(k, cpu, attr, self.costs.tick_handler);
             self.tick_sched(k, cpu);

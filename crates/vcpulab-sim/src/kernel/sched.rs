@@ -11,7 +11,6 @@
 //! - A thread inside a kernel spinlock section is not preemptible (preempt_count > 0).
 
 use crate::account::{Attr, Cause, Layer};
-use crate::engine::SimTime;
 
 use super::{irq, IdleState, KernelId, TaskId, TaskKind, TaskState, ThreadId, Work, HOST};
 use crate::world::World;
@@ -135,12 +134,12 @@ impl World {
 
     /// Leaves the idle loop because a task was picked: restart the tick (NO_HZ_IDLE exit).
     fn exit_idle(&mut self, k: KernelId, cpu: u32) {
-        let tick = self.kernels[k as usize].params.tick_ns;
+        let next = self.kernels[k as usize].next_tick_after(self.now);
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
         kc.idle = IdleState::Awake;
         if !kc.tick_on {
             kc.tick_on = true;
-            kc.next_tick = SimTime((self.now.ns() / tick + 1) * tick);
+            kc.next_tick = next;
             self.update_timer(k, cpu);
         }
     }

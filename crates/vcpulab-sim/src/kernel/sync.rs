@@ -214,7 +214,7 @@ impl World {
         let th = &mut self.threads[t as usize];
         th.kdepth += 1;
         th.ticket = ticket;
-        th.spin_window = 0;
+        th.spin_window = super::thread::SPIN_WINDOW_UNSET;
         th.act = Act::Spin(SpinOn::KLock(l));
         Flow::Stop
     }

@@ -104,15 +104,18 @@ impl Thread {
     pub(crate) fn blocked_on_desc(&self, insts: &[Instance]) -> Option<String> {
         let name = |o: ObjId| insts[self.inst as usize].wl.objects[o as usize].name.clone();
         match self.act {
-            Act::Blocked(BlockOn::Mutex(o)) => Some(format!("mutex '{}'", name(o))),
-            Act::Blocked(BlockOn::Barrier(o)) => Some(format!("barrier '{}'", name(o))),
-            Act::Blocked(BlockOn::Cond(o)) => Some(format!("condvar '{}'", name(o))),
-            Act::Blocked(BlockOn::Sleep) => Some("a timer".into()),
+            Act::Blocked(BlockOn::Mutex(o)) => Some(format!("blocked on mutex '{}'", name(o))),
+            Act::Blocked(BlockOn::Barrier(o)) => Some(format!("blocked on barrier '{}'", name(o))),
+            Act::Blocked(BlockOn::Cond(o)) => Some(format!("blocked on condvar '{}'", name(o))),
+            Act::Blocked(BlockOn::Sleep) => Some("sleeping".into()),
             Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(o) | SpinOn::Barrier(o)) => Some(format!("spinning on '{}'", name(o))),
             _ => None,
         }
     }
 }
+
+/// `spin_window` of a thread that just started spinning: its first PLE window is not armed yet.
+pub(crate) const SPIN_WINDOW_UNSET: u64 = u64::MAX;
 
 /// Whether the interpreter continues with the next operation.
 pub(crate) enum Flow {
@@ -149,8 +152,12 @@ impl World {
                 match ple {
                     None => Step::Leaf(Leaf { attr, rem: Rem::Inf, thread: Some(t) }),
                     Some(window) => {
-                        if self.threads[t as usize].spin_window == 0 {
-                            self.threads[t as usize].spin_window = window;
+                        let th = &mut self.threads[t as usize];
+                        if th.spin_window == SPIN_WINDOW_UNSET {
+                            th.spin_window = window;
+                        } else if th.spin_window == 0 {
+                            // A whole window of PAUSE-spinning at CPL 0: pause-loop exit.
+                            th.spin_window = window;
                             let v = self.vcpu_of(k, cpu);
                             self.ple_exit(v);
                             return Step::Again;

@@ -141,7 +141,13 @@ fn prefix(path: &[Seg]) -> String {
 pub fn blame(sets: &[Override], source: &str, path: &str) -> String {
     sets.iter()
         .rev()
-        .find(|o| path == o.dotted || path.starts_with(&format!("{}.", o.dotted)) || path.starts_with(&format!("{}[", o.dotted)))
+        .find(|o| {
+            path == o.dotted
+                || path.starts_with(&format!("{}.", o.dotted))
+                || path.starts_with(&format!("{}[", o.dotted))
+                // the override created or replaced a parent of the field at fault
+                || (!path.is_empty() && o.dotted.starts_with(&format!("{path}.")))
+        })
         .map(|o| format!("--set {}", o.raw))
         .unwrap_or_else(|| source.to_string())
 }

@@ -26,6 +26,11 @@ fn overrides_reach_builtin_workloads_and_blame_the_flag() {
     assert!(e.message.contains("unknown field"), "{e}");
     let e = parse(MIN, &["experiment.vcpus=[0]"]).unwrap_err();
     assert_eq!(e.field, "experiment.vcpus[0]");
+    let e = parse(MIN, &["workloads.lock.params.iterations=-5"]).unwrap_err();
+    assert_eq!(e.source, "--set workloads.lock.params.iterations=-5");
+    assert!(e.message.contains("params.iterations"), "{e}");
+    let e = parse(MIN, &["vm.apicv.x=1"]).unwrap_err();
+    assert_eq!(e.source, "--set vm.apicv.x=1");
     let e = parse(MIN, &["novalue"]).unwrap_err();
     assert!(e.to_string().contains("PATH=VALUE"));
 }

@@ -42,7 +42,18 @@ impl Dist {
             Dist::Fixed(v) => return v,
             Dist::Exp { mean } => rng.exp(mean),
             Dist::Uniform { lo, hi } => return lo + rng.below(hi - lo + 1),
-            Dist::Normal { mean, sd } => mean + sd * rng.std_normal(),
+            Dist::Normal { mean, sd } => {
+                // Truncated at zero: redraw negative values (bounded; a mean far below zero
+                // yields 0).
+                let mut v = -1.0;
+                for _ in 0..64 {
+                    v = mean + sd * rng.std_normal();
+                    if v >= 0.0 {
+                        break;
+                    }
+                }
+                v
+            }
             Dist::LogNormal { mean, sd } => {
                 let s2 = libm::log(1.0 + (sd * sd) / (mean * mean));
                 let mu = libm::log(mean) - s2 / 2.0;
@@ -75,7 +86,7 @@ impl Dist {
 /// (`"250ns"`, `"50us"`, `"1.5ms"`, `"2s"`). Negative values are rejected.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let split = t.find(|c: char| c.is_alphabetic()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let scale = match unit.trim() {
         "" | "ns" => 1.0,
@@ -103,6 +114,7 @@ mod tests {
     fn parses_units() {
         assert_eq!(parse_duration("250ns"), Ok(250));
         assert_eq!(parse_duration("50us"), Ok(50_000));
+        assert_eq!(parse_duration("50µs"), Ok(50_000));
         assert_eq!(parse_duration("1.5ms"), Ok(1_500_000));
         assert_eq!(parse_duration("2s"), Ok(2_000_000_000));
         assert_eq!(parse_duration("12"), Ok(12));

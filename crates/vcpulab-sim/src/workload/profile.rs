@@ -88,6 +88,20 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     })
 }
 
+/// The `params.NAME` a `"$NAME"` reference points to, if `v` is one.
+fn param_ref(v: &Value) -> Option<&str> {
+    v.as_str().and_then(|s| s.strip_prefix('$'))
+}
+
+/// Appends "(value of params.NAME)" to errors about a value that came from a parameter, so
+/// the message (and the spec layer's blame) names the parameter, not only its use.
+fn via_param<T>(v: &Value, r: Result<T, ParseError>) -> Result<T, ParseError> {
+    match (param_ref(v), r) {
+        (Some(name), Err((path, msg))) if !msg.contains("unknown parameter") => Err((path, format!("{msg} (value of params.{name})"))),
+        (_, r) => r,
+    }
+}
+
 /// Follows a `"$name"` reference into `params` (one level).
 fn resolve<'a>(params: &'a toml::Table, v: &'a Value, path: &str) -> Result<Value, ParseError> {
     if let Value::String(s) = v {
@@ -116,6 +130,10 @@ fn positive_u32(v: &Value, path: &str) -> Result<u32, ParseError> {
 }
 
 fn count(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> {
+    via_param(v, count_resolved(params, v, path))
+}
+
+fn count_resolved(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> {
     match resolve(params, v, path)? {
         Value::Integer(i) if i >= 0 => Ok(i as u64),
         Value::Integer(i) => err(path, format!("expected a non-negative integer (got {i})")),
@@ -124,6 +142,10 @@ fn count(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError>
 }
 
 fn duration(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> {
+    via_param(v, duration_resolved(params, v, path))
+}
+
+fn duration_resolved(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> {
     match resolve(params, v, path)? {
         Value::Integer(i) if i >= 0 => Ok(i as u64),
         Value::Integer(i) => err(path, format!("expected a non-negative duration like '50us' or an integer number of ns (got {i})")),

@@ -18,6 +18,7 @@ use super::{Core, Leaf, Limits, Rem, World};
 const STREAM_THREAD: u64 = 1;
 const STREAM_OBJECT: u64 = 2;
 const STREAM_TASK: u64 = 3;
+const STREAM_KERNEL: u64 = 4;
 
 impl World {
     /// Builds the world of one run: the host kernel on `cfg.cores` cores, and either native
@@ -29,7 +30,8 @@ impl World {
             q: EventQueue::new(),
             costs: cfg.machine.costs.clone(),
             cores: Vec::new(),
-            kernels: vec![Kernel::new(KernelKind::Host, n, cfg.host.params(n))],
+            // The host's CFS tunables scale with the machine's online CPUs, not the cores used.
+            kernels: vec![Kernel::new(KernelKind::Host, n, cfg.host.params(cfg.machine.total_pcpus()))],
             tasks: Vec::new(),
             threads: Vec::new(),
             vcpus: Vec::new(),
@@ -55,7 +57,9 @@ impl World {
             Layout::Vms { vms } => {
                 for vm in 0..vms {
                     let k = w.kernels.len() as KernelId;
-                    w.kernels.push(Kernel::new(KernelKind::Guest { vm }, n, cfg.guest.params(n)));
+                    let mut guest = Kernel::new(KernelKind::Guest { vm }, n, cfg.guest.params(n));
+                    guest.tick_phase = Stream::new(stream_seed(cfg.seed, &[STREAM_KERNEL, u64::from(vm)])).below(guest.params.tick_ns);
+                    w.kernels.push(guest);
                     let mut ids = Vec::new();
                     for i in 0..n {
                         let owner = w.owners.len() as u32;

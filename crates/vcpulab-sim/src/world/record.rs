@@ -158,6 +158,8 @@ pub struct RunRecord {
     pub layout: String,
     /// Cores simulated.
     pub cores: u32,
+    /// Sockets those cores span (TPDS layout: fewest sockets, spread evenly).
+    pub sockets_used: u32,
     /// Virtual end time (ns): when the last instance finished.
     pub duration_ns: u64,
     /// Events processed.
@@ -309,6 +311,7 @@ impl RunRecord {
         RunRecord {
             layout: cfg.layout.describe(),
             cores: cfg.cores,
+            sockets_used: cfg.machine.select(cfg.cores).map_or(0, |t| t.sockets_used),
             duration_ns: end.ns(),
             events: w.events,
             attributed_ns: l.grand_total(),

@@ -34,14 +34,21 @@ fn one_thread_one_core_timeline() {
     assert!((uc.delta_eta_r.unwrap() - expect).abs() < 1e-12);
 }
 
-/// Two threads on one core, 10 ms of work each: CFS shares the core; with a 6 ms period and
-/// 0.75 ms minimum slice (one CPU: scaling factor 1), slices of 3 ms are checked at 4 ms ticks,
-/// so the threads alternate every tick and finish within one tick of each other.
+/// Two threads on one core, 10 ms of work each. With the host's default tunables (80 CPUs:
+/// 24 ms period) each gets a 12 ms slice, so they run one after the other; with a 6 ms period
+/// and 0.75 ms minimum slice, 3 ms slices are checked at the 4 ms ticks and they alternate.
 #[test]
 fn two_threads_share_one_core_fairly() {
-    let r = run_inline("scenarios = [\"native\"]\nvcpus = [1]\nthreads = 2\n", "program = [ { compute = \"10ms\" } ]\n", &[]);
+    let exp = "scenarios = [\"native\"]\nvcpus = [1]\nthreads = 2\n";
+    let prog = "program = [ { compute = \"10ms\" } ]\n";
+    let r = run_inline(exp, prog, &[]);
     let run = &r[0].run;
-    let t = run.duration_ns;
-    assert!((20_000_000..20_100_000).contains(&t), "{t}");
+    assert!((20_000_000..20_100_000).contains(&run.duration_ns), "{}", run.duration_ns);
+    assert_eq!(run.instances[0].nivcsw, 0);
+    let r = run_inline(exp, prog, &["host.sched_latency=\"6ms\"", "host.min_granularity=\"750us\""]);
+    let run = &r[0].run;
+    assert!((20_000_000..20_100_000).contains(&run.duration_ns), "{}", run.duration_ns);
     assert!(run.instances[0].nivcsw >= 4, "{:?}", run.instances[0]);
+    let finish: Vec<u64> = run.instances[0].thread_stats.iter().map(|t| t.compute_ns).collect();
+    assert_eq!(finish, vec![10_000_000, 10_000_000]);
 }
