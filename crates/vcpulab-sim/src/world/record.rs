@@ -51,27 +51,18 @@ pub struct InstanceRecord {
     pub host_ns: u64,
     /// Threads.
     pub threads: u32,
-    /// Time threads spent computing (ns).
-    pub compute_ns: u64,
-    /// Time threads spent spinning (ns).
-    pub spin_ns: u64,
-    /// Blocking operations.
-    pub blocks: u64,
-    /// Voluntary context switches of its threads.
-    pub nvcsw: u64,
-    /// Involuntary context switches of its threads.
-    pub nivcsw: u64,
-    /// Thread wake-up latency.
+    /// Counters summed over its threads.
+    #[serde(flatten)]
+    pub counters: ThreadCounters,
+    /// Thread wake-up latency (all threads).
     pub wake_latency: LatencySummary,
     /// Per thread.
     pub thread_stats: Vec<ThreadRecord>,
 }
 
-/// One thread.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct ThreadRecord {
-    /// Index within the instance.
-    pub idx: u32,
+/// Counters of one thread, or summed over the threads of an instance.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ThreadCounters {
     /// Time computing (ns).
     pub compute_ns: u64,
     /// Time spinning (ns).
@@ -82,6 +73,26 @@ pub struct ThreadRecord {
     pub nvcsw: u64,
     /// Involuntary context switches.
     pub nivcsw: u64,
+}
+
+impl std::ops::AddAssign<&ThreadCounters> for ThreadCounters {
+    fn add_assign(&mut self, o: &ThreadCounters) {
+        self.compute_ns += o.compute_ns;
+        self.spin_ns += o.spin_ns;
+        self.blocks += o.blocks;
+        self.nvcsw += o.nvcsw;
+        self.nivcsw += o.nivcsw;
+    }
+}
+
+/// One thread.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ThreadRecord {
+    /// Index within the instance.
+    pub idx: u32,
+    /// Its counters.
+    #[serde(flatten)]
+    pub counters: ThreadCounters,
     /// Wake-up latency.
     pub wake_latency: LatencySummary,
 }
@@ -206,26 +217,21 @@ impl RunRecord {
             };
             let sum = |layer: Layer| owners.iter().map(|&o| busy(o, layer)).sum::<u64>();
             let mut wake = Log2Histogram::default();
-            let (mut compute, mut spin, mut blocks, mut nv, mut niv) = (0, 0, 0, 0, 0);
+            let mut totals = ThreadCounters::default();
             let mut thread_stats = Vec::new();
             for &t in &inst.threads {
                 let th = &w.threads[t as usize];
                 let task = &w.tasks[th.task as usize];
-                thread_stats.push(ThreadRecord {
-                    idx: th.idx,
+                let counters = ThreadCounters {
                     compute_ns: th.stats.compute_ns,
                     spin_ns: th.stats.spin_ns,
                     blocks: th.stats.blocks,
                     nvcsw: task.nvcsw,
                     nivcsw: task.nivcsw,
-                    wake_latency: (&th.stats.wake_latency).into(),
-                });
+                };
+                totals += &counters;
                 wake.merge(&th.stats.wake_latency);
-                compute += th.stats.compute_ns;
-                spin += th.stats.spin_ns;
-                blocks += th.stats.blocks;
-                nv += w.tasks[th.task as usize].nvcsw;
-                niv += w.tasks[th.task as usize].nivcsw;
+                thread_stats.push(ThreadRecord { idx: th.idx, counters, wake_latency: (&th.stats.wake_latency).into() });
             }
             let (u, k, h) = (sum(Layer::User), sum(Layer::Kernel), sum(Layer::Host));
             instances.push(InstanceRecord {
@@ -237,11 +243,7 @@ impl RunRecord {
                 kernel_ns: k,
                 host_ns: h,
                 threads: inst.threads.len() as u32,
-                compute_ns: compute,
-                spin_ns: spin,
-                blocks,
-                nvcsw: nv,
-                nivcsw: niv,
+                counters: totals,
                 wake_latency: (&wake).into(),
                 thread_stats,
             });

@@ -44,11 +44,11 @@ fn two_threads_share_one_core_fairly() {
     let r = run_inline(exp, prog, &[]);
     let run = &r[0].run;
     assert!((20_000_000..20_100_000).contains(&run.duration_ns), "{}", run.duration_ns);
-    assert_eq!(run.instances[0].nivcsw, 0);
+    assert_eq!(run.instances[0].counters.nivcsw, 0);
     let r = run_inline(exp, prog, &["host.sched_latency=\"6ms\"", "host.min_granularity=\"750us\""]);
     let run = &r[0].run;
     assert!((20_000_000..20_100_000).contains(&run.duration_ns), "{}", run.duration_ns);
-    assert!(run.instances[0].nivcsw >= 4, "{:?}", run.instances[0]);
-    let finish: Vec<u64> = run.instances[0].thread_stats.iter().map(|t| t.compute_ns).collect();
+    assert!(run.instances[0].counters.nivcsw >= 4, "{:?}", run.instances[0]);
+    let finish: Vec<u64> = run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns).collect();
     assert_eq!(finish, vec![10_000_000, 10_000_000]);
 }
