@@ -262,7 +262,7 @@ impl Plan {
         let host_ns = if virt { rec.instances.iter().map(|i| i.host_ns).sum() } else { 0 };
         let mut breakdown: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
         for row in &rec.ledger {
-            if row.owner != "host" && row.cause != "idle" && row.cause != "cstate_exit" {
+            if row.owner != "host" && row.busy {
                 *breakdown.entry(row.layer.to_string()).or_default().entry(row.cause.clone()).or_insert(0) += row.ns;
             }
         }

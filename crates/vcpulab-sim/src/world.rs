@@ -154,7 +154,11 @@ impl World {
         self.drain()?;
         while self.live > 0 {
             let Some((t, ev)) = self.q.pop() else {
-                return Err(RunError::Deadlock(self.describe_blocked()));
+                return Err(RunError::Deadlock(format!(
+                    "at {} every unfinished thread is blocked and no event is pending ({})",
+                    self.now,
+                    self.describe_threads()
+                )));
             };
             if t > self.limits.max_time {
                 return Err(RunError::Limit(format!(
@@ -293,7 +297,7 @@ impl World {
         }
     }
 
-    /// What the unfinished threads are doing, grouped (for limit errors).
+    /// What the unfinished threads are doing, grouped (for limit and deadlock errors).
     fn describe_threads(&self) -> String {
         let mut groups: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
         for th in &self.threads {
@@ -305,19 +309,5 @@ impl World {
             *groups.entry(what).or_insert(0) += 1;
         }
         groups.iter().map(|(w, n)| format!("{n} thread(s) {w}")).collect::<Vec<_>>().join(", ")
-    }
-
-    fn describe_blocked(&self) -> String {
-        let mut parts = Vec::new();
-        for th in &self.threads {
-            if let Some(what) = th.blocked_on_desc(&self.insts) {
-                parts.push(format!("{} thread {} {what}", self.insts[th.inst as usize].name, th.idx));
-            }
-            if parts.len() >= 4 {
-                parts.push("...".into());
-                break;
-            }
-        }
-        format!("at {} every unfinished thread is blocked and no event is pending ({})", self.now, parts.join("; "))
     }
 }

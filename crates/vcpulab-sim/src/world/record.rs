@@ -158,6 +158,8 @@ pub struct LedgerRow {
     pub layer: &'static str,
     /// Cause.
     pub cause: String,
+    /// Whether the cause is work (counts in C); false for idle and C-state exits.
+    pub busy: bool,
     /// Nanoseconds.
     pub ns: u64,
 }
@@ -308,7 +310,13 @@ impl RunRecord {
         };
         let ledger = l
             .entries()
-            .map(|(o, layer, cause, ns)| LedgerRow { owner: owner_name(o), layer: layer.name(), cause: cause.name(), ns })
+            .map(|(o, layer, cause, ns)| LedgerRow {
+                owner: owner_name(o),
+                layer: layer.name(),
+                cause: cause.name(),
+                busy: cause.is_busy(),
+                ns,
+            })
             .collect();
         RunRecord {
             layout: cfg.layout.describe(),
