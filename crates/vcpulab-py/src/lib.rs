@@ -46,9 +46,15 @@ impl Plan {
                 d.set_item("vcpus", c.vcpus)?;
                 d.set_item("threads", c.threads)?;
                 d.set_item("seed", c.seed)?;
+                d.set_item("variant", &c.variant)?;
                 Ok(d)
             })
             .collect()
+    }
+
+    /// Published values, report settings and variant labels, as JSON text.
+    fn info(&self) -> PyResult<String> {
+        serde_json::to_string(&self.inner.info()).map_err(|e| VcpulabError::new_err(e.to_string()))
     }
 
     /// Runs cell `i` (releasing the GIL) and returns its result as JSON text.

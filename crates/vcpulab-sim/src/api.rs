@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::account::metrics::{overhead, weighted_speedup};
-use crate::scenario::{simulate_run, simulate_run_checked, Layout, RunConfig};
+use crate::scenario::{simulate_run, simulate_run_checked, Corunner, Layout, RunConfig};
 use crate::spec::{Scenario, Spec, SpecError};
 use crate::workload::builtin::BUILTINS;
 use crate::workload::profile::parse_workload;
@@ -29,6 +29,9 @@ pub struct Cell {
     pub threads: u32,
     /// Seed.
     pub seed: u64,
+    /// The policy variant (`vm.tlb=pv`, `;`-separated for several keys; empty without
+    /// `experiment.vary`).
+    pub variant: String,
 }
 
 /// A failed cell: which simulation failed and why.
@@ -60,6 +63,8 @@ pub struct ScenarioResult {
     pub threads: u32,
     /// Seed.
     pub seed: u64,
+    /// The policy variant ("" without `experiment.vary`).
+    pub variant: String,
     /// Baseline run time (s): one native instance, or the mean of k native instances for OC2.
     pub t_native_s: f64,
     /// Mean run time of the VM instances (s); None for native.
@@ -94,6 +99,8 @@ pub struct ScenarioResult {
     pub instances: Vec<InstanceTime>,
     /// Busy time of the workload's owners by layer and cause (ns).
     pub breakdown: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Mechanism metrics of the measured instance and its VM (see `docs/spec.md`, "Metrics").
+    pub metrics: BTreeMap<String, f64>,
     /// The scenario run in full (ledger, counters).
     pub run: RunRecord,
 }
@@ -134,6 +141,7 @@ pub fn builtin_workloads() -> Vec<WorkloadInfo> {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct RunKey {
+    variant: usize,
     workload: usize,
     vcpus: u32,
     threads: u32,
@@ -141,30 +149,96 @@ struct RunKey {
     layout: Layout,
 }
 
+/// Presentation information of a plan.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanInfo {
+    /// `[[published]]` values.
+    pub published: Vec<crate::spec::PublishedSpec>,
+    /// `[report]` settings.
+    pub report: crate::spec::ReportSpec,
+    /// Variant labels in order ("" when nothing varies).
+    pub variants: Vec<String>,
+}
+
 /// A validated experiment and the runs done so far.
 #[derive(Debug)]
 pub struct Plan {
     spec: Spec,
+    /// (label, spec) per policy variant; one unlabeled entry without `experiment.vary`.
+    variants: Vec<(String, Spec)>,
     cells: Vec<Cell>,
     runs: BTreeMap<RunKey, Arc<(RunRecord, f64)>>,
+}
+
+/// Every combination of `vary`'s values as (label, `--set` overrides).
+fn variant_sets(vary: &indexmap::IndexMap<String, Vec<toml::Value>>) -> Vec<(String, Vec<String>)> {
+    let mut out = vec![(String::new(), Vec::new())];
+    for (key, values) in vary {
+        let mut next = Vec::new();
+        for (label, sets) in &out {
+            for v in values {
+                let shown = match v {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let l = if label.is_empty() { format!("{key}={shown}") } else { format!("{label};{key}={shown}") };
+                let mut s2 = sets.clone();
+                s2.push(format!("{key}={v}"));
+                next.push((l, s2));
+            }
+        }
+        out = next;
+    }
+    out
 }
 
 impl Plan {
     /// Validates a spec (see [`Spec::parse`]) and lists its cells.
     pub fn new(text: &str, source: &str, overrides: &[String]) -> Result<Plan, SpecError> {
         let spec = Spec::parse(text, source, overrides)?;
+        let mut variants = Vec::new();
+        for (label, sets) in variant_sets(&spec.experiment.vary) {
+            if sets.is_empty() {
+                variants.push((label, spec.clone()));
+                continue;
+            }
+            let mut all = overrides.to_vec();
+            all.extend(sets);
+            let v = Spec::parse(text, source, &all).map_err(|mut e| {
+                if e.source == "--set" {
+                    e.source = format!("{source} (experiment.vary, variant {label})");
+                }
+                e
+            })?;
+            variants.push((label, v));
+        }
         let mut cells = Vec::new();
         for w in &spec.workloads {
             for &vcpus in &spec.experiment.vcpus.0 {
                 let threads = w.threads.or(spec.experiment.threads).unwrap_or(vcpus);
                 for &seed in &spec.experiment.seeds.0 {
                     for &scenario in &spec.experiment.scenarios.0 {
-                        cells.push(Cell { workload: w.name.clone(), scenario, vcpus, threads, seed });
+                        for (label, _) in &variants {
+                            cells.push(Cell { workload: w.name.clone(), scenario, vcpus, threads, seed, variant: label.clone() });
+                        }
                     }
                 }
             }
         }
-        Ok(Plan { spec, cells, runs: BTreeMap::new() })
+        Ok(Plan { spec, variants, cells, runs: BTreeMap::new() })
+    }
+
+    /// What the CLI needs besides the cells: published values, report settings, variants.
+    pub fn info(&self) -> PlanInfo {
+        PlanInfo {
+            published: self.spec.published.clone(),
+            report: self.spec.report.clone(),
+            variants: self.variants.iter().map(|(l, _)| l.clone()).collect(),
+        }
+    }
+
+    fn variant_index(&self, cell: &Cell) -> usize {
+        self.variants.iter().position(|(l, _)| *l == cell.variant).expect("cell variant exists")
     }
 
     /// The cells in order.
@@ -179,24 +253,34 @@ impl Plan {
 
     /// The configuration of one simulation of `cell`'s workload with `layout`.
     pub fn run_config(&self, cell: &Cell, layout: Layout) -> RunConfig {
-        let w = self.spec.workloads.iter().find(|w| w.name == cell.workload).expect("cell workload exists");
+        let spec = &self.variants[self.variant_index(cell)].1;
+        let w = spec.workloads.iter().find(|w| w.name == cell.workload).expect("cell workload exists");
         RunConfig {
             workload: Arc::new(w.clone()),
             threads: cell.threads,
             cores: cell.vcpus,
             seed: cell.seed,
             layout,
-            machine: self.spec.machine.clone(),
-            host: self.spec.host.clone(),
-            guest: self.spec.guest.clone(),
-            vm: self.spec.vm.clone(),
-            limits: self.spec.limits.clone(),
+            machine: spec.machine.clone(),
+            host: spec.host.clone(),
+            guest: spec.guest.clone(),
+            vm: spec.vm.clone(),
+            limits: spec.limits.clone(),
+            vm_overrides: spec.vm_overrides.clone(),
+            corunner: spec.corunner.as_ref().map(|c| Corunner {
+                workload: Arc::new(c.clone()),
+                threads: c.threads.or(spec.experiment.corunner_threads).unwrap_or(cell.vcpus),
+            }),
+            record: spec.record.clone(),
         }
     }
 
     fn run(&mut self, cell: &Cell, layout: Layout, check: &mut dyn FnMut() -> bool) -> Result<Arc<(RunRecord, f64)>, CellError> {
         let wi = self.spec.workloads.iter().position(|w| w.name == cell.workload).expect("cell workload exists");
-        let key = RunKey { workload: wi, vcpus: cell.vcpus, threads: cell.threads, seed: cell.seed, layout };
+        // Native runs do not depend on VM settings: variants that only change [vm] share them.
+        let vi = self.variant_index(cell);
+        let variant = if matches!(layout, Layout::Native { .. }) && self.native_equivalent(vi) { 0 } else { vi };
+        let key = RunKey { variant, workload: wi, vcpus: cell.vcpus, threads: cell.threads, seed: cell.seed, layout };
         if let Some(r) = self.runs.get(&key) {
             return Ok(Arc::clone(r));
         }
@@ -216,6 +300,12 @@ impl Plan {
         let r = Arc::new((rec, start.elapsed().as_secs_f64()));
         self.runs.insert(key, Arc::clone(&r));
         Ok(r)
+    }
+
+    /// Whether variant `vi` runs natively exactly like variant 0 (it only changes VM settings).
+    fn native_equivalent(&self, vi: usize) -> bool {
+        let (a, b) = (&self.variants[0].1, &self.variants[vi].1);
+        a.machine == b.machine && a.host == b.host && a.limits == b.limits && a.workloads == b.workloads && a.record == b.record
     }
 
     /// Runs cell `i` (and its baselines, once per plan) and pairs the results.
@@ -272,6 +362,7 @@ impl Plan {
             vcpus: cell.vcpus,
             threads: cell.threads,
             seed: cell.seed,
+            variant: cell.variant.clone(),
             t_native_s: t_native,
             t_virt_s: virt.then_some(t_virt),
             delta_eta_r: o.map(|o| o.delta_eta_r),
@@ -289,9 +380,45 @@ impl Plan {
             wall_s: wall,
             instances: rec.instances.iter().map(|i| InstanceTime { name: i.name.clone(), finish_s: i.finish_ns as f64 * 1e-9 }).collect(),
             breakdown,
+            metrics: mechanism_metrics(rec),
             run: rec.clone(),
         })
     }
+}
+
+/// Mechanism metrics of a run's measured instance (the first) and its VM.
+pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    if let Some(i) = rec.measured().next() {
+        let t = &i.tlb;
+        m.insert("tlb_shootdowns".into(), t.shootdowns as f64);
+        m.insert("tlb_shootdowns_per_s".into(), t.shootdowns as f64 / (i.finish_ns.max(1) as f64 * 1e-9));
+        m.insert("tlb_ipis".into(), t.ipis as f64);
+        m.insert("tlb_deferred".into(), t.deferred as f64);
+        if t.latency.count > 0 {
+            m.insert("tlb_latency_mean_us".into(), t.latency.mean_ns / 1e3);
+            m.insert("tlb_latency_max_us".into(), t.latency.max_ns as f64 / 1e3);
+            m.insert("tlb_latency_p99_bucket_us".into(), t.latency.p99_ns as f64 / 1e3);
+        }
+        m.insert("tlb_wait_ms".into(), i.counters.tlb_wait_ns as f64 / 1e6);
+        if let Some(vm) = i.vm.and_then(|v| rec.vms.get(v as usize)) {
+            let hp = &vm.halt_poll;
+            m.insert("halt_exits".into(), hp.exits as f64);
+            m.insert("halt_poll_attempted".into(), hp.attempted as f64);
+            m.insert("halt_poll_successful".into(), hp.successful as f64);
+            if let Some(r) = hp.success_rate {
+                m.insert("halt_poll_success_rate".into(), r);
+            }
+            m.insert("halt_poll_ms".into(), (hp.poll_success_ns + hp.poll_fail_ns) as f64 / 1e6);
+            m.insert("ple_exits".into(), vm.ple.exits as f64);
+            m.insert("ple_yields".into(), vm.ple.yields as f64);
+            m.insert("ipis_resched".into(), vm.ipis_by_kind.get("resched").copied().unwrap_or(0) as f64);
+            m.insert("ipis_tlb".into(), vm.ipis_by_kind.get("tlb").copied().unwrap_or(0) as f64);
+            m.insert("pv_kicks".into(), vm.pv.kicks as f64);
+            m.insert("pv_directed_yields".into(), vm.pv.directed_yield_successful as f64);
+        }
+    }
+    m
 }
 
 /// Throughput of the simulator on a fixed model workload.

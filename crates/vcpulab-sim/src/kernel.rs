@@ -16,6 +16,7 @@ pub mod cpu;
 pub mod sched;
 pub mod sync;
 pub mod thread;
+pub mod tlb;
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -39,6 +40,8 @@ pub mod irq {
     pub const TIMER: u8 = 1;
     /// A reschedule IPI.
     pub const RESCHED: u8 = 2;
+    /// A call-function IPI (TLB shootdown; the CSDs are queued in [`super::KCpu::csd`]).
+    pub const CALL_FUNC: u8 = 4;
 }
 
 /// What a kernel runs on.
@@ -60,6 +63,17 @@ pub struct Work {
     pub attr: Attr,
     /// Remaining nanoseconds.
     pub rem: u64,
+    /// What happens when it completes.
+    pub then: Option<Then>,
+}
+
+/// An action run when a piece of queued work completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Then {
+    /// A shootdown target finished its flush handler: acknowledge shootdown `sd`.
+    TlbAck(u32),
+    /// The hypervisor finished a Shoot4U hypercall for shootdown `sd`.
+    Shoot4uDone(u32),
 }
 
 /// The state of a CPU's idle loop.
@@ -105,6 +119,22 @@ pub struct KCpu {
     /// A reschedule was requested while the running thread was not preemptible; it happens
     /// when the thread leaves its kernel spinlock section (`preempt_enable`).
     pub resched_deferred: bool,
+    /// CFS next buddy (a `yield_to` target to pick if within wake-up granularity).
+    pub next_buddy: Option<TaskId>,
+    /// CFS skip buddy (the yielding task).
+    pub skip_buddy: Option<TaskId>,
+    /// Queued call-function data: shootdowns whose flush this CPU must run.
+    pub csd: VecDeque<u32>,
+    /// PV spinlock kick received (`pv_unhalted`): a halt in `pv_wait` ends.
+    pub pv_unhalted: bool,
+    /// Guest haltpoll governor: current poll limit (ns).
+    pub hp_limit: u64,
+    /// Guest haltpoll: the last poll timed out (the next idle period halts).
+    pub hp_timed_out: bool,
+    /// Guest haltpoll: poll time left in the current idle period.
+    pub hp_poll_rem: u64,
+    /// When the current halt of the idle loop began (guest haltpoll's `block_ns`).
+    pub halt_since: Option<SimTime>,
 }
 
 impl KCpu {
@@ -124,6 +154,14 @@ impl KCpu {
             pending: 0,
             ticks_since_balance: 0,
             resched_deferred: false,
+            next_buddy: None,
+            skip_buddy: None,
+            csd: VecDeque::new(),
+            pv_unhalted: false,
+            hp_limit: 0,
+            hp_timed_out: false,
+            hp_poll_rem: 0,
+            halt_since: None,
         }
     }
 

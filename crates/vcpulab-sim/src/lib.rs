@@ -35,6 +35,7 @@ pub mod api;
 pub mod engine;
 pub mod kernel;
 pub mod machine;
+pub mod policy;
 pub mod scenario;
 pub mod spec;
 pub mod virt;

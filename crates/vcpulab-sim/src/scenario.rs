@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::engine::SimTime;
 use crate::machine::MachineSpec;
-use crate::spec::{KernelSpec, LimitsSpec, Scenario, VmSpec};
+use crate::spec::{KernelSpec, LimitsSpec, RecordSpec, Scenario, VmSpec};
 use crate::workload::Workload;
 use crate::world::record::RunRecord;
 use crate::world::{RunError, World};
@@ -93,6 +93,28 @@ pub struct RunConfig {
     pub vm: VmSpec,
     /// Limits.
     pub limits: LimitsSpec,
+    /// Per-VM overrides of `vm` (`[vms.N]`).
+    pub vm_overrides: std::collections::BTreeMap<u32, VmSpec>,
+    /// The workload of VMs 1.. in multi-VM runs, if they run another workload (a co-runner).
+    pub corunner: Option<Corunner>,
+    /// What to record beyond the defaults.
+    pub record: RecordSpec,
+}
+
+/// A co-running workload (runs in VMs 1..k until the measured VM 0 finishes).
+#[derive(Clone, Debug)]
+pub struct Corunner {
+    /// Its workload.
+    pub workload: Arc<Workload>,
+    /// Its threads per instance.
+    pub threads: u32,
+}
+
+impl RunConfig {
+    /// The settings of VM `vm`.
+    pub fn vm_spec(&self, vm: u32) -> &VmSpec {
+        self.vm_overrides.get(&vm).unwrap_or(&self.vm)
+    }
 }
 
 /// Runs one simulation to completion.

@@ -19,7 +19,7 @@ use serde::Deserialize;
 pub use error::SpecError;
 pub use kernel::{IdlePolicy, KernelSpec};
 pub use types::{Dur, OneOrMany, Scenario};
-pub use vm::{PleSpec, VmSpec};
+pub use vm::{HaltPollSpec, PleSpec, PvSpec, TlbPolicy, VmSpec};
 
 use crate::machine::MachineSpec;
 use crate::workload::builtin::{builtin_names, builtin_text};
@@ -47,6 +47,17 @@ pub struct ExperimentSpec {
     /// Number of identical VMs in OC/OC2 (digest §1.2: 2).
     #[serde(default = "default_oc_vms")]
     pub oc_vms: u32,
+    /// A different workload for the other VMs of OC/OC2 (and the other native instances of
+    /// OC2's baseline): it runs until the measured instance finishes (S4U's sysbench VM).
+    #[serde(default)]
+    pub corunner: Option<String>,
+    /// Threads of each co-runner instance (default: the vCPU count).
+    #[serde(default)]
+    pub corunner_threads: Option<u32>,
+    /// Policy variants: `{ "vm.tlb" = ["ipi", "pv", "shoot4u"] }` runs every cell once per
+    /// value (the cross product for several keys), each value applied like `--set`.
+    #[serde(default)]
+    pub vary: IndexMap<String, Vec<toml::Value>>,
 }
 
 fn default_scenarios() -> OneOrMany<Scenario> {
@@ -78,6 +89,41 @@ impl Default for LimitsSpec {
     }
 }
 
+/// The `[record]` table: what a run keeps beyond its summary.
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordSpec {
+    /// Keep every TLB-shootdown latency (for CDFs), not only the histogram.
+    pub tlb_samples: bool,
+}
+
+/// The `[report]` table: what the CLI shows beyond the standard columns.
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportSpec {
+    /// Extra columns from each result's `metrics` (e.g. `halt_poll_success_rate`).
+    pub columns: Vec<String>,
+    /// Print and save the empirical CDF of this sampled latency (`tlb_latency`; needs
+    /// `[record] tlb_samples = true`).
+    pub cdf: Option<String>,
+}
+
+/// A published value to print next to the simulated one (`[[published]]`).
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedSpec {
+    /// Metric name in the results (`vcpulab run --json` keys, e.g. `tlb_latency_mean_us`).
+    pub metric: String,
+    /// The published value.
+    pub value: f64,
+    /// Where it comes from.
+    pub source: String,
+    /// Which cells it applies to: cell keys (`scenario`, `workload`, `vcpus`) and variant keys
+    /// (`vm.tlb`) with the value they must have.
+    #[serde(default, rename = "where")]
+    pub when: IndexMap<String, toml::Value>,
+}
+
 /// A whole spec file as deserialised.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,6 +139,12 @@ struct SpecFile {
     vm: VmSpec,
     #[serde(default)]
     limits: LimitsSpec,
+    #[serde(default)]
+    record: RecordSpec,
+    #[serde(default)]
+    published: Vec<PublishedSpec>,
+    #[serde(default)]
+    report: ReportSpec,
     #[serde(default)]
     workloads: IndexMap<String, toml::Value>,
 }
@@ -110,10 +162,20 @@ pub struct Spec {
     pub guest: KernelSpec,
     /// VM settings (every VM).
     pub vm: VmSpec,
+    /// Per-VM overrides (`[vms.N]`: VM N's settings, the `[vm]` table with these fields replaced).
+    pub vm_overrides: std::collections::BTreeMap<u32, VmSpec>,
     /// Run limits.
     pub limits: LimitsSpec,
+    /// What runs record.
+    pub record: RecordSpec,
+    /// Published values to compare with.
+    pub published: Vec<PublishedSpec>,
+    /// Report settings.
+    pub report: ReportSpec,
     /// Workloads named by the experiment, validated, in experiment order.
     pub workloads: Vec<Workload>,
+    /// The co-runner workload, validated.
+    pub corunner: Option<Workload>,
     /// The fully materialised spec as TOML (after overrides), for provenance.
     pub materialized: String,
 }
@@ -132,6 +194,7 @@ impl Spec {
         overrides::apply_all(&mut doc, &sets)?;
         let materialized = toml::to_string(&doc).unwrap_or_default();
         let blame = |path: String| overrides::blame(&sets, source, &path);
+        let vms_table = doc.remove("vms");
         let file: SpecFile = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
             let path = e.path().to_string();
             SpecError::new(blame(path.clone()), path, clean_serde_message(&e.inner().to_string()))
@@ -146,6 +209,7 @@ impl Spec {
         check("host", file.host.check())?;
         check("guest", file.guest.check())?;
         check("vm", file.vm.check())?;
+        let vm_overrides = parse_vm_overrides(&doc_vm(&file.vm), vms_table, &blame)?;
         check("experiment", check_experiment(&file.experiment, &file.machine))?;
         if file.limits.max_virtual_time.0 == 0 {
             return Err(SpecError::new(blame("limits.max_virtual_time".into()), "limits.max_virtual_time", "expected a positive duration"));
@@ -171,16 +235,97 @@ impl Spec {
             }
             workloads.push(w);
         }
+        let corunner = match &file.experiment.corunner {
+            None => None,
+            Some(name) => {
+                let v = &file.workloads[name.as_str()];
+                let w = parse_workload(name, v).map_err(|(f, m)| {
+                    let path = if f.is_empty() { format!("workloads.{name}") } else { format!("workloads.{name}.{f}") };
+                    SpecError::new(blame(path.clone()), path, m)
+                })?;
+                Some(w)
+            }
+        };
+        if let Some(c) = &file.report.cdf {
+            if c != "tlb_latency" {
+                return Err(SpecError::new(blame("report.cdf".into()), "report.cdf", format!("unknown sampled metric '{c}' (expected tlb_latency)")));
+            }
+            if !file.record.tlb_samples {
+                return Err(SpecError::new(blame("report.cdf".into()), "report.cdf", "needs [record] tlb_samples = true"));
+            }
+        }
+        for (i, p) in file.published.iter().enumerate() {
+            if p.metric.trim().is_empty() {
+                let path = format!("published[{i}].metric");
+                return Err(SpecError::new(blame(path.clone()), path, "expected a metric name"));
+            }
+        }
         Ok(Spec {
             experiment: file.experiment,
             machine: file.machine,
             host: file.host,
             guest: file.guest,
             vm: file.vm,
+            vm_overrides,
             limits: file.limits,
+            record: file.record,
+            published: file.published,
+            report: file.report,
             workloads,
+            corunner,
             materialized,
         })
+    }
+}
+
+/// `[vm]` as a TOML table (the base that `[vms.N]` tables patch).
+fn doc_vm(vm: &VmSpec) -> toml::Table {
+    toml::Table::try_from(vm).expect("VmSpec serialises")
+}
+
+/// Parses `[vms.N]`: each is merged over `[vm]` and validated like it.
+fn parse_vm_overrides(
+    base: &toml::Table,
+    vms: Option<toml::Value>,
+    blame: &dyn Fn(String) -> String,
+) -> Result<std::collections::BTreeMap<u32, VmSpec>, SpecError> {
+    let mut out = std::collections::BTreeMap::new();
+    let Some(vms) = vms else { return Ok(out) };
+    let Some(t) = vms.as_table() else {
+        return Err(SpecError::new(blame("vms".into()), "vms", "expected tables [vms.N] of per-VM settings, N = 0, 1, ..."));
+    };
+    for (key, v) in t {
+        let path = format!("vms.{key}");
+        let Ok(n) = key.parse::<u32>() else {
+            return Err(SpecError::new(blame(path.clone()), path, format!("expected a VM index (0, 1, ...) (got '{key}')")));
+        };
+        let Some(over) = v.as_table() else {
+            return Err(SpecError::new(blame(path.clone()), path, "expected a table of [vm] fields"));
+        };
+        let mut merged = base.clone();
+        merge(&mut merged, over);
+        let spec: VmSpec = serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
+            let p = format!("{path}.{}", e.path());
+            SpecError::new(blame(p.clone()), p, clean_serde_message(&e.inner().to_string()))
+        })?;
+        spec.check().map_err(|(f, m)| {
+            let p = format!("{path}.{f}");
+            SpecError::new(blame(p.clone()), p, m)
+        })?;
+        out.insert(n, spec);
+    }
+    Ok(out)
+}
+
+/// Deep-merges `over` into `base` (tables merge, other values replace).
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
     }
 }
 
@@ -205,6 +350,17 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
     if e.threads == Some(0) {
         return Err(("threads".into(), "expected an integer >= 1 (got 0)".into()));
     }
+    if e.corunner_threads == Some(0) {
+        return Err(("corunner_threads".into(), "expected an integer >= 1 (got 0)".into()));
+    }
+    for (key, values) in &e.vary {
+        if values.is_empty() {
+            return Err((format!("vary.\"{key}\""), "expected at least one value".into()));
+        }
+        if key.starts_with("experiment.") {
+            return Err((format!("vary.\"{key}\""), "the experiment's axes cannot be varied; vary settings such as vm.tlb".into()));
+        }
+    }
     if e.oc_vms < 2 {
         return Err(("oc_vms".into(), format!("expected at least 2 co-running VMs (got {})", e.oc_vms)));
     }
@@ -214,26 +370,30 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
 /// Copies the TOML of every built-in workload the experiment names (and the spec does not
 /// define itself) into `[workloads.NAME]`.
 fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecError> {
-    let names: Vec<String> = match doc.get("experiment").and_then(|e| e.get("workloads")) {
+    let mut names: Vec<String> = match doc.get("experiment").and_then(|e| e.get("workloads")) {
         Some(toml::Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
         Some(toml::Value::String(s)) => vec![s.clone()],
         _ => return Ok(()), // serde reports the problem with its path
     };
+    let corunner = doc.get("experiment").and_then(|e| e.get("corunner")).and_then(|c| c.as_str()).map(String::from);
     let defined: Vec<String> = match doc.get("workloads") {
         Some(toml::Value::Table(t)) => t.keys().cloned().collect(),
         Some(_) => return Ok(()),
         None => Vec::new(),
     };
+    let n_listed = names.len();
+    names.extend(corunner);
     for (i, name) in names.iter().enumerate() {
         if defined.contains(name) {
             continue;
         }
+        let field = if i < n_listed { format!("experiment.workloads[{i}]") } else { "experiment.corunner".to_string() };
         let Some(text) = builtin_text(name) else {
             let mut known: Vec<String> = builtin_names().into_iter().map(String::from).collect();
             known.extend(defined.iter().cloned());
             return Err(SpecError::new(
                 source.to_string(),
-                format!("experiment.workloads[{i}]"),
+                field,
                 format!("unknown workload '{name}' (known: {}; or define [workloads.{name}])", known.join(", ")),
             ));
         };

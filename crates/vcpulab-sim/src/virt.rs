@@ -9,4 +9,7 @@
 //! halted vCPU the host wakes its thread; for a preempted vCPU they wait for the next entry.
 
 pub mod exit;
+pub mod halt_poll;
+pub mod ple;
+pub mod pv;
 pub mod vcpu;

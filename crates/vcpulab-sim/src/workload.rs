@@ -6,6 +6,7 @@
 
 pub mod builtin;
 pub mod dist;
+pub mod heap;
 pub mod profile;
 pub mod program;
 

@@ -74,8 +74,12 @@ pub(crate) enum Rem {
     GuestWork(KernelId, u32),
     /// A thread's current computation.
     Compute(ThreadId),
-    /// The PLE window of a thread spinning in a guest kernel.
+    /// The PLE window (or PV spinlock threshold) of a thread spinning in a guest kernel.
     SpinWindow(ThreadId),
+    /// The halt-poll window of a halting vCPU.
+    HaltPoll(u32),
+    /// The poll time left of a guest CPU in the haltpoll governor's poll state.
+    GuestPoll(KernelId, u32),
 }
 
 /// What a core executes now.
@@ -132,6 +136,13 @@ pub struct World {
     pub(crate) fault: Option<String>,
     /// Events processed.
     pub(crate) events: u64,
+    /// TLB shootdowns (slab; freed ids in `free_shootdowns`).
+    pub(crate) shootdowns: Vec<crate::kernel::tlb::Shootdown>,
+    pub(crate) free_shootdowns: Vec<u32>,
+    /// Keep every shootdown latency.
+    pub(crate) record_tlb_samples: bool,
+    /// Core clock (GHz), for cycle counts such as the PLE window.
+    pub(crate) freq_ghz: f64,
 }
 
 /// How often (in events) a run asks its caller whether to stop.
@@ -229,12 +240,19 @@ impl World {
                 w.rem -= elapsed;
             }
             Rem::Compute(t) => self.threads[t as usize].compute_rem -= elapsed,
-            Rem::SpinWindow(t) => self.threads[t as usize].spin_window -= elapsed,
+            Rem::SpinWindow(t) => {
+                let th = &mut self.threads[t as usize];
+                th.spin_window = th.spin_window.saturating_sub(elapsed);
+                th.pv_left = th.pv_left.saturating_sub(elapsed);
+            }
+            Rem::HaltPoll(v) => self.vcpus[v as usize].poll_rem -= elapsed,
+            Rem::GuestPoll(k, cpu) => self.kernels[k as usize].cpus[cpu as usize].hp_poll_rem -= elapsed,
         }
         if let Some(t) = leaf.thread {
             let th = &mut self.threads[t as usize];
             match leaf.attr.cause {
                 Cause::Compute => th.stats.compute_ns += elapsed,
+                Cause::TlbWait => th.stats.tlb_wait_ns += elapsed,
                 _ => th.stats.spin_ns += elapsed,
             }
         }
@@ -286,8 +304,15 @@ impl World {
             Rem::HostWork => self.kernels[0].cpus[core as usize].kwork.front().map(|w| w.rem),
             Rem::GuestWork(k, cpu) => self.kernels[k as usize].cpus[cpu as usize].kwork.front().map(|w| w.rem),
             Rem::Compute(t) => Some(self.threads[t as usize].compute_rem),
-            Rem::SpinWindow(t) => Some(self.threads[t as usize].spin_window),
+            Rem::SpinWindow(t) => Some(self.threads[t as usize].spin_window.min(self.threads[t as usize].pv_left)),
+            Rem::HaltPoll(v) => Some(self.vcpus[v as usize].poll_rem),
+            Rem::GuestPoll(k, cpu) => Some(self.kernels[k as usize].cpus[cpu as usize].hp_poll_rem),
         }
+    }
+
+    /// Converts core cycles to ns (at least 1).
+    pub(crate) fn cycles_to_ns(&self, cycles: u64) -> u64 {
+        ((cycles as f64 / self.freq_ghz).round() as u64).max(1)
     }
 
     /// Records a workload error; the run stops after the current event.

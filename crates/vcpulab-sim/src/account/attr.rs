@@ -83,13 +83,23 @@ pub enum Cause {
     TimerProgram,
     /// A synchronisation system call (futex wait/wake).
     Syscall,
+    /// Host halt polling: the vCPU thread busy-waits in KVM after HLT (host layer).
+    HaltPoll,
+    /// A TLB-shootdown sender busy-waiting for the targets' acknowledgements
+    /// (`smp_call_function_many` / `csd_lock_wait`, CPL 0).
+    TlbWait,
+    /// Flushing TLB entries: the sender's local flush, a target's flush handler, a deferred
+    /// PV flush at VM entry, or the hypervisor's Shoot4U invalidations.
+    TlbFlush,
+    /// Memory-management system calls (munmap / madvise / mprotect) and page faults.
+    MemoryOp,
     /// Handling a VM exit of the given reason (host layer, charged to the vCPU).
     Exit(ExitReason),
 }
 
 impl Cause {
     /// Causes that are not exits, in dense order.
-    const BASE: [Cause; 12] = [
+    const BASE: [Cause; 16] = [
         Cause::Compute,
         Cause::SpinUser,
         Cause::SpinKernel,
@@ -102,6 +112,10 @@ impl Cause {
         Cause::IpiSend,
         Cause::TimerProgram,
         Cause::Syscall,
+        Cause::HaltPoll,
+        Cause::TlbWait,
+        Cause::TlbFlush,
+        Cause::MemoryOp,
     ];
     /// Number of distinct causes (dense index range).
     pub const COUNT: usize = Self::BASE.len() + ExitReason::COUNT;
@@ -130,6 +144,10 @@ impl Cause {
             Cause::IpiSend => 9,
             Cause::TimerProgram => 10,
             Cause::Syscall => 11,
+            Cause::HaltPoll => 12,
+            Cause::TlbWait => 13,
+            Cause::TlbFlush => 14,
+            Cause::MemoryOp => 15,
             Cause::Exit(_) => unreachable!(),
         }
     }
@@ -163,6 +181,10 @@ impl Cause {
             Cause::IpiSend => "ipi_send".into(),
             Cause::TimerProgram => "timer_program".into(),
             Cause::Syscall => "syscall".into(),
+            Cause::HaltPoll => "halt_poll".into(),
+            Cause::TlbWait => "tlb_wait".into(),
+            Cause::TlbFlush => "tlb_flush".into(),
+            Cause::MemoryOp => "memory_op".into(),
             Cause::Exit(r) => format!("exit:{}", r.name()),
         }
     }

@@ -16,6 +16,9 @@ use super::{irq, IdleState, KernelId, KernelKind, TaskKind, HOST};
 impl World {
     /// One resolution step for `core`.
     pub(crate) fn step_core(&mut self, core: u32) -> Step {
+        if let Some(s) = self.halting_preempt_check(core) {
+            return s;
+        }
         if let Some(s) = self.step_common(HOST, core) {
             return s;
         }
@@ -28,9 +31,31 @@ impl World {
         }
     }
 
+    /// A halting vCPU whose core must reschedule stops polling and blocks instead of being
+    /// preempted (`kvm_vcpu_halt`'s loop checks `need_resched()`).
+    fn halting_preempt_check(&mut self, core: u32) -> Option<Step> {
+        let hc = &self.kernels[0].cpus[core as usize];
+        if !hc.need_resched || hc.pending != 0 {
+            return None;
+        }
+        let Some(TaskKind::Vcpu(v)) = hc.curr.map(|t| self.tasks[t as usize].kind) else { return None };
+        if !matches!(self.vcpus[v as usize].run, crate::virt::vcpu::VcpuRun::Halting { .. }) {
+            return None;
+        }
+        Some(self.step_halting(v, core))
+    }
+
     /// The vCPU `v` is current on its core and the host has nothing queued: guest mode.
     fn step_guest(&mut self, v: u32) -> Step {
+        let core = self.vcpu_core(v).expect("a vCPU in guest mode runs");
+        if matches!(self.vcpus[v as usize].run, crate::virt::vcpu::VcpuRun::Halting { .. }) {
+            return self.step_halting(v, core);
+        }
+        self.ple_spin_done(v);
         let (k, cpu) = (self.vcpus[v as usize].kernel, self.vcpus[v as usize].idx);
+        if std::mem::take(&mut self.kernels[k as usize].cpus[cpu as usize].pv_unhalted) {
+            self.touch(core);
+        }
         if let Some(s) = self.step_common(k, cpu) {
             return s;
         }
@@ -57,7 +82,10 @@ impl World {
         }
         if let Some(w) = kc.kwork.front() {
             if w.rem == 0 {
-                kc.kwork.pop_front();
+                let then = kc.kwork.pop_front().and_then(|w| w.then);
+                if let Some(t) = then {
+                    self.work_done(t);
+                }
                 return Some(Step::Again);
             }
             let rem = if k == HOST { Rem::HostWork } else { Rem::GuestWork(k, cpu) };
@@ -83,14 +111,25 @@ impl World {
                     self.exit(v, ExitReason::ExternalInterrupt);
                 }
             }
-        } else if !self.vm_of(k).apicv {
+        } else {
             let v = self.vcpu_of(k, cpu);
-            for _ in 0..p.count_ones() {
-                self.exit(v, ExitReason::MsrWriteEoi);
+            let vc = &mut self.vcpus[v as usize];
+            vc.ple_epoch = vc.ple_epoch.wrapping_add(1);
+            let spec = self.vspec(v);
+            if !spec.apicv && !spec.pv.eoi {
+                for _ in 0..p.count_ones() {
+                    self.exit(v, ExitReason::MsrWriteEoi);
+                }
             }
+        }
+        if was == IdleState::Halted {
+            self.haltpoll_woken(k, cpu);
         }
         let attr = self.ctx_attr(k, cpu, Cause::Interrupt);
         self.push_work(k, cpu, attr, self.costs.irq_handler);
+        if p & irq::CALL_FUNC != 0 {
+            self.run_csds(k, cpu);
+        }
         if p & irq::TIMER != 0 {
             self.timer_fire(k, cpu);
         }
@@ -108,12 +147,15 @@ impl World {
             return Step::Again;
         }
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
-        if tickless && kc.tick_on {
+        // The haltpoll governor keeps the tick while polling and stops it when it halts.
+        let keeps_tick = policy == IdlePolicy::Haltpoll && k != HOST;
+        if tickless && kc.tick_on && !keeps_tick {
             kc.tick_on = false;
             self.update_timer(k, cpu);
             return Step::Again;
         }
         match policy {
+            IdlePolicy::Haltpoll if k != HOST => self.step_haltpoll(k, cpu),
             IdlePolicy::Poll => {
                 self.kernels[k as usize].cpus[cpu as usize].idle = IdleState::Polling;
                 let attr = if k == HOST {
@@ -123,14 +165,12 @@ impl World {
                 };
                 Step::Leaf(Leaf { attr, rem: Rem::Inf, thread: None })
             }
-            IdlePolicy::Halt if k == HOST => {
+            IdlePolicy::Halt | IdlePolicy::Haltpoll if k == HOST => {
                 self.kernels[0].cpus[cpu as usize].idle = IdleState::Halted;
                 Step::Leaf(Leaf { attr: Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle }, rem: Rem::Inf, thread: None })
             }
-            IdlePolicy::Halt => {
-                let v = self.vcpu_of(k, cpu);
-                self.kernels[k as usize].cpus[cpu as usize].idle = IdleState::Halted;
-                self.vcpu_halt(v);
+            IdlePolicy::Halt | IdlePolicy::Haltpoll => {
+                self.guest_idle_halt(k, cpu);
                 Step::Again
             }
         }
@@ -244,12 +284,87 @@ impl World {
 
     /// Sends an IPI from one CPU of kernel `k` to another.
     pub(crate) fn send_ipi(&mut self, k: KernelId, from: u32, to: u32, kind: u8) {
+        self.send_ipi_ex(k, from, to, kind, true);
+    }
+
+    /// Sends an IPI; `sender_cost` false when the sender already paid for a multi-target
+    /// send (a PV send-IPI hypercall).
+    pub(crate) fn send_ipi_ex(&mut self, k: KernelId, from: u32, to: u32, kind: u8, sender_cost: bool) {
         if k == HOST {
-            let attr = self.ctx_attr(k, from, Cause::IpiSend);
-            self.push_work(k, from, attr, self.costs.ipi_send);
+            if sender_cost {
+                let attr = self.ctx_attr(k, from, Cause::IpiSend);
+                self.push_work(k, from, attr, self.costs.ipi_send);
+            }
             self.q.schedule(self.now + self.costs.ipi_latency, crate::world::Ev::Ipi { k, cpu: to, kind });
         } else {
-            self.virt_send_ipi(k, from, to, kind);
+            self.virt_send_ipi(k, from, to, kind, sender_cost);
+        }
+    }
+
+    /// A guest CPU's idle loop halts: HLT (an exit, then KVM's halt polling).
+    fn guest_idle_halt(&mut self, k: KernelId, cpu: u32) {
+        let v = self.vcpu_of(k, cpu);
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        kc.idle = IdleState::Halted;
+        kc.halt_since = Some(self.now);
+        self.vcpu_halt(v);
+    }
+
+    /// The guest cpuidle-haltpoll governor (`haltpoll_select`, ref §1.6): poll while the
+    /// limit allows (tick kept running), else halt.
+    fn step_haltpoll(&mut self, k: KernelId, cpu: u32) -> Step {
+        let v = self.vcpu_of(k, cpu);
+        self.vcpus[v as usize].poll_control_off = true;
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if kc.idle == IdleState::Awake {
+            if kc.hp_limit == 0 || kc.hp_timed_out {
+                kc.hp_timed_out = false;
+                return self.haltpoll_halt(k, cpu);
+            }
+            kc.idle = IdleState::Polling;
+            kc.hp_poll_rem = kc.hp_limit;
+        }
+        if kc.idle == IdleState::Polling {
+            if kc.hp_poll_rem == 0 {
+                kc.hp_timed_out = true;
+                kc.idle = IdleState::Awake;
+                return Step::Again;
+            }
+            let attr = self.ctx_attr(k, cpu, Cause::IdlePoll);
+            return Step::Leaf(Leaf { attr, rem: Rem::GuestPoll(k, cpu), thread: None });
+        }
+        Step::Again
+    }
+
+    /// Haltpoll chose to halt: stop the tick (NO_HZ_IDLE), then HLT.
+    fn haltpoll_halt(&mut self, k: KernelId, cpu: u32) -> Step {
+        let tickless = self.kernels[k as usize].params.tickless;
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if tickless && kc.tick_on {
+            kc.tick_on = false;
+            self.update_timer(k, cpu);
+        }
+        self.guest_idle_halt(k, cpu);
+        Step::Again
+    }
+
+    /// A guest CPU's halted idle ended: the haltpoll governor adapts its poll limit to the
+    /// halt's length (`adjust_poll_limit`).
+    fn haltpoll_woken(&mut self, k: KernelId, cpu: u32) {
+        let params = &self.kernels[k as usize].params;
+        let (policy, hp) = (params.idle, params.haltpoll.clone());
+        let now = self.now;
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        let Some(since) = kc.halt_since.take() else { return };
+        if policy != IdlePolicy::Haltpoll {
+            return;
+        }
+        let block_ns = now.since(since);
+        if block_ns > kc.hp_limit && block_ns <= hp.max.0 {
+            let grown = kc.hp_limit.saturating_mul(u64::from(hp.grow)).max(hp.grow_start.0);
+            kc.hp_limit = grown.min(hp.max.0);
+        } else if block_ns > hp.max.0 && hp.allow_shrink {
+            kc.hp_limit = if hp.shrink == 0 { 0 } else { kc.hp_limit / u64::from(hp.shrink) };
         }
     }
 }

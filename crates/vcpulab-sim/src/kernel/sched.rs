@@ -75,20 +75,27 @@ impl World {
             self.kernels[k as usize].cpus[cpu as usize].resched_deferred = true;
             return;
         }
+        let chosen = self.pick_next(k, cpu, prev_runnable);
+        let yielded = prev_runnable.is_some() && self.kernels[k as usize].cpus[cpu as usize].skip_buddy == prev_runnable;
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        kc.next_buddy = None;
+        kc.skip_buddy = None;
+        if chosen.is_some() && chosen == prev_runnable {
+            return; // prev stays
+        }
         if let Some(p) = prev_runnable {
-            let left = self.kernels[k as usize].cpus[cpu as usize].rq.first().copied();
-            match left {
-                Some((v, _)) if v < self.tasks[p as usize].vr => {
-                    self.enqueue(k, cpu, p);
-                    self.tasks[p as usize].nivcsw += 1;
-                    if let TaskKind::Vcpu(v) = self.tasks[p as usize].kind {
-                        self.vcpus[v as usize].preemptions += 1;
-                    }
-                }
-                _ => return, // prev stays
+            self.enqueue(k, cpu, p);
+            self.tasks[p as usize].nivcsw += 1;
+        }
+        if let Some(TaskKind::Vcpu(v)) = prev.map(|p| self.tasks[p as usize].kind) {
+            if k == HOST && self.tasks[prev.unwrap() as usize].state != TaskState::Done {
+                self.vcpu_sched_out(v, prev_runnable.is_some(), yielded);
             }
         }
-        let next = self.kernels[k as usize].cpus[cpu as usize].rq.pop_first().map(|(_, t)| t);
+        let next = chosen;
+        if let Some(n) = next {
+            self.dequeue(k, cpu, n);
+        }
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
         kc.curr = next;
         if let Some(n) = next {
@@ -108,11 +115,94 @@ impl World {
         }
         if next != prev {
             self.charge_switch(k, cpu, prev, next);
+            if let Some(TaskKind::Vcpu(v)) = next.map(|n| self.tasks[n as usize].kind) {
+                self.vcpu_sched_in(v);
+            }
         }
         if next.is_some() {
             self.exit_idle(k, cpu);
         }
         self.update_min_vr(k, cpu);
+    }
+
+    /// CFS `pick_next_entity` (Linux 4.15) over the queued tasks and the still-runnable
+    /// `prev`: the leftmost task, unless it is the skip buddy (a yielder) and the second is
+    /// within wake-up granularity of it; a next buddy (a `yield_to` target) within wake-up
+    /// granularity of the leftmost wins. Ties keep `prev`.
+    fn pick_next(&self, k: KernelId, cpu: u32, prev: Option<TaskId>) -> Option<TaskId> {
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        let key = |t: TaskId| (self.tasks[t as usize].vr, t);
+        let mut firsts = kc.rq.iter().take(2).map(|&(_, t)| t);
+        let (q1, q2) = (firsts.next(), firsts.next());
+        // Candidates in order, prev first on ties.
+        let mut order: Vec<TaskId> = Vec::with_capacity(3);
+        match (prev, q1) {
+            (Some(p), Some(a)) if self.tasks[a as usize].vr < self.tasks[p as usize].vr => {
+                order.push(a);
+                if q2.is_some_and(|b| self.tasks[b as usize].vr < self.tasks[p as usize].vr) {
+                    order.push(q2.unwrap());
+                } else {
+                    order.push(p);
+                }
+            }
+            (Some(p), _) => {
+                order.push(p);
+                order.extend(q1);
+            }
+            (None, _) => {
+                order.extend(q1);
+                order.extend(q2);
+            }
+        }
+        let left = *order.first()?;
+        let gran_ok = |se: TaskId| {
+            let gran = self.kernels[k as usize].params.wakeup_gran * 1024 / self.tasks[se as usize].weight;
+            key(se).0 <= key(left).0.saturating_add(gran)
+        };
+        let mut se = left;
+        if kc.skip_buddy == Some(left) {
+            if let Some(&second) = order.get(1) {
+                if gran_ok(second) {
+                    se = second;
+                }
+            }
+        }
+        if let Some(n) = kc.next_buddy {
+            let runnable = Some(n) == prev || self.tasks[n as usize].state == TaskState::Queued && self.tasks[n as usize].cpu == cpu;
+            if runnable && gran_ok(n) {
+                se = n;
+            }
+        }
+        Some(se)
+    }
+
+    /// `yield_to(p, preempt = true)` in the host (Linux 4.15 CFS; ref §6.5) from the task
+    /// current on its CPU: -ESRCH when both run queues hold a single task; fails when the
+    /// target is running or not runnable; otherwise marks the target as next buddy on its
+    /// CPU (rescheduling that CPU), the caller as skip buddy on its own, and reschedules.
+    pub(crate) fn yield_to(&mut self, curr: TaskId, target: TaskId) -> crate::policy::YieldTo {
+        use crate::policy::YieldTo;
+        let (k, c) = (self.tasks[curr as usize].kernel, self.tasks[curr as usize].cpu);
+        let tc = self.tasks[target as usize].cpu;
+        let nr = |cpu: u32| self.kernels[k as usize].cpus[cpu as usize].nr_running();
+        let target_queued = self.tasks[target as usize].state == TaskState::Queued;
+        let src_single = nr(c) == 1;
+        let dst_single = if target_queued { nr(tc) == 1 } else { nr(tc) <= 1 };
+        if src_single && dst_single {
+            return YieldTo::Esrch;
+        }
+        if !target_queued {
+            return YieldTo::Failed;
+        }
+        self.kernels[k as usize].cpus[tc as usize].next_buddy = Some(target);
+        self.touch_kcpu(k, c);
+        self.update_curr(k, c);
+        self.kernels[k as usize].cpus[c as usize].skip_buddy = Some(curr);
+        self.kernels[k as usize].cpus[c as usize].need_resched = true;
+        if tc != c {
+            self.resched_cpu(k, tc, Some((k, c)));
+        }
+        YieldTo::Yielded
     }
 
     fn charge_switch(&mut self, k: KernelId, cpu: u32, prev: Option<TaskId>, next: Option<TaskId>) {
@@ -329,24 +419,18 @@ impl World {
         self.enqueue(k, to, t);
     }
 
-    /// The running task gives up the CPU to the others queued there (sched_yield-like):
-    /// its vruntime moves behind the last queued task.
-    pub(crate) fn yield_curr(&mut self, k: KernelId, cpu: u32) {
-        self.touch_kcpu(k, cpu);
-        self.update_curr(k, cpu);
-        let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        let (Some(c), Some(&(last, _))) = (kc.curr, kc.rq.last()) else { return };
-        let task = &mut self.tasks[c as usize];
-        task.vr = task.vr.max(last + 1);
-        self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
-    }
-
     /// Queues overhead on a CPU (no-op for zero cost).
     pub(crate) fn push_work(&mut self, k: KernelId, cpu: u32, attr: Attr, cost: u64) {
         if cost == 0 {
             return;
         }
         self.touch_kcpu(k, cpu);
-        self.kernels[k as usize].cpus[cpu as usize].kwork.push_back(Work { attr, rem: cost });
+        self.kernels[k as usize].cpus[cpu as usize].kwork.push_back(Work { attr, rem: cost, then: None });
+    }
+
+    /// Queues overhead on a CPU followed by an action when it completes.
+    pub(crate) fn push_work_then(&mut self, k: KernelId, cpu: u32, attr: Attr, cost: u64, then: super::Then) {
+        self.touch_kcpu(k, cpu);
+        self.kernels[k as usize].cpus[cpu as usize].kwork.push_back(Work { attr, rem: cost.max(1), then: Some(then) });
     }
 }

@@ -96,6 +96,10 @@ pub struct Instance {
     pub live: u32,
     /// When the last thread finished.
     pub finish: Option<SimTime>,
+    /// A co-runner that runs until the measured instances finish (not waited for).
+    pub background: bool,
+    /// TLB shootdowns of its threads.
+    pub tlb: super::tlb::TlbStats,
 }
 
 impl Obj {
@@ -215,6 +219,7 @@ impl World {
         th.kdepth += 1;
         th.ticket = ticket;
         th.spin_window = super::thread::SPIN_WINDOW_UNSET;
+        th.pv_left = u64::MAX;
         th.act = Act::Spin(SpinOn::KLock(l));
         Flow::Stop
     }
@@ -231,10 +236,27 @@ impl World {
         if self.threads[t as usize].kdepth == 0 {
             self.preempt_enable(t);
         }
-        if let Some(core) = next.and_then(|w| self.thread_core(w)) {
-            self.touch(core);
+        if let Some(w) = next {
+            if let Some(core) = self.thread_core(w) {
+                self.touch(core);
+            }
+            self.pv_kick_waiter(t, w);
         }
         Flow::Continue
+    }
+
+    /// PV spinlock unlock: if the next waiter's vCPU halted in `pv_wait`, kick it.
+    fn pv_kick_waiter(&mut self, t: ThreadId, w: ThreadId) {
+        let (ta, wa) = (&self.tasks[self.threads[t as usize].task as usize], &self.tasks[self.threads[w as usize].task as usize]);
+        let (k, from, to) = (ta.kernel, ta.cpu, wa.cpu);
+        if k == super::HOST || wa.state != super::TaskState::Running {
+            return;
+        }
+        let v = self.vcpu_of(k, to);
+        if !self.vspec(v).pv.spinlocks || self.vcpus[v as usize].run == crate::virt::vcpu::VcpuRun::Guest {
+            return;
+        }
+        self.pv_kick(k, from, to);
     }
 
     pub(crate) fn op_barrier(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) -> Flow {
@@ -350,6 +372,7 @@ impl World {
                 let Obj::Barrier { gen, .. } = self.obj(t, b) else { unreachable!() };
                 *gen != bgen
             }
+            SpinOn::Shootdown(sd) => self.shootdown_finished(t, sd),
         }
     }
 }

@@ -23,6 +23,8 @@ pub enum SpinOn {
     KLock(ObjId),
     /// The spin barrier's generation to change.
     Barrier(ObjId),
+    /// Every target of TLB shootdown `sd` to acknowledge (CPL 0, PAUSE).
+    Shootdown(u32),
 }
 
 /// What a blocked thread waits for.
@@ -62,6 +64,8 @@ pub struct ThreadStats {
     pub spin_ns: u64,
     /// Times it blocked.
     pub blocks: u64,
+    /// Time waiting for TLB-shootdown acknowledgements (ns).
+    pub tlb_wait_ns: u64,
     /// Wake-up latency (woken → running) histogram.
     pub wake_latency: Log2Histogram,
 }
@@ -85,6 +89,14 @@ pub struct Thread {
     pub compute_rem: u64,
     /// Remaining PLE window while spinning in a guest kernel (ns).
     pub spin_window: u64,
+    /// The vCPU's `ple_epoch` when the current PLE window started.
+    pub ple_epoch: u32,
+    /// Spinning left before a PV spinlock waiter halts (ns; `u64::MAX` = not armed).
+    pub pv_left: u64,
+    /// Its heap arena.
+    pub arena: crate::workload::heap::Arena,
+    /// Memory-management consequences of a heap operation still to carry out.
+    pub mm_queue: std::collections::VecDeque<crate::workload::heap::MmOp>,
     /// Its random stream.
     pub rng: Stream,
     /// Kernel spinlocks held or waited for (> 0: kernel mode, not preemptible).
@@ -100,6 +112,11 @@ pub struct Thread {
 }
 
 impl Thread {
+    /// Whether it executes at CPL 0 (inside a kernel spinlock section or a shootdown wait).
+    pub fn in_kernel(&self) -> bool {
+        self.kdepth > 0
+    }
+
     /// Describes what a blocked or spinning thread waits on (for deadlock reports).
     pub(crate) fn blocked_on_desc(&self, insts: &[Instance]) -> Option<String> {
         let name = |o: ObjId| insts[self.inst as usize].wl.objects[o as usize].name.clone();
@@ -109,6 +126,7 @@ impl Thread {
             Act::Blocked(BlockOn::Cond(o)) => Some(format!("blocked on condvar '{}'", name(o))),
             Act::Blocked(BlockOn::Sleep) => Some("sleeping".into()),
             Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(o) | SpinOn::Barrier(o)) => Some(format!("spinning on '{}'", name(o))),
+            Act::Spin(SpinOn::Shootdown(_)) => Some("waiting for TLB-shootdown acknowledgements".into()),
             _ => None,
         }
     }
@@ -142,29 +160,17 @@ impl World {
                     self.threads[t as usize].act = Act::Fresh;
                     return Step::Again;
                 }
-                let kernel_spin = matches!(on, SpinOn::KLock(_));
-                let ple = if kernel_spin && k != HOST { self.vm_of(k).ple_window_ns } else { None };
-                let attr = if kernel_spin {
-                    Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::SpinKernel }
-                } else {
-                    Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::User, cause: Cause::SpinUser }
+                let owner = self.leaf_owner(k, cpu, t);
+                let attr = match on {
+                    SpinOn::KLock(_) => Attr { owner, layer: Layer::Kernel, cause: Cause::SpinKernel },
+                    SpinOn::Shootdown(_) => Attr { owner, layer: Layer::Kernel, cause: Cause::TlbWait },
+                    SpinOn::ULock(_) | SpinOn::Barrier(_) => Attr { owner, layer: Layer::User, cause: Cause::SpinUser },
                 };
-                match ple {
-                    None => Step::Leaf(Leaf { attr, rem: Rem::Inf, thread: Some(t) }),
-                    Some(window) => {
-                        let th = &mut self.threads[t as usize];
-                        if th.spin_window == SPIN_WINDOW_UNSET {
-                            th.spin_window = window;
-                        } else if th.spin_window == 0 {
-                            // A whole window of PAUSE-spinning at CPL 0: pause-loop exit.
-                            th.spin_window = window;
-                            let v = self.vcpu_of(k, cpu);
-                            self.ple_exit(v);
-                            return Step::Again;
-                        }
-                        Step::Leaf(Leaf { attr, rem: Rem::SpinWindow(t), thread: Some(t) })
-                    }
+                if attr.layer == Layer::User || k == HOST {
+                    // PLE sees only CPL-0 PAUSE loops of a guest.
+                    return Step::Leaf(Leaf { attr, rem: Rem::Inf, thread: Some(t) });
                 }
+                self.step_guest_kernel_spin(k, cpu, t, on, attr)
             }
             Act::Fresh => {
                 self.advance(k, cpu, t);
@@ -176,6 +182,40 @@ impl World {
                 Step::Again
             }
         }
+    }
+
+    /// A thread spinning with PAUSE in a guest kernel: PLE window, PV spinlock threshold.
+    fn step_guest_kernel_spin(&mut self, k: KernelId, cpu: u32, t: ThreadId, on: SpinOn, attr: Attr) -> Step {
+        let v = self.vcpu_of(k, cpu);
+        let ple = self.ple_window_ns(v);
+        let pv = matches!(on, SpinOn::KLock(_)) && self.vspec(v).pv.spinlocks;
+        let pv_spin = self.vspec(v).pv.spin_threshold.saturating_mul(self.costs.pause);
+        let epoch = self.vcpus[v as usize].ple_epoch;
+        let th = &mut self.threads[t as usize];
+        if th.spin_window == SPIN_WINDOW_UNSET || th.ple_epoch != epoch {
+            // A new PAUSE loop: the first spin, or the loop was interrupted (exit, interrupt).
+            th.spin_window = ple.unwrap_or(u64::MAX);
+            th.ple_epoch = epoch;
+        }
+        if !pv {
+            th.pv_left = u64::MAX;
+        } else if th.pv_left == u64::MAX {
+            th.pv_left = pv_spin.max(1);
+        }
+        if ple.is_some() && th.spin_window == 0 {
+            // A whole window of PAUSE-spinning at CPL 0: pause-loop exit.
+            self.ple_exit(v);
+            return Step::Again;
+        }
+        if pv && th.pv_left == 0 {
+            // pv_wait: halt until kicked (or any interrupt); spin a full threshold after.
+            th.pv_left = u64::MAX;
+            self.vcpus[v as usize].pv.spin_halts += 1;
+            self.vcpu_halt(v);
+            return Step::Again;
+        }
+        let rem = if th.spin_window == u64::MAX && th.pv_left == u64::MAX { Rem::Inf } else { Rem::SpinWindow(t) };
+        Step::Leaf(Leaf { attr, rem, thread: Some(t) })
     }
 
     fn leaf_owner(&self, k: KernelId, cpu: u32, t: ThreadId) -> u32 {
@@ -201,6 +241,9 @@ impl World {
             if let Flow::Stop = self.op_lock(k, cpu, t, m) {
                 return;
             }
+        }
+        if let Flow::Stop = self.run_mm_queue(k, cpu, t) {
+            return;
         }
         let wl = self.insts[self.threads[t as usize].inst as usize].wl.clone();
         loop {
@@ -264,6 +307,24 @@ impl World {
                     }
                     Flow::Continue
                 }
+                Instr::Malloc(bytes) => {
+                    let th = &mut self.threads[t as usize];
+                    let mut ops = Vec::new();
+                    th.arena.malloc(*bytes, &mut ops);
+                    th.mm_queue.extend(ops);
+                    self.run_mm_queue(k, cpu, t)
+                }
+                Instr::Free(n) => {
+                    let th = &mut self.threads[t as usize];
+                    let mut ops = Vec::new();
+                    th.arena.free(*n, &mut ops);
+                    th.mm_queue.extend(ops);
+                    self.run_mm_queue(k, cpu, t)
+                }
+                Instr::MmUnmap { pages, .. } => {
+                    self.threads[t as usize].mm_queue.push_back(crate::workload::heap::MmOp::Munmap(*pages));
+                    self.run_mm_queue(k, cpu, t)
+                }
                 Instr::End => {
                     self.thread_exit(k, cpu, t);
                     Flow::Stop
@@ -273,6 +334,26 @@ impl World {
                 return;
             }
         }
+    }
+
+    /// Carries out queued memory-management operations; stops at the first shootdown the
+    /// thread must wait for.
+    fn run_mm_queue(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
+        use crate::workload::heap::MmOp;
+        while let Some(op) = self.threads[t as usize].mm_queue.pop_front() {
+            let attr = Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::MemoryOp };
+            match op {
+                MmOp::Mmap(_) | MmOp::Grow(_) => self.push_work(k, cpu, attr, self.costs.syscall_mm),
+                MmOp::Faults(n) => self.push_work(k, cpu, attr, n * self.costs.page_fault),
+                MmOp::Munmap(pages) | MmOp::Trim(pages) => {
+                    self.push_work(k, cpu, attr, self.costs.syscall_mm);
+                    if let Flow::Stop = self.tlb_shootdown(k, cpu, t, pages) {
+                        return Flow::Stop;
+                    }
+                }
+            }
+        }
+        Flow::Continue
     }
 
     /// The current thread of (`k`, `cpu`) blocks on `on`, paying a futex system call.
@@ -312,7 +393,9 @@ impl World {
         inst.live -= 1;
         if inst.live == 0 {
             inst.finish = Some(self.now);
-            self.live -= 1;
+            if !inst.background {
+                self.live -= 1;
+            }
         }
     }
 }

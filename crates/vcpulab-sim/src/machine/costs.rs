@@ -64,6 +64,29 @@ pub struct Costs {
     /// Flush handler run by a remote target of a shootdown (IPI handler + flush) ≈ 1 µs
     /// (native shootdown of one target 1–3 µs, ref §7). Used by the TLB shootdown model.
     pub tlb_flush_remote: u64,
+
+    // ---- mechanisms of the KVM-mechanisms issue ----
+    /// One PAUSE instruction: ~140 cycles on Skylake-SP (Intel optimization manual, ref §7)
+    /// ≈ 58 ns at 2.4 GHz. A PV spinlock waiter spins `SPIN_THRESHOLD` × this before halting.
+    pub pause: u64,
+    /// One INVLPG (single-page flush) ≈ 100 ns (linux: arch/x86/mm/tlb.c comment, ref §4.2).
+    pub invlpg: u64,
+    /// An mm system call (munmap / madvise / mprotect): entry, VMA work and PTE zapping
+    /// ≈ 1 µs (*estimate*), TLB flushing excluded.
+    pub syscall_mm: u64,
+    /// A page fault on a page the heap returned to the kernel (fault + zeroing 4 KiB)
+    /// ≈ 700 ns (*estimate*).
+    pub page_fault: u64,
+    /// A hypercall (VMCALL) exit: trivial exit ≈ 625 ns like the ICR write (*estimate*).
+    pub exit_vmcall: u64,
+    /// `yield_to()` in the host: both run-queue locks, buddy marking ≈ 500 ns (*estimate*).
+    pub yield_to: u64,
+    /// Examining one vCPU in `kvm_vcpu_on_spin`'s candidate scan ≈ 20 ns (*estimate*).
+    pub ple_scan_per_vcpu: u64,
+    /// Shoot4U: the hypervisor invalidating one running target vCPU's TLB from the sender's
+    /// hypercall: host IPI to the target's pCPU, INVVPID there, acknowledgement — a native
+    /// IPI round trip of 2 × 0.5–2 µs (ref §7) → 2 µs (*estimate*; see docs/costs.md).
+    pub shoot4u_remote: u64,
 }
 
 impl Default for Costs {
@@ -88,6 +111,14 @@ impl Default for Costs {
             c1_exit: 2_000,
             tlb_flush_local: 200,
             tlb_flush_remote: 1_000,
+            pause: 58,
+            invlpg: 100,
+            syscall_mm: 1_000,
+            page_fault: 700,
+            exit_vmcall: 625,
+            yield_to: 500,
+            ple_scan_per_vcpu: 20,
+            shoot4u_remote: 2_000,
         }
     }
 }

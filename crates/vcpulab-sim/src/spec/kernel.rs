@@ -17,6 +17,32 @@ pub enum IdlePolicy {
     /// Spin in the idle loop with TIF_POLLING set (`idle=poll`; in a guest this is what
     /// the DIS diagnosis uses to remove vCPU switches).
     Poll,
+    /// The guest cpuidle-haltpoll driver and governor: poll for an adaptive time, then HLT;
+    /// the guest disables host halt polling for its vCPUs (MSR_KVM_POLL_CONTROL = 0;
+    /// ref §1.6). Only meaningful in `[guest]`; in `[host]` it behaves as `halt`.
+    Haltpoll,
+}
+
+/// Guest halt-poll governor parameters (`/sys/module/haltpoll/parameters/`, ref §1.6).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HaltpollSpec {
+    /// `guest_halt_poll_ns`: maximum poll time (200 µs).
+    pub max: Dur,
+    /// `guest_halt_poll_grow` (2).
+    pub grow: u32,
+    /// `guest_halt_poll_shrink` (2; 0 = reset to 0).
+    pub shrink: u32,
+    /// `guest_halt_poll_grow_start` (50 µs).
+    pub grow_start: Dur,
+    /// `guest_halt_poll_allow_shrink` (true).
+    pub allow_shrink: bool,
+}
+
+impl Default for HaltpollSpec {
+    fn default() -> Self {
+        HaltpollSpec { max: Dur(200_000), grow: 2, shrink: 2, grow_start: Dur(50_000), allow_shrink: true }
+    }
 }
 
 /// A `[host]` or `[guest]` table.
@@ -37,6 +63,8 @@ pub struct KernelSpec {
     pub wakeup_granularity: Option<Dur>,
     /// Period of the periodic load balancer.
     pub balance_interval: Dur,
+    /// Guest halt-poll governor (used with `idle = "haltpoll"`).
+    pub haltpoll: HaltpollSpec,
 }
 
 impl Default for KernelSpec {
@@ -49,6 +77,7 @@ impl Default for KernelSpec {
             min_granularity: None,
             wakeup_granularity: None,
             balance_interval: Dur(4_000_000),
+            haltpoll: HaltpollSpec::default(),
         }
     }
 }
@@ -70,6 +99,8 @@ pub struct KernelParams {
     pub wakeup_gran: u64,
     /// Periodic balance every this many ticks (>= 1).
     pub balance_ticks: u32,
+    /// Guest halt-poll governor.
+    pub haltpoll: HaltpollSpec,
 }
 
 impl KernelSpec {
@@ -102,6 +133,7 @@ impl KernelSpec {
             min_gran: self.min_granularity.map_or(750_000 * factor, |d| d.0),
             wakeup_gran: self.wakeup_granularity.map_or(1_000_000 * factor, |d| d.0),
             balance_ticks: (self.balance_interval.0 / tick_ns).max(1) as u32,
+            haltpoll: self.haltpoll.clone(),
         }
     }
 }

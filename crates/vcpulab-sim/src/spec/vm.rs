@@ -1,26 +1,127 @@
-//! VM settings (`[vm]`): APIC virtualization, pinning, weights, pause-loop exiting.
+//! VM settings (`[vm]`, and per-VM overrides `[vms.N]`): APIC virtualization, pinning,
+//! weights, halt polling, pause-loop exiting and directed yield, paravirtual features, the
+//! TLB-flush policy and the guest timer path.
+//!
+//! Defaults describe the TPDS testbed: Linux 4.15 host and guest, APICv on, IPIv absent,
+//! PLE on with KVM's adaptive window, host halt polling on, no PV TLB flush (it arrived in
+//! 4.16), PV EOI on (QEMU's default), the other PV features off (QEMU named CPU models do
+//! not enable them; ref §3).
 
 use serde::{Deserialize, Serialize};
 
-/// Pause-loop exiting settings. This issue implements a fixed window with a simple handler
-/// (exit, then yield the core if another task is runnable on it); KVM's adaptive window and
-/// directed yield are separate policies.
+use super::types::Dur;
+
+/// Host halt polling (`kvm.halt_poll_ns` and friends; ref §1.3–§1.5).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HaltPollSpec {
+    /// Halt polling on. `false` = `halt_poll_ns = 0` (or `KVM_CAP_HALT_POLL` with 0 for
+    /// one VM via `[vms.N]`).
+    pub enabled: bool,
+    /// Maximum per-vCPU window (`halt_poll_ns`): 200 µs, the x86 default.
+    pub max: Dur,
+    /// Grow factor (`halt_poll_ns_grow`, 2; 0 = never grow).
+    pub grow: u32,
+    /// First non-zero window (`halt_poll_ns_grow_start`, 10 µs).
+    pub grow_start: Dur,
+    /// Shrink divisor (`halt_poll_ns_shrink`): 0 = reset to 0, KVM's default before v6.11
+    /// and the TPDS kernel's behaviour; 2 since v6.11.
+    pub shrink: u32,
+}
+
+impl Default for HaltPollSpec {
+    fn default() -> Self {
+        HaltPollSpec { enabled: true, max: Dur(200_000), grow: 2, grow_start: Dur(10_000), shrink: 0 }
+    }
+}
+
+/// Pause-loop exiting and directed yield (`kvm_intel.ple_*`; ref §2).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PleSpec {
-    /// PLE on (`ple_gap` > 0) or off.
+    /// PLE on (`ple_gap` > 0) or off (`ple_gap = 0` / `KVM_X86_DISABLE_EXITS_PAUSE`).
     pub enabled: bool,
-    /// The window in TSC cycles (`kvm_intel.ple_window`, default 4096; ref §2.2).
+    /// Base window in TSC cycles (`ple_window`, 4096).
     pub window_cycles: u64,
+    /// Grow modifier (`ple_window_grow`, 2): < 1 resets to the base, < base multiplies,
+    /// otherwise adds.
+    pub grow: u64,
+    /// Shrink modifier (`ple_window_shrink`, 0 = reset to the base on sched-in).
+    pub shrink: u64,
+    /// Window cap (`ple_window_max`, UINT_MAX).
+    pub max_cycles: u64,
+    /// Window policy: `kvm` (grow on every PLE exit, shrink when scheduled in) or `fixed`
+    /// (always `window_cycles`). `vcpulab policies` lists them.
+    pub window_policy: String,
+    /// Candidate-selection policy on a PLE exit: `kvm` (`kvm_vcpu_on_spin` directed yield) or
+    /// `none` (exit and re-enter).
+    pub yield_policy: String,
 }
 
 impl Default for PleSpec {
     fn default() -> Self {
-        PleSpec { enabled: true, window_cycles: 4096 }
+        PleSpec {
+            enabled: true,
+            window_cycles: 4096,
+            grow: 2,
+            shrink: 0,
+            max_cycles: u64::from(u32::MAX),
+            window_policy: "kvm".into(),
+            yield_policy: "kvm".into(),
+        }
     }
 }
 
-/// The `[vm]` table (applies to every VM of a run).
+/// Paravirtual features the guest uses (ref §3).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PvSpec {
+    /// PV spinlocks (`KVM_FEATURE_PV_UNHALT`): a kernel-lock waiter spins
+    /// `spin_threshold` PAUSEs, then halts; the releaser kicks it with a hypercall.
+    pub spinlocks: bool,
+    /// PAUSE iterations before a PV spinlock waiter halts (`SPIN_THRESHOLD` = 1 << 15).
+    pub spin_threshold: u64,
+    /// PV sched yield (`KVM_FEATURE_PV_SCHED_YIELD`): after multi-target call-function IPIs,
+    /// yield to the first preempted target with a hypercall.
+    pub sched_yield: bool,
+    /// PV send-IPI (`KVM_FEATURE_PV_SEND_IPI`): one hypercall per multi-target IPI instead of
+    /// one ICR write per target.
+    pub send_ipi: bool,
+    /// PV EOI (`KVM_FEATURE_PV_EOI`): no EOI exit when APICv is off. QEMU enables it by default.
+    pub eoi: bool,
+}
+
+impl Default for PvSpec {
+    fn default() -> Self {
+        PvSpec { spinlocks: false, spin_threshold: 1 << 15, sched_yield: false, send_ipi: false, eoi: true }
+    }
+}
+
+/// How the guest flushes remote TLBs (digest §2.3, §3).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TlbPolicy {
+    /// Native shootdown: call-function IPIs to every target and busy-wait for all acks.
+    Ipi,
+    /// PV TLB flush (Linux ≥ 4.16, "kvmtlb" in S4U): preempted targets get a flush-on-entry
+    /// flag instead of an IPI.
+    Pv,
+    /// Shoot4U: one hypercall; the hypervisor invalidates every target's TLB itself.
+    Shoot4u,
+}
+
+impl TlbPolicy {
+    /// Name used in specs.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlbPolicy::Ipi => "ipi",
+            TlbPolicy::Pv => "pv",
+            TlbPolicy::Shoot4u => "shoot4u",
+        }
+    }
+}
+
+/// The `[vm]` table (applies to every VM of a run; `[vms.N]` overrides fields for VM N).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct VmSpec {
@@ -37,13 +138,34 @@ pub struct VmSpec {
     pub weight: u32,
     /// Per-vCPU weights (default 1024 each).
     pub vcpu_weights: Option<Vec<u32>>,
-    /// Pause-loop exiting.
+    /// Host halt polling.
+    pub halt_poll: HaltPollSpec,
+    /// Pause-loop exiting and directed yield.
     pub ple: PleSpec,
+    /// Paravirtual features.
+    pub pv: PvSpec,
+    /// Remote TLB flush policy: `ipi`, `pv` or `shoot4u`.
+    pub tlb: TlbPolicy,
+    /// Back the guest's TSC-deadline timer with the VMX preemption timer while the vCPU runs
+    /// (`kvm_intel.preemption_timer`, default Y): expiry is a PREEMPTION_TIMER exit. `false`:
+    /// a host hrtimer fires on the core (EXTERNAL_INTERRUPT exit).
+    pub preemption_timer: bool,
 }
 
 impl Default for VmSpec {
     fn default() -> Self {
-        VmSpec { apicv: true, ipiv: false, pin: true, weight: 1024, vcpu_weights: None, ple: PleSpec::default() }
+        VmSpec {
+            apicv: true,
+            ipiv: false,
+            pin: true,
+            weight: 1024,
+            vcpu_weights: None,
+            halt_poll: HaltPollSpec::default(),
+            ple: PleSpec::default(),
+            pv: PvSpec::default(),
+            tlb: TlbPolicy::Ipi,
+            preemption_timer: true,
+        }
     }
 }
 
@@ -58,8 +180,22 @@ impl VmSpec {
                 return Err((format!("vcpu_weights[{i}]"), format!("expected 1..=262144 (got {})", w[i])));
             }
         }
-        if self.ple.enabled && self.ple.window_cycles == 0 {
+        let p = &self.ple;
+        if p.enabled && p.window_cycles == 0 {
             return Err(("ple.window_cycles".into(), "expected a positive cycle count (or ple.enabled = false)".into()));
+        }
+        if p.max_cycles < p.window_cycles {
+            return Err(("ple.max_cycles".into(), format!("expected at least ple.window_cycles ({}) (got {})", p.window_cycles, p.max_cycles)));
+        }
+        let known = |kind: &str, name: &str| crate::policy::REGISTRY.iter().any(|e| e.kind == kind && e.name == name);
+        for (field, kind, name) in [("ple.window_policy", "ple_window", &p.window_policy), ("ple.yield_policy", "ple_yield", &p.yield_policy)] {
+            if !known(kind, name) {
+                let names: Vec<&str> = crate::policy::REGISTRY.iter().filter(|e| e.kind == kind).map(|e| e.name).collect();
+                return Err((field.into(), format!("unknown policy '{name}' (expected one of: {})", names.join(", "))));
+            }
+        }
+        if self.pv.spinlocks && self.pv.spin_threshold == 0 {
+            return Err(("pv.spin_threshold".into(), "expected a positive number of PAUSE iterations".into()));
         }
         Ok(())
     }

@@ -22,11 +22,13 @@ pub enum ExitReason {
     ExternalInterrupt,
     /// Pause-loop exiting: the vCPU spun in guest kernel mode longer than its PLE window.
     PauseInstruction,
+    /// A hypercall (VMCALL): PV kick, PV send-IPI, PV sched yield, Shoot4U.
+    Vmcall,
 }
 
 impl ExitReason {
     /// Every reason, in a fixed order (the dense index order).
-    pub const ALL: [ExitReason; 7] = [
+    pub const ALL: [ExitReason; 8] = [
         ExitReason::Hlt,
         ExitReason::MsrWriteIcr,
         ExitReason::MsrWriteTscDeadline,
@@ -34,6 +36,7 @@ impl ExitReason {
         ExitReason::PreemptionTimer,
         ExitReason::ExternalInterrupt,
         ExitReason::PauseInstruction,
+        ExitReason::Vmcall,
     ];
     /// Number of reasons.
     pub const COUNT: usize = Self::ALL.len();
@@ -54,6 +57,7 @@ impl ExitReason {
             ExitReason::PreemptionTimer => "PREEMPTION_TIMER",
             ExitReason::ExternalInterrupt => "EXTERNAL_INTERRUPT",
             ExitReason::PauseInstruction => "PAUSE_INSTRUCTION",
+            ExitReason::Vmcall => "VMCALL",
         }
     }
 }

@@ -1,10 +1,127 @@
-//! vCPU and VM state, and the exits and interrupt paths between guest and host.
+//! vCPU and VM state, exits, and the interrupt paths between guest and host.
+//!
+//! A vCPU's host-side lifecycle ([`VcpuRun`]):
+//!
+//! ```text
+//!   Guest ──HLT──► Halting (exit handling, then halt polling) ──wake──► Guest   (poll success)
+//!                      │ window over / core contended
+//!                      ▼
+//!                  Blocked (vCPU thread sleeps in the host) ──wake──► queued ──sched in──► Guest
+//! ```
+//!
+//! Orthogonally its host task is Running / Queued (preempted: `preempted` + `ready`, as
+//! `kvm_sched_out` sets them) / Blocked. `kvm_sched_in` / `kvm_sched_out` are
+//! [`World::vcpu_sched_in`] / [`World::vcpu_sched_out`].
 
-use crate::account::{Log2Histogram, OwnerId};
+use crate::account::{Attr, Cause, Layer, Log2Histogram, OwnerId};
+use crate::engine::SimTime;
 use crate::kernel::{irq, KernelId, KernelKind, TaskId, TaskState, HOST};
+use crate::policy::{SchedOut, VmPolicies};
+use crate::spec::VmSpec;
 use crate::world::World;
 
 use super::exit::ExitReason;
+
+/// Where a vCPU is in its halt cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VcpuRun {
+    /// Executing guest code (or host work on its behalf) when its task runs.
+    Guest,
+    /// In KVM after an HLT exit: exit handling, then polling if `poll`.
+    Halting {
+        /// When the halt began (`kvm_vcpu_halt` entry).
+        start: SimTime,
+        /// Halt polling was attempted.
+        poll: bool,
+    },
+    /// The vCPU thread blocked in the host (`kvm_vcpu_block`).
+    Blocked {
+        /// When the halt began.
+        start: SimTime,
+        /// When it blocked.
+        block_start: SimTime,
+        /// Halt polling was attempted first (and failed).
+        poll: bool,
+    },
+}
+
+/// KVM's halt-polling statistics of one vCPU (ref §1.7).
+#[derive(Clone, Debug, Default)]
+pub struct HaltPollStats {
+    /// `halt_attempted_poll`.
+    pub attempted: u64,
+    /// `halt_successful_poll`.
+    pub successful: u64,
+    /// `halt_poll_invalid` (always 0 on x86).
+    pub invalid: u64,
+    /// `halt_wakeup`: wake-ups of a vCPU that actually blocked.
+    pub wakeups: u64,
+    /// `halt_poll_success_ns`.
+    pub poll_success_ns: u64,
+    /// `halt_poll_fail_ns`.
+    pub poll_fail_ns: u64,
+    /// `halt_wait_ns`: time blocked after polling.
+    pub wait_ns: u64,
+    /// `halt_poll_success_hist`.
+    pub success_hist: Log2Histogram,
+    /// `halt_poll_fail_hist`.
+    pub fail_hist: Log2Histogram,
+    /// `halt_wait_hist`.
+    pub wait_hist: Log2Histogram,
+    /// `kvm_halt_poll_ns` grow events.
+    pub grows: u64,
+    /// `kvm_halt_poll_ns` shrink events.
+    pub shrinks: u64,
+}
+
+/// PLE and directed-yield counters of one vCPU.
+#[derive(Clone, Debug, Default)]
+pub struct PleStats {
+    /// `kvm_vcpu_yield_to` calls from `kvm_vcpu_on_spin`.
+    pub yield_attempts: u64,
+    /// ... that boosted the target.
+    pub yields: u64,
+    /// ... that returned -ESRCH.
+    pub esrch: u64,
+    /// `kvm_ple_window_update` events (grow).
+    pub window_grows: u64,
+    /// `kvm_ple_window_update` events (shrink).
+    pub window_shrinks: u64,
+}
+
+/// Paravirtual-feature counters of one vCPU.
+#[derive(Clone, Debug, Default)]
+pub struct PvStats {
+    /// `KVM_HC_KICK_CPU` hypercalls sent (PV spinlock unlock of a halted waiter).
+    pub kicks: u64,
+    /// PV spinlock waits that halted.
+    pub spin_halts: u64,
+    /// `directed_yield_attempted` (PV kick / PV sched yield).
+    pub directed_yield_attempted: u64,
+    /// `directed_yield_successful`.
+    pub directed_yield_successful: u64,
+    /// PV TLB flushes deferred to this vCPU's next entry (target side).
+    pub tlb_deferred: u64,
+}
+
+/// IPI kinds counted separately.
+pub mod ipi_kind {
+    /// Reschedule IPIs (RES).
+    pub const RESCHED: usize = 0;
+    /// Call-function IPIs of TLB shootdowns (CAL + TLB).
+    pub const TLB: usize = 1;
+    /// Number of kinds.
+    pub const COUNT: usize = 2;
+
+    /// Index of an interrupt kind bit.
+    pub fn of(kind: u8) -> usize {
+        if kind & crate::kernel::irq::CALL_FUNC != 0 {
+            TLB
+        } else {
+            RESCHED
+        }
+    }
+}
 
 /// The host-side life of a vCPU (beyond its host task's scheduling state).
 #[derive(Debug)]
@@ -19,37 +136,93 @@ pub struct Vcpu {
     pub kernel: KernelId,
     /// Owner id of its time.
     pub owner: OwnerId,
-    /// Blocked in the host after HLT.
-    pub halted: bool,
+    /// Halt cycle state.
+    pub run: VcpuRun,
+    /// Current halt-poll window (`vcpu->halt_poll_ns`).
+    pub halt_poll_ns: u64,
+    /// Poll time left in the current halt.
+    pub poll_rem: u64,
+    /// The guest wrote 0 to MSR_KVM_POLL_CONTROL (guest haltpoll): no host polling.
+    pub poll_control_off: bool,
+    /// `vcpu->preempted`: scheduled out while runnable.
+    pub preempted: bool,
+    /// `vcpu->ready`: preempted, or woken and not yet running.
+    pub ready: bool,
+    /// CPL was 0 when it was preempted.
+    pub preempted_in_kernel: bool,
+    /// The guest-visible steal-time `preempted` byte (KVM_VCPU_PREEMPTED).
+    pub st_preempted: bool,
+    /// KVM_VCPU_FLUSH_TLB set by a PV TLB flush: flush before the next entry.
+    pub flush_on_entry: bool,
+    /// Inside `kvm_vcpu_on_spin` (a PLE exit whose directed yield has not returned).
+    pub in_on_spin: bool,
+    /// Bumped at every interruption of guest execution (exit, interrupt): a PAUSE loop
+    /// interrupted for longer than `ple_gap` starts a new PLE window.
+    pub ple_epoch: u32,
     /// Exits by reason.
     pub exits: [u64; ExitReason::COUNT],
-    /// IPIs sent by the guest on this vCPU.
-    pub ipis_sent: u64,
-    /// IPIs sent to this vCPU by the guest.
-    pub ipis_received: u64,
+    /// IPIs sent by the guest on this vCPU, by kind.
+    pub ipis_sent: [u64; ipi_kind::COUNT],
+    /// IPIs sent to this vCPU by the guest, by kind.
+    pub ipis_received: [u64; ipi_kind::COUNT],
     /// HLTs that blocked the vCPU thread.
     pub halts: u64,
-    /// Wake-ups of the halted vCPU thread.
-    pub wakeups: u64,
     /// Times the host preempted it while runnable.
     pub preemptions: u64,
     /// Host wake-up latency (woken → running).
     pub wake_latency: Log2Histogram,
+    /// Halt polling.
+    pub hp: HaltPollStats,
+    /// PLE / directed yield.
+    pub ple: PleStats,
+    /// PV features.
+    pub pv: PvStats,
 }
 
-/// VM-wide settings and members.
+impl Vcpu {
+    /// A vCPU in guest mode with nothing counted yet.
+    pub fn new(vm: u32, idx: u32, task: TaskId, kernel: KernelId, owner: OwnerId) -> Vcpu {
+        Vcpu {
+            vm,
+            idx,
+            task,
+            kernel,
+            owner,
+            run: VcpuRun::Guest,
+            halt_poll_ns: 0,
+            poll_rem: 0,
+            poll_control_off: false,
+            preempted: false,
+            ready: false,
+            preempted_in_kernel: false,
+            st_preempted: false,
+            flush_on_entry: false,
+            in_on_spin: false,
+            ple_epoch: 0,
+            exits: [0; ExitReason::COUNT],
+            ipis_sent: [0; ipi_kind::COUNT],
+            ipis_received: [0; ipi_kind::COUNT],
+            halts: 0,
+            preemptions: 0,
+            wake_latency: Log2Histogram::default(),
+            hp: HaltPollStats::default(),
+            ple: PleStats::default(),
+            pv: PvStats::default(),
+        }
+    }
+}
+
+/// VM-wide settings, members and policies.
 #[derive(Debug)]
 pub struct Vm {
     /// Its guest kernel.
     pub kernel: KernelId,
     /// Global vCPU ids, by vCPU index.
     pub vcpus: Vec<u32>,
-    /// APICv on.
-    pub apicv: bool,
-    /// IPI virtualization on.
-    pub ipiv: bool,
-    /// PLE window in ns (None = PLE off).
-    pub ple_window_ns: Option<u64>,
+    /// Its settings (the `[vm]` table with its `[vms.N]` overrides applied).
+    pub spec: VmSpec,
+    /// Its policy objects.
+    pub policies: VmPolicies,
 }
 
 impl World {
@@ -70,6 +243,11 @@ impl World {
         }
     }
 
+    /// The settings of vCPU `v`'s VM.
+    pub(crate) fn vspec(&self, v: u32) -> &VmSpec {
+        &self.vms[self.vcpus[v as usize].vm as usize].spec
+    }
+
     /// The core vCPU `v` is current on, if it is.
     #[inline]
     pub(crate) fn vcpu_core(&self, v: u32) -> Option<u32> {
@@ -79,13 +257,6 @@ impl World {
 
     /// vCPU `v` exits for `reason`: counts it and queues its handling cost on the vCPU's core.
     pub(crate) fn exit(&mut self, v: u32, reason: ExitReason) {
-        let Some(core) = self.vcpu_core(v) else {
-            debug_assert!(false, "exit of a vCPU that is not running");
-            return;
-        };
-        let vc = &mut self.vcpus[v as usize];
-        vc.exits[reason.index()] += 1;
-        let attr = crate::account::Attr { owner: vc.owner, layer: crate::account::Layer::Host, cause: crate::account::Cause::Exit(reason) };
         let cost = match reason {
             ExitReason::Hlt => self.costs.exit_hlt,
             ExitReason::MsrWriteIcr => self.costs.exit_msr_icr,
@@ -94,61 +265,88 @@ impl World {
             ExitReason::PreemptionTimer => self.costs.exit_preemption_timer,
             ExitReason::ExternalInterrupt => self.costs.exit_external_interrupt,
             ExitReason::PauseInstruction => self.costs.exit_pause,
+            ExitReason::Vmcall => self.costs.exit_vmcall,
         };
+        self.exit_with(v, reason, cost);
+    }
+
+    /// Like [`World::exit`] with an explicit handling cost (e.g. a hypercall doing extra work).
+    pub(crate) fn exit_with(&mut self, v: u32, reason: ExitReason, cost: u64) {
+        let Some(core) = self.vcpu_core(v) else {
+            debug_assert!(false, "exit of a vCPU that is not running");
+            return;
+        };
+        let vc = &mut self.vcpus[v as usize];
+        vc.exits[reason.index()] += 1;
+        vc.ple_epoch = vc.ple_epoch.wrapping_add(1);
+        let attr = Attr { owner: vc.owner, layer: Layer::Host, cause: Cause::Exit(reason) };
         self.push_work(HOST, core, attr, cost);
     }
 
-    /// The guest on `v` executes HLT with nothing pending: HLT exit, and the vCPU thread
-    /// blocks in the host (the default handler; halt polling is a separate policy).
-    pub(crate) fn vcpu_halt(&mut self, v: u32) {
-        let core = self.vcpu_core(v).expect("a halting vCPU runs");
-        self.exit(v, ExitReason::Hlt);
-        let vc = &mut self.vcpus[v as usize];
-        vc.halted = true;
-        vc.halts += 1;
-        self.block_curr(HOST, core, false);
+    /// Host-layer work charged to vCPU `v` on its core (no exit counted).
+    pub(crate) fn vcpu_host_work(&mut self, v: u32, cause: Cause, cost: u64) {
+        if let Some(core) = self.vcpu_core(v) {
+            let attr = Attr { owner: self.vcpus[v as usize].owner, layer: Layer::Host, cause };
+            self.push_work(HOST, core, attr, cost);
+        }
     }
 
-    /// Wakes the halted vCPU `v`'s thread; `waker_core` is the core executing the wake-up
-    /// (the sender's exit handler), None for an interrupt on the vCPU's own core (its timer).
-    fn vcpu_unhalt(&mut self, v: u32, waker_core: Option<u32>) {
-        let vc = &mut self.vcpus[v as usize];
-        vc.halted = false;
-        vc.wakeups += 1;
-        let task = vc.task;
-        self.wake_task(task, waker_core.map(|c| (HOST, c)));
+    /// Whether vCPU `v` is executing guest code right now (running, no host work queued, not
+    /// halting).
+    pub(crate) fn vcpu_in_guest(&self, v: u32) -> bool {
+        match self.vcpu_core(v) {
+            Some(core) => self.kernels[0].cpus[core as usize].kwork.is_empty() && self.vcpus[v as usize].run == VcpuRun::Guest,
+            None => false,
+        }
     }
 
     /// Platform part of raising an interrupt on guest CPU (`k`, `cpu`); the pending bit is
     /// already set.
     pub(crate) fn virt_deliver(&mut self, k: KernelId, cpu: u32, kind: u8) {
         let v = self.vcpu_of(k, cpu);
-        if self.vcpus[v as usize].halted {
-            self.vcpu_unhalt(v, None);
-            return;
+        match self.vcpus[v as usize].run {
+            VcpuRun::Blocked { .. } => {
+                if self.tasks[self.vcpus[v as usize].task as usize].state == TaskState::Blocked {
+                    self.vcpu_unhalt(v, None);
+                }
+                return;
+            }
+            VcpuRun::Halting { .. } => {
+                // The poll loop (or the check before blocking) sees the pending interrupt.
+                if let Some(core) = self.vcpu_core(v) {
+                    self.touch(core);
+                }
+                return;
+            }
+            VcpuRun::Guest => {}
         }
         let Some(core) = self.vcpu_core(v) else { return }; // preempted: injected at next entry
-        let in_guest = self.kernels[0].cpus[core as usize].kwork.is_empty();
-        if in_guest {
+        if self.vcpu_in_guest(v) {
             if kind & irq::TIMER != 0 {
-                self.exit(v, ExitReason::PreemptionTimer);
-            } else if !self.vm_of(k).apicv {
+                let reason = if self.vspec(v).preemption_timer { ExitReason::PreemptionTimer } else { ExitReason::ExternalInterrupt };
+                self.exit(v, reason);
+            } else if !self.vspec(v).apicv {
                 self.exit(v, ExitReason::ExternalInterrupt);
             }
         }
         self.touch(core);
     }
 
-    /// A guest IPI: the sender's ICR write exits (unless IPIv); a halted target is woken by
-    /// the host from the sender's exit handler, a running or preempted one gets it posted.
-    pub(crate) fn virt_send_ipi(&mut self, k: KernelId, from: u32, to: u32, kind: u8) {
+    /// A guest IPI from `from` to `to`: the sender's ICR write exits (unless IPIv, or
+    /// `sender_exit` is false because the caller charged a PV send-IPI hypercall); a halted
+    /// target is woken by the host from the sender's exit handler, a running or preempted one
+    /// gets it posted.
+    pub(crate) fn virt_send_ipi(&mut self, k: KernelId, from: u32, to: u32, kind: u8, sender_exit: bool) {
         let (vf, vt) = (self.vcpu_of(k, from), self.vcpu_of(k, to));
-        self.vcpus[vf as usize].ipis_sent += 1;
-        self.vcpus[vt as usize].ipis_received += 1;
-        if !self.vm_of(k).ipiv {
+        let ki = super::vcpu::ipi_kind::of(kind);
+        self.vcpus[vf as usize].ipis_sent[ki] += 1;
+        self.vcpus[vt as usize].ipis_received[ki] += 1;
+        if sender_exit && !self.vspec(vf).ipiv {
             self.exit(vf, ExitReason::MsrWriteIcr);
         }
-        if self.vcpus[vt as usize].halted {
+        let blocked = matches!(self.vcpus[vt as usize].run, VcpuRun::Blocked { .. })
+            && self.tasks[self.vcpus[vt as usize].task as usize].state == TaskState::Blocked;
+        if blocked {
             self.kernels[k as usize].cpus[to as usize].pending |= kind;
             let waker = self.vcpu_core(vf);
             self.vcpu_unhalt(vt, waker);
@@ -158,13 +356,79 @@ impl World {
         }
     }
 
-    /// A PLE exit of vCPU `v` (its guest spun in kernel mode for a whole window). The simple
-    /// default handler: exit, and give the core to another runnable host task if there is one.
-    pub(crate) fn ple_exit(&mut self, v: u32) {
-        let Some(core) = self.vcpu_core(v) else { return };
-        self.exit(v, ExitReason::PauseInstruction);
-        if !self.kernels[0].cpus[core as usize].rq.is_empty() {
-            self.yield_curr(HOST, core);
+    /// Wakes the blocked vCPU `v`'s thread (`kvm_vcpu_wake_up`); `waker_core` is the core
+    /// executing the wake-up (the sender's exit handler), None for an interrupt on the
+    /// vCPU's own core (its timer).
+    pub(crate) fn vcpu_unhalt(&mut self, v: u32, waker_core: Option<u32>) {
+        let vc = &mut self.vcpus[v as usize];
+        vc.hp.wakeups += 1;
+        vc.ready = true;
+        let task = vc.task;
+        self.wake_task(task, waker_core.map(|c| (HOST, c)));
+    }
+
+    /// `kvm_sched_out`: the host switches vCPU `v`'s thread out; `runnable` = preempted.
+    pub(crate) fn vcpu_sched_out(&mut self, v: u32, runnable: bool, yielded: bool) {
+        let in_kernel = self.vcpu_in_kernel(v);
+        let now = self.now;
+        let vc = &mut self.vcpus[v as usize];
+        let why = if runnable {
+            vc.preempted = true;
+            vc.ready = true;
+            vc.preempted_in_kernel = in_kernel;
+            vc.st_preempted = true;
+            vc.preemptions += 1;
+            if yielded {
+                SchedOut::Yielded
+            } else {
+                SchedOut::Preempted
+            }
+        } else {
+            SchedOut::Halted
+        };
+        let vm = vc.vm as usize;
+        let idx = vc.idx;
+        self.vms[vm].policies.yielder.on_sched_out(idx, why, now);
+    }
+
+    /// `kvm_sched_in` + `vcpu_load`: vCPU `v`'s thread runs again on `core`.
+    pub(crate) fn vcpu_sched_in(&mut self, v: u32) {
+        let now = self.now;
+        let vc = &mut self.vcpus[v as usize];
+        vc.preempted = false;
+        vc.ready = false;
+        vc.st_preempted = false;
+        let (vm, idx) = (vc.vm as usize, vc.idx);
+        let flush = std::mem::take(&mut vc.flush_on_entry);
+        if let VcpuRun::Blocked { start, block_start, poll } = vc.run {
+            vc.run = VcpuRun::Guest;
+            self.halt_done(v, start, Some(block_start), poll);
+        }
+        // vmx_vcpu_load after the thread was scheduled out: shrink the PLE window.
+        if self.vms[vm].policies.window.on_sched_in(idx, now) {
+            self.vcpus[v as usize].ple.window_shrinks += 1;
+        }
+        self.vms[vm].policies.yielder.on_sched_in(idx, now);
+        if flush {
+            // record_steal_time: KVM_VCPU_FLUSH_TLB set → kvm_vcpu_flush_tlb_guest before entry.
+            self.vcpu_host_work(v, Cause::TlbFlush, self.costs.tlb_flush_local);
+        }
+    }
+
+    /// Whether vCPU `v`'s guest CPU is at CPL 0 right now (kernel work, a thread inside a
+    /// kernel section or spinning in the kernel, or the idle loop).
+    pub(crate) fn vcpu_in_kernel(&self, v: u32) -> bool {
+        let (k, cpu) = (self.vcpus[v as usize].kernel, self.vcpus[v as usize].idx);
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        if !kc.kwork.is_empty() {
+            return true;
+        }
+        match kc.curr {
+            None => true,
+            Some(t) => match self.tasks[t as usize].kind {
+                crate::kernel::TaskKind::Thread(th) => self.threads[th as usize].in_kernel(),
+                crate::kernel::TaskKind::Vcpu(_) => false,
+            },
         }
     }
 }

@@ -8,7 +8,8 @@ use indexmap::IndexMap;
 use toml::Value;
 
 use super::dist::{parse_duration, Dist};
-use super::program::{Instr, ObjDecl, ObjId, ObjKind, Program, Workload};
+use super::heap::{parse_size, HeapParams};
+use super::program::{Instr, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
 
 /// A parse error: the path inside the workload table and a message.
 pub type ParseError = (String, String);
@@ -32,7 +33,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     let Some(t) = v.as_table() else {
         return err("", format!("expected a table describing a workload (got {})", type_name(v)));
     };
-    const KEYS: [&str; 6] = ["description", "model", "threads", "params", "objects", "program"];
+    const KEYS: [&str; 7] = ["description", "model", "threads", "params", "objects", "program", "heap"];
     for k in t.keys() {
         if !KEYS.contains(&k.as_str()) {
             return err(k, format!("unknown field '{k}' (expected one of {})", KEYS.join(", ")));
@@ -56,6 +57,11 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     let threads = match t.get("threads") {
         None => None,
         Some(v) => Some(positive_u32(&resolve(params, v, "threads")?, "threads")?),
+    };
+    let heap = match t.get("heap") {
+        None => HeapParams::default(),
+        Some(Value::Table(h)) => parse_heap(params, h)?,
+        Some(o) => return err("heap", format!("expected a table like {{ trim_threshold = \"128KiB\" }} (got {})", type_name(o))),
     };
     let mut ctx = Ctx { params, objects: IndexMap::new(), stochastic: false };
     let mut decls = Vec::new();
@@ -85,7 +91,39 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         objects: decls,
         program: Program { instrs },
         stochastic: ctx.stochastic,
+        heap,
     })
+}
+
+/// The `heap` table: glibc's allocator tunables. Setting any of them turns the dynamic
+/// thresholds off, as `mallopt` / `GLIBC_TUNABLES` do.
+fn parse_heap(params: &toml::Table, h: &toml::Table) -> Result<HeapParams, ParseError> {
+    let mut p = HeapParams::default();
+    for (k, v) in h {
+        let path = format!("heap.{k}");
+        let bytes = size(params, v, &path)?;
+        match k.as_str() {
+            "trim_threshold" => p.trim_threshold = bytes,
+            "top_pad" => p.top_pad = bytes,
+            "mmap_threshold" => p.mmap_threshold = bytes.max(1),
+            _ => return err(&path, format!("unknown field '{k}' (expected trim_threshold, top_pad or mmap_threshold)")),
+        }
+        p.dynamic = false;
+    }
+    Ok(p)
+}
+
+/// A byte size: a string like "64KiB" or an integer number of bytes, possibly a `$param`.
+fn size(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> {
+    let r = resolve(params, v, path)?;
+    via_param(
+        v,
+        match r {
+            Value::Integer(i) if i >= 0 => Ok(i as u64),
+            Value::String(s) => parse_size(&s).map_err(|m| (path.to_string(), m)),
+            o => err(path, format!("expected a size like '64KiB' or an integer number of bytes (got {})", type_name(&o))),
+        },
+    )
 }
 
 /// The `params.NAME` a `"$NAME"` reference points to, if `v` is one.
@@ -258,7 +296,7 @@ fn object(ctx: &Ctx<'_>, v: &Value, path: &str, want: &[ObjKind]) -> Result<ObjI
     Ok(idx as ObjId)
 }
 
-const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, repeat, single, serial";
+const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, malloc, free, munmap, madvise, mprotect, repeat, single, serial";
 
 fn compile_block(ctx: &mut Ctx<'_>, v: &Value, path: &str, out: &mut Vec<Instr>) -> Result<(), ParseError> {
     let Some(ops) = v.as_array() else {
@@ -301,6 +339,16 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
         "barrier" => Instr::Barrier(object(ctx, a, &p, &[K::Barrier, K::SpinBarrier])?),
         "cond_signal" => Instr::CondSignal(object(ctx, a, &p, &[K::CondVar])?),
         "cond_broadcast" => Instr::CondBroadcast(object(ctx, a, &p, &[K::CondVar])?),
+        "malloc" => Instr::Malloc(size(ctx.params, a, &p)?.max(1)),
+        "free" => Instr::Free(count(ctx.params, a, &p)?),
+        "munmap" | "madvise" | "mprotect" => {
+            let call = match name.as_str() {
+                "munmap" => MmCall::Munmap,
+                "madvise" => MmCall::Madvise,
+                _ => MmCall::Mprotect,
+            };
+            Instr::MmUnmap { call, pages: size(ctx.params, a, &p)?.div_ceil(super::heap::PAGE).max(1) }
+        }
         "cond_wait" => {
             let t = sub_table(a, &p, &["cond", "mutex"])?;
             let get = |k: &str| t.get(k).ok_or_else(|| (format!("{p}.{k}"), "missing".to_string()));

@@ -107,8 +107,31 @@ pub enum Instr {
         /// Index of the first instruction after the block.
         end: u32,
     },
+    /// `malloc` of this many bytes from the thread's arena (see [`super::heap`]).
+    Malloc(u64),
+    /// `free` of the thread's this-many most recent allocations.
+    Free(u64),
+    /// A memory-management system call that removes or downgrades mappings of this many
+    /// pages (a TLB shootdown to the other CPUs running the process).
+    MmUnmap {
+        /// Which call.
+        call: MmCall,
+        /// Pages affected.
+        pages: u64,
+    },
     /// The thread exits.
     End,
+}
+
+/// Memory-management calls that flush TLBs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmCall {
+    /// `munmap`.
+    Munmap,
+    /// `madvise(MADV_DONTNEED)`.
+    Madvise,
+    /// `mprotect` removing permissions.
+    Mprotect,
 }
 
 /// A compiled program.
@@ -135,6 +158,8 @@ pub struct Workload {
     pub program: Program,
     /// Whether any operation draws random durations.
     pub stochastic: bool,
+    /// Allocator parameters of its threads' arenas.
+    pub heap: super::heap::HeapParams,
 }
 
 impl Workload {

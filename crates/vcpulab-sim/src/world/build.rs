@@ -9,8 +9,9 @@ use crate::kernel::sync::{Instance, Obj};
 use crate::kernel::thread::{Act, Thread, ThreadStats};
 use crate::kernel::{Kernel, KernelId, KernelKind, Task, TaskKind, TaskState, HOST};
 use crate::scenario::{Layout, RunConfig};
-use crate::virt::exit::ExitReason;
+use crate::policy::VmPolicies;
 use crate::virt::vcpu::{Vcpu, Vm};
+use crate::workload::heap::Arena;
 
 use super::{Core, Leaf, Limits, Rem, World};
 
@@ -45,17 +46,22 @@ impl World {
             live: 0,
             fault: None,
             events: 0,
+            shootdowns: Vec::new(),
+            free_shootdowns: Vec::new(),
+            record_tlb_samples: cfg.record.tlb_samples,
+            freq_ghz: cfg.machine.freq_ghz,
         };
         match cfg.layout {
             Layout::Native { instances } => {
                 for i in 0..instances {
                     let owner = w.owners.len() as u32;
                     w.owners.push(OwnerKind::Native { instance: i });
-                    w.add_instance(cfg, HOST, None, owner, format!("native{i}"));
+                    w.add_instance(cfg, HOST, None, owner, format!("native{i}"), false);
                 }
             }
             Layout::Vms { vms } => {
                 for vm in 0..vms {
+                    let spec = cfg.vm_spec(vm);
                     let k = w.kernels.len() as KernelId;
                     let mut guest = Kernel::new(KernelKind::Guest { vm }, n, cfg.guest.params(n));
                     guest.tick_phase = Stream::new(stream_seed(cfg.seed, &[STREAM_KERNEL, u64::from(vm)])).below(guest.params.tick_ns);
@@ -65,34 +71,15 @@ impl World {
                         let owner = w.owners.len() as u32;
                         w.owners.push(OwnerKind::Vcpu { vm, vcpu: i });
                         let vid = w.vcpus.len() as u32;
-                        let task = w.new_task(TaskKind::Vcpu(vid), HOST, owner, i, cfg.vm.vcpu_weight(i));
-                        w.tasks[task as usize].pinned = cfg.vm.pin.then_some(i);
-                        w.vcpus.push(Vcpu {
-                            vm,
-                            idx: i,
-                            task,
-                            kernel: k,
-                            owner,
-                            halted: false,
-                            exits: [0; ExitReason::COUNT],
-                            ipis_sent: 0,
-                            ipis_received: 0,
-                            halts: 0,
-                            wakeups: 0,
-                            preemptions: 0,
-                            wake_latency: Default::default(),
-                        });
+                        let task = w.new_task(TaskKind::Vcpu(vid), HOST, owner, i, spec.vcpu_weight(i));
+                        w.tasks[task as usize].pinned = spec.pin.then_some(i);
+                        w.vcpus.push(Vcpu::new(vm, i, task, k, owner));
                         ids.push(vid);
                     }
                     let first_owner = w.vcpus[ids[0] as usize].owner;
-                    w.vms.push(Vm {
-                        kernel: k,
-                        vcpus: ids,
-                        apicv: cfg.vm.apicv,
-                        ipiv: cfg.vm.ipiv,
-                        ple_window_ns: cfg.vm.ple.enabled.then(|| cfg.machine.cycles_to_ns(cfg.vm.ple.window_cycles)),
-                    });
-                    w.add_instance(cfg, k, Some(vm), first_owner, format!("vm{vm}"));
+                    w.vms.push(Vm { kernel: k, vcpus: ids, policies: VmPolicies::new(spec, n), spec: spec.clone() });
+                    let background = cfg.corunner.is_some() && vm > 0;
+                    w.add_instance(cfg, k, Some(vm), first_owner, format!("vm{vm}"), background);
                 }
             }
         }
@@ -108,7 +95,7 @@ impl World {
             w.tasks[t as usize].vr = Stream::new(stream_seed(cfg.seed, &[STREAM_TASK, u64::from(t)])).below(spread);
             w.enqueue_initial(t);
         }
-        w.live = w.insts.len() as u32;
+        w.live = w.insts.iter().filter(|i| !i.background).count() as u32;
         w
     }
 
@@ -133,10 +120,12 @@ impl World {
         id
     }
 
-    fn add_instance(&mut self, cfg: &RunConfig, k: KernelId, vm: Option<u32>, owner: u32, name: String) {
+    fn add_instance(&mut self, cfg: &RunConfig, k: KernelId, vm: Option<u32>, owner: u32, name: String, background: bool) {
         let inst = self.insts.len() as u32;
-        let wl = Arc::clone(&cfg.workload);
-        let threads = cfg.threads;
+        let (wl, threads) = match (&cfg.corunner, background) {
+            (Some(c), true) => (Arc::clone(&c.workload), c.threads),
+            _ => (Arc::clone(&cfg.workload), cfg.threads),
+        };
         let ncpus = self.kernels[k as usize].cpus.len() as u32;
         let objs = wl
             .objects
@@ -163,6 +152,10 @@ impl World {
                 act: Act::Fresh,
                 compute_rem: 0,
                 spin_window: 0,
+                ple_epoch: 0,
+                pv_left: u64::MAX,
+                arena: Arena::new(wl.heap),
+                mm_queue: VecDeque::new(),
                 rng: Stream::new(stream_seed(cfg.seed, &[STREAM_THREAD, u64::from(inst), u64::from(i)])),
                 kdepth: 0,
                 ticket: 0,
@@ -172,6 +165,6 @@ impl World {
             });
             ids.push(tid);
         }
-        self.insts.push(Instance { name, kernel: k, vm, wl, threads: ids, objs, live: threads, finish: None });
+        self.insts.push(Instance { name, kernel: k, vm, wl, threads: ids, objs, live: threads, finish: None, background, tlb: Default::default() });
     }
 }

@@ -8,11 +8,12 @@ use crate::account::{Cause, Layer, Log2Histogram, OwnerKind};
 use crate::engine::SimTime;
 use crate::scenario::RunConfig;
 use crate::virt::exit::ExitReason;
+use crate::virt::vcpu::ipi_kind;
 
 use super::World;
 
 /// Summary of a latency histogram.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct LatencySummary {
     /// Samples.
     pub count: u64,
@@ -58,6 +59,30 @@ pub struct InstanceRecord {
     pub wake_latency: LatencySummary,
     /// Per thread.
     pub thread_stats: Vec<ThreadRecord>,
+    /// A co-runner (not measured; still running when the run ended).
+    pub background: bool,
+    /// TLB shootdowns sent by its threads.
+    pub tlb: TlbRecord,
+}
+
+/// TLB shootdowns of one instance (sender's view, as S4U measured).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TlbRecord {
+    /// Flushes with remote targets.
+    pub shootdowns: u64,
+    /// Flushes with no remote CPU running the process.
+    pub local_only: u64,
+    /// Remote targets, all shootdowns.
+    pub targets: u64,
+    /// Call-function IPIs sent.
+    pub ipis: u64,
+    /// Targets deferred to their next VM entry (PV TLB flush / Shoot4U).
+    pub deferred: u64,
+    /// Latency from the remote flush's start to the last acknowledgement.
+    pub latency: LatencySummary,
+    /// Every latency (ns), if `[record] tlb_samples` is on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub samples_ns: Vec<u64>,
 }
 
 /// Counters of one thread, or summed over the threads of an instance.
@@ -73,10 +98,13 @@ pub struct ThreadCounters {
     pub nvcsw: u64,
     /// Involuntary context switches.
     pub nivcsw: u64,
+    /// Time waiting for TLB-shootdown acknowledgements (ns).
+    pub tlb_wait_ns: u64,
 }
 
 impl std::ops::AddAssign<&ThreadCounters> for ThreadCounters {
     fn add_assign(&mut self, o: &ThreadCounters) {
+        self.tlb_wait_ns += o.tlb_wait_ns;
         self.compute_ns += o.compute_ns;
         self.spin_ns += o.spin_ns;
         self.blocks += o.blocks;
@@ -118,6 +146,79 @@ pub struct VcpuRecord {
     pub ipis_sent: u64,
     /// IPIs its guest CPU received.
     pub ipis_received: u64,
+    /// Halt polls attempted.
+    pub halt_poll_attempted: u64,
+    /// Halt polls that succeeded.
+    pub halt_poll_successful: u64,
+    /// Its halt-poll window at the end (ns).
+    pub halt_poll_ns: u64,
+    /// Its PLE window at the end (cycles).
+    pub ple_window: u64,
+}
+
+/// KVM's halt-polling statistics of a VM (ref §1.7).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct HaltPollRecord {
+    /// `halt_exits`.
+    pub exits: u64,
+    /// `halt_attempted_poll`.
+    pub attempted: u64,
+    /// `halt_successful_poll`.
+    pub successful: u64,
+    /// `halt_poll_invalid` (0 on x86).
+    pub invalid: u64,
+    /// `halt_wakeup`.
+    pub wakeups: u64,
+    /// `halt_poll_success_ns`.
+    pub poll_success_ns: u64,
+    /// `halt_poll_fail_ns`.
+    pub poll_fail_ns: u64,
+    /// `halt_wait_ns`.
+    pub wait_ns: u64,
+    /// successful / attempted (None when nothing was attempted).
+    pub success_rate: Option<f64>,
+    /// Window grow events.
+    pub grows: u64,
+    /// Window shrink events.
+    pub shrinks: u64,
+    /// `halt_wait_hist`.
+    pub wait: LatencySummary,
+    /// `halt_poll_success_hist`.
+    pub poll_success: LatencySummary,
+    /// `halt_poll_fail_hist`.
+    pub poll_fail: LatencySummary,
+}
+
+/// PLE and directed yield of a VM.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct PleRecord {
+    /// PAUSE_INSTRUCTION exits.
+    pub exits: u64,
+    /// `yield_to` attempts from `kvm_vcpu_on_spin`.
+    pub yield_attempts: u64,
+    /// ... that boosted a vCPU.
+    pub yields: u64,
+    /// ... that returned -ESRCH.
+    pub esrch: u64,
+    /// Window grow events (`kvm_ple_window_update` growed).
+    pub window_grows: u64,
+    /// Window shrink events.
+    pub window_shrinks: u64,
+}
+
+/// Paravirtual features of a VM.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct PvRecord {
+    /// `KVM_HC_KICK_CPU` hypercalls.
+    pub kicks: u64,
+    /// PV spinlock waits that halted.
+    pub spin_halts: u64,
+    /// `directed_yield_attempted`.
+    pub directed_yield_attempted: u64,
+    /// `directed_yield_successful`.
+    pub directed_yield_successful: u64,
+    /// TLB flushes deferred to a vCPU's next entry (PV TLB flush / Shoot4U).
+    pub tlb_deferred: u64,
 }
 
 /// One VM.
@@ -137,10 +238,16 @@ pub struct VmRecord {
     pub host_ns: u64,
     /// IPIs sent by the guest.
     pub ipis_sent: u64,
+    /// IPIs sent by the guest, by kind (`resched`, `tlb`).
+    pub ipis_by_kind: BTreeMap<String, u64>,
     /// HLTs that blocked a vCPU.
     pub halts: u64,
-    /// Wake-ups of halted vCPUs.
-    pub wakeups: u64,
+    /// Halt polling.
+    pub halt_poll: HaltPollRecord,
+    /// PLE and directed yield.
+    pub ple: PleRecord,
+    /// PV features.
+    pub pv: PvRecord,
     /// Host preemptions of runnable vCPUs.
     pub preemptions: u64,
     /// vCPU wake-up latency in the host (woken → running).
@@ -230,6 +337,7 @@ impl RunRecord {
                     blocks: th.stats.blocks,
                     nvcsw: task.nvcsw,
                     nivcsw: task.nivcsw,
+                    tlb_wait_ns: th.stats.tlb_wait_ns,
                 };
                 totals += &counters;
                 wake.merge(&th.stats.wake_latency);
@@ -248,6 +356,16 @@ impl RunRecord {
                 counters: totals,
                 wake_latency: (&wake).into(),
                 thread_stats,
+                background: inst.background,
+                tlb: TlbRecord {
+                    shootdowns: inst.tlb.shootdowns,
+                    local_only: inst.tlb.local_only,
+                    targets: inst.tlb.targets,
+                    ipis: inst.tlb.ipis,
+                    deferred: inst.tlb.deferred,
+                    latency: (&inst.tlb.latency).into(),
+                    samples_ns: inst.tlb.samples.clone(),
+                },
             });
         }
         let mut vms = Vec::new();
@@ -256,7 +374,12 @@ impl RunRecord {
             let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
             let mut vcpus = Vec::new();
             let mut wake = Log2Histogram::default();
-            let (mut ipis, mut halts, mut wakeups, mut pre) = (0, 0, 0, 0);
+            let (mut halts, mut pre) = (0, 0);
+            let mut by_kind = [0u64; ipi_kind::COUNT];
+            let mut hp = HaltPollRecord::default();
+            let (mut wait, mut succ, mut fail) = (Log2Histogram::default(), Log2Histogram::default(), Log2Histogram::default());
+            let mut ple = PleRecord::default();
+            let mut pv = PvRecord::default();
             for &v in &vm.vcpus {
                 let vc = &w.vcpus[v as usize];
                 for r in ExitReason::ALL {
@@ -279,15 +402,48 @@ impl RunRecord {
                     exits: vc.exits.iter().sum(),
                     halts: vc.halts,
                     preemptions: vc.preemptions,
-                    ipis_sent: vc.ipis_sent,
-                    ipis_received: vc.ipis_received,
+                    ipis_sent: vc.ipis_sent.iter().sum(),
+                    ipis_received: vc.ipis_received.iter().sum(),
+                    halt_poll_attempted: vc.hp.attempted,
+                    halt_poll_successful: vc.hp.successful,
+                    halt_poll_ns: vc.halt_poll_ns,
+                    ple_window: vm.policies.window.window(vc.idx),
                 });
                 wake.merge(&vc.wake_latency);
-                ipis += vc.ipis_sent;
+                for (i, n) in vc.ipis_sent.iter().enumerate() {
+                    by_kind[i] += n;
+                }
                 halts += vc.halts;
-                wakeups += vc.wakeups;
                 pre += vc.preemptions;
+                hp.exits += vc.exits[ExitReason::Hlt.index()];
+                hp.attempted += vc.hp.attempted;
+                hp.successful += vc.hp.successful;
+                hp.invalid += vc.hp.invalid;
+                hp.wakeups += vc.hp.wakeups;
+                hp.poll_success_ns += vc.hp.poll_success_ns;
+                hp.poll_fail_ns += vc.hp.poll_fail_ns;
+                hp.wait_ns += vc.hp.wait_ns;
+                hp.grows += vc.hp.grows;
+                hp.shrinks += vc.hp.shrinks;
+                wait.merge(&vc.hp.wait_hist);
+                succ.merge(&vc.hp.success_hist);
+                fail.merge(&vc.hp.fail_hist);
+                ple.exits += vc.exits[ExitReason::PauseInstruction.index()];
+                ple.yield_attempts += vc.ple.yield_attempts;
+                ple.yields += vc.ple.yields;
+                ple.esrch += vc.ple.esrch;
+                ple.window_grows += vc.ple.window_grows;
+                ple.window_shrinks += vc.ple.window_shrinks;
+                pv.kicks += vc.pv.kicks;
+                pv.spin_halts += vc.pv.spin_halts;
+                pv.directed_yield_attempted += vc.pv.directed_yield_attempted;
+                pv.directed_yield_successful += vc.pv.directed_yield_successful;
+                pv.tlb_deferred += vc.pv.tlb_deferred;
             }
+            hp.success_rate = (hp.attempted > 0).then(|| hp.successful as f64 / hp.attempted as f64);
+            hp.wait = (&wait).into();
+            hp.poll_success = (&succ).into();
+            hp.poll_fail = (&fail).into();
             vms.push(VmRecord {
                 vm: i as u32,
                 exits,
@@ -295,9 +451,12 @@ impl RunRecord {
                 guest_user_ns: vcpus.iter().map(|v| v.user_ns).sum(),
                 guest_kernel_ns: vcpus.iter().map(|v| v.kernel_ns).sum(),
                 host_ns: vcpus.iter().map(|v| v.host_ns).sum(),
-                ipis_sent: ipis,
+                ipis_sent: by_kind.iter().sum(),
+                ipis_by_kind: [("resched".to_string(), by_kind[ipi_kind::RESCHED]), ("tlb".to_string(), by_kind[ipi_kind::TLB])].into_iter().collect(),
                 halts,
-                wakeups,
+                halt_poll: hp,
+                ple,
+                pv,
                 preemptions: pre,
                 vcpu_wake_latency: (&wake).into(),
                 vcpus,
@@ -334,15 +493,24 @@ impl RunRecord {
         }
     }
 
-    /// Mean completion time of the instances (s): t of TPDS §1.1.
+    /// The measured (not co-runner) instances.
+    pub fn measured(&self) -> impl Iterator<Item = &InstanceRecord> {
+        self.instances.iter().filter(|i| !i.background)
+    }
+
+    /// Mean completion time of the measured instances (s): t of TPDS §1.1.
     pub fn mean_time_s(&self) -> f64 {
-        self.instances.iter().map(|i| i.finish_ns as f64).sum::<f64>() / self.instances.len() as f64 * 1e-9
+        let n = self.measured().count().max(1);
+        self.measured().map(|i| i.finish_ns as f64).sum::<f64>() / n as f64 * 1e-9
     }
 
     /// Cycles (as busy ns) per instance: the instances' own time plus host time not charged
-    /// to anyone, split evenly (TPDS §1.2: C_v = C_sys / 2 in OC).
+    /// to anyone, split evenly over all instances (TPDS §1.2: C_v = C_sys / 2 in OC), for the
+    /// measured instances.
     pub fn cycles_per_instance_ns(&self) -> f64 {
-        let own: u64 = self.instances.iter().map(|i| i.busy_ns).sum();
-        (own + self.host_busy_ns) as f64 / self.instances.len() as f64
+        let all = self.instances.len().max(1) as f64;
+        let n = self.measured().count().max(1) as f64;
+        let own: u64 = self.measured().map(|i| i.busy_ns).sum();
+        own as f64 / n + self.host_busy_ns as f64 / all
     }
 }

@@ -28,6 +28,9 @@ pub const NO_VIRT_COSTS: &[&str] = &[
     "machine.costs.exit_preemption_timer=0",
     "machine.costs.exit_external_interrupt=0",
     "machine.costs.exit_pause=0",
+    "machine.costs.exit_vmcall=0",
+    "machine.costs.yield_to=0",
+    "machine.costs.ple_scan_per_vcpu=0",
     "machine.costs.vcpu_switch=0",
     "machine.costs.ipi_posted_latency=1000",
 ];

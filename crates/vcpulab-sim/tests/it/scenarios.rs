@@ -22,12 +22,13 @@ fn uc_overhead_vanishes_without_virtualization_costs() {
     let spec = "[experiment]\nworkloads = [\"lock\", \"barrier\", \"ep\", \"kspin\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n";
     let mut sets: Vec<&str> = NO_VIRT_COSTS.to_vec();
     sets.push("vm.ple.enabled=false");
+    sets.push("vm.halt_poll.enabled=false");
     for r in run_text(spec, &sets) {
         let (dt, dr) = (r.delta_eta_t.unwrap(), r.delta_eta_r.unwrap());
         assert!(dt.abs() < 0.01 && dr.abs() < 0.03, "{}: dt={dt} dr={dr}", r.workload);
     }
     // ... and comes back with the default costs for blocking synchronisation.
-    let with_costs = run_text("[experiment]\nworkloads = [\"lock\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n", &[]);
+    let with_costs = run_text("[experiment]\nworkloads = [\"lock\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n", &["vm.halt_poll.enabled=false"]);
     assert!(with_costs[0].delta_eta_r.unwrap() > 0.02, "{:?}", with_costs[0].delta_eta_r);
 }
 
@@ -47,9 +48,12 @@ fn blocking_sync_causes_the_four_exits_of_tpds() {
 fn apicv_off_adds_receiver_exits() {
     let spec = "[experiment]\nworkloads = [\"barrier\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n";
     let on = run_text(spec, &[]);
-    let off = run_text(spec, &["vm.apicv=false"]);
+    let off = run_text(spec, &["vm.apicv=false", "vm.pv.eoi=false"]);
     assert!(off[0].exits.get("MSR_WRITE_EOI").copied().unwrap_or(0) > 0);
     assert!(off[0].delta_eta_r.unwrap() > on[0].delta_eta_r.unwrap());
+    // PV EOI (QEMU's default) removes the EOI exits even without APICv.
+    let pv_eoi = run_text(spec, &["vm.apicv=false"]);
+    assert_eq!(pv_eoi[0].exits.get("MSR_WRITE_EOI"), None);
 }
 
 #[test]

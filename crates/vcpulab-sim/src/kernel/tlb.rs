@@ -1,0 +1,238 @@
+//! TLB shootdowns (ref §4.2; digest §2.3, §3): the kernel side, native and in a guest, with
+//! the guest's flush policy (`[vm] tlb`).
+//!
+//! A thread that removes mappings flushes its own TLB (per page up to
+//! `tlb_single_page_flush_ceiling` = 33 pages, else a full flush), then every other CPU of
+//! its kernel whose current thread belongs to the same process (`mm_cpumask` minus lazy-TLB
+//! CPUs: idle CPUs are skipped) must flush too:
+//!
+//! - `ipi` (native `flush_tlb_others`): queue a call-function entry on each target, send a
+//!   call-function IPI to targets whose queue was empty, and busy-wait at CPL 0 (preemption
+//!   off) until every target's handler has run. In a VM a preempted target handles it only
+//!   when the host runs it again.
+//! - `pv` (PV TLB flush): targets whose steal-time `preempted` byte is set get
+//!   `KVM_VCPU_FLUSH_TLB` instead (flushed by the host before their next entry); the rest
+//!   get IPIs as above. A target preempted between the check and the delivery is waited for
+//!   (the race the issue names).
+//! - `shoot4u`: one hypercall; the hypervisor invalidates each target itself — a synchronous
+//!   host IPI to the pCPU of each running target, a flush-on-entry request for the others —
+//!   and returns; the guest never waits for a vCPU.
+//!
+//! The latency of each shootdown (from the decision to flush remote CPUs to the last
+//! acknowledgement, the sender's view that S4U measured) goes to the instance's histogram.
+
+use crate::account::{Attr, Cause, Layer};
+use crate::engine::SimTime;
+use crate::spec::vm::TlbPolicy;
+use crate::virt::exit::ExitReason;
+use crate::world::World;
+
+use super::thread::{Act, Flow, SpinOn};
+use super::{irq, KernelId, TaskKind, Then, ThreadId, HOST};
+
+/// `tlb_single_page_flush_ceiling` (linux: arch/x86/mm/tlb.c).
+pub const SINGLE_PAGE_FLUSH_CEILING: u64 = 33;
+
+/// One remote flush in progress.
+#[derive(Clone, Copy, Debug)]
+pub struct Shootdown {
+    /// The thread waiting for it.
+    pub sender: ThreadId,
+    /// When the remote flush started.
+    pub start: SimTime,
+    /// Acknowledgements outstanding.
+    pub pending: u32,
+}
+
+/// TLB-shootdown statistics of one instance.
+#[derive(Clone, Debug, Default)]
+pub struct TlbStats {
+    /// Remote shootdowns (at least one target).
+    pub shootdowns: u64,
+    /// Flushes that needed no remote CPU.
+    pub local_only: u64,
+    /// Targets flushed (all policies).
+    pub targets: u64,
+    /// Call-function IPIs sent.
+    pub ipis: u64,
+    /// Targets deferred to their next VM entry (PV TLB flush / Shoot4U, not running).
+    pub deferred: u64,
+    /// Latency histogram (ns).
+    pub latency: crate::account::Log2Histogram,
+    /// Every latency (ns), when `[record] tlb_samples` is on.
+    pub samples: Vec<u64>,
+}
+
+impl World {
+    /// Thread `t` on (`k`, `cpu`) changed the mappings of `pages` pages: flush locally and
+    /// shoot down the other CPUs running its process. Returns Stop if it must wait.
+    pub(crate) fn tlb_shootdown(&mut self, k: KernelId, cpu: u32, t: ThreadId, pages: u64) -> Flow {
+        let owner = self.ctx_attr(k, cpu, Cause::TlbFlush).owner;
+        let local = if pages <= SINGLE_PAGE_FLUSH_CEILING { pages * self.costs.invlpg } else { self.costs.tlb_flush_local };
+        self.push_work(k, cpu, Attr { owner, layer: Layer::Kernel, cause: Cause::TlbFlush }, local);
+        let inst = self.threads[t as usize].inst;
+        let targets: Vec<u32> = (0..self.kernels[k as usize].cpus.len() as u32)
+            .filter(|&c| c != cpu)
+            .filter(|&c| match self.kernels[k as usize].cpus[c as usize].curr.map(|x| self.tasks[x as usize].kind) {
+                Some(TaskKind::Thread(o)) => self.threads[o as usize].inst == inst,
+                _ => false,
+            })
+            .collect();
+        let stats = &mut self.insts[inst as usize].tlb;
+        if targets.is_empty() {
+            stats.local_only += 1;
+            return Flow::Continue;
+        }
+        stats.shootdowns += 1;
+        stats.targets += targets.len() as u64;
+        let policy = if k == HOST { TlbPolicy::Ipi } else { self.vm_of(k).spec.tlb };
+        let sd = self.new_shootdown(t);
+        match policy {
+            TlbPolicy::Shoot4u => self.shoot4u(k, cpu, sd, &targets),
+            TlbPolicy::Ipi | TlbPolicy::Pv => self.flush_others(k, cpu, sd, &targets, policy == TlbPolicy::Pv),
+        }
+        let th = &mut self.threads[t as usize];
+        th.kdepth += 1; // preemption off while waiting (get_cpu in flush_tlb_mm_range)
+        th.spin_window = super::thread::SPIN_WINDOW_UNSET;
+        th.act = Act::Spin(SpinOn::Shootdown(sd));
+        Flow::Stop
+    }
+
+    fn new_shootdown(&mut self, sender: ThreadId) -> u32 {
+        let s = Shootdown { sender, start: self.now, pending: 0 };
+        match self.free_shootdowns.pop() {
+            Some(i) => {
+                self.shootdowns[i as usize] = s;
+                i
+            }
+            None => {
+                self.shootdowns.push(s);
+                self.shootdowns.len() as u32 - 1
+            }
+        }
+    }
+
+    /// `native_flush_tlb_others` / `kvm_flush_tlb_others`: CSDs and call-function IPIs.
+    fn flush_others(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32], pv: bool) {
+        let mut ipi_to = Vec::new();
+        for &c in targets {
+            if pv {
+                let v = self.vcpu_of(k, c);
+                if self.vcpus[v as usize].st_preempted {
+                    // cmpxchg KVM_VCPU_PREEMPTED → | KVM_VCPU_FLUSH_TLB: no IPI, no wait.
+                    self.vcpus[v as usize].flush_on_entry = true;
+                    self.vcpus[v as usize].pv.tlb_deferred += 1;
+                    let inst = self.threads[self.shootdowns[sd as usize].sender as usize].inst;
+                    self.insts[inst as usize].tlb.deferred += 1;
+                    continue;
+                }
+            }
+            let kc = &mut self.kernels[k as usize].cpus[c as usize];
+            let was_empty = kc.csd.is_empty();
+            kc.csd.push_back(sd);
+            self.shootdowns[sd as usize].pending += 1;
+            if was_empty {
+                ipi_to.push(c);
+            }
+        }
+        let inst = self.threads[self.shootdowns[sd as usize].sender as usize].inst;
+        self.insts[inst as usize].tlb.ipis += ipi_to.len() as u64;
+        let pv_send = k != HOST && ipi_to.len() > 1 && self.vm_of(k).spec.pv.send_ipi;
+        if pv_send {
+            // KVM_HC_SEND_IPI: one hypercall per 128 APIC IDs.
+            let v = self.vcpu_of(k, cpu);
+            let span = ipi_to.iter().max().unwrap() - ipi_to.iter().min().unwrap();
+            for _ in 0..=(span / 128) {
+                self.exit(v, ExitReason::Vmcall);
+            }
+        }
+        for &c in &ipi_to {
+            self.send_ipi_ex(k, cpu, c, irq::CALL_FUNC, !pv_send);
+        }
+        if k != HOST && targets.len() > 1 && self.vm_of(k).spec.pv.sched_yield {
+            // kvm_smp_send_call_func_ipi: yield to the first preempted, non-idle target.
+            let me = self.vcpu_of(k, cpu);
+            let first = ipi_to.iter().map(|&c| self.vcpu_of(k, c)).find(|&v| self.vcpus[v as usize].st_preempted);
+            if let Some(target) = first {
+                self.exit(me, ExitReason::Vmcall);
+                self.pv_sched_yield(me, target);
+            }
+        }
+    }
+
+    /// The Shoot4U hypercall from guest CPU (`k`, `cpu`).
+    fn shoot4u(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32]) {
+        let me = self.vcpu_of(k, cpu);
+        self.exit(me, ExitReason::Vmcall);
+        let mut host_ns = 0;
+        for &c in targets {
+            let v = self.vcpu_of(k, c);
+            match self.vcpu_core(v) {
+                Some(core) => {
+                    // Host IPI to the target's pCPU: INVVPID there; the target leaves guest mode briefly.
+                    host_ns += self.costs.shoot4u_remote;
+                    if self.vcpu_in_guest(v) {
+                        self.exit(v, ExitReason::ExternalInterrupt);
+                    } else {
+                        self.touch(core);
+                    }
+                }
+                None => {
+                    self.vcpus[v as usize].flush_on_entry = true;
+                    let inst = self.threads[self.shootdowns[sd as usize].sender as usize].inst;
+                    self.insts[inst as usize].tlb.deferred += 1;
+                    host_ns += self.costs.invlpg;
+                }
+            }
+        }
+        self.shootdowns[sd as usize].pending = 1;
+        let core = self.vcpu_core(me).expect("the sender runs");
+        let attr = Attr { owner: self.vcpus[me as usize].owner, layer: Layer::Host, cause: Cause::TlbFlush };
+        self.push_work_then(HOST, core, attr, host_ns, Then::Shoot4uDone(sd));
+    }
+
+    /// A CPU received a call-function IPI: run the queued flushes, acknowledging each.
+    pub(crate) fn run_csds(&mut self, k: KernelId, cpu: u32) {
+        let attr = self.ctx_attr(k, cpu, Cause::TlbFlush);
+        while let Some(sd) = self.kernels[k as usize].cpus[cpu as usize].csd.pop_front() {
+            self.push_work_then(k, cpu, attr, self.costs.tlb_flush_remote, Then::TlbAck(sd));
+        }
+    }
+
+    /// Queued work finished.
+    pub(crate) fn work_done(&mut self, then: Then) {
+        match then {
+            Then::TlbAck(sd) | Then::Shoot4uDone(sd) => {
+                let s = &mut self.shootdowns[sd as usize];
+                s.pending -= 1;
+                if s.pending == 0 {
+                    let sender = s.sender;
+                    if let Some(core) = self.thread_core(sender) {
+                        self.touch(core);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the shootdown thread `t` waits for is complete; if so, records it.
+    pub(crate) fn shootdown_finished(&mut self, t: ThreadId, sd: u32) -> bool {
+        let s = self.shootdowns[sd as usize];
+        if s.pending > 0 {
+            return false;
+        }
+        let lat = self.now.since(s.start);
+        let inst = self.threads[t as usize].inst;
+        let stats = &mut self.insts[inst as usize].tlb;
+        stats.latency.record(lat);
+        if self.record_tlb_samples {
+            stats.samples.push(lat);
+        }
+        self.free_shootdowns.push(sd);
+        self.threads[t as usize].kdepth -= 1;
+        if self.threads[t as usize].kdepth == 0 {
+            self.preempt_enable(t);
+        }
+        true
+    }
+}

@@ -1,0 +1,154 @@
+//! Pluggable policies: the decisions the research varies, each behind a trait, with KVM's
+//! behaviour as one implementation among others.
+//!
+//! | kind | trait | implementations |
+//! |---|---|---|
+//! | `ple_window` | [`PleWindowPolicy`] | `kvm` ([`kvm_ple::KvmWindow`]), `fixed` ([`kvm_ple::FixedWindow`]) |
+//! | `ple_yield` | [`YieldPolicy`] | `kvm` ([`kvm_yield::KvmOnSpin`]), `none` ([`kvm_yield::NoYield`]) |
+//! | `tlb` | — (mechanism switch) | `ipi`, `pv`, `shoot4u` (see [`crate::kernel::tlb`]) |
+//!
+//! A VM gets one policy object of each trait ([`VmPolicies`]); the object keeps whatever
+//! per-vCPU state it needs. [`REGISTRY`] names every implementation for the CLI
+//! (`vcpulab policies`) and for spec validation.
+
+pub mod kvm_ple;
+pub mod kvm_yield;
+
+use crate::engine::SimTime;
+use crate::spec::VmSpec;
+
+/// One registered policy.
+#[derive(Clone, Copy, Debug)]
+pub struct PolicyInfo {
+    /// What it decides (`ple_window`, `ple_yield`, `tlb`).
+    pub kind: &'static str,
+    /// Its name in specs.
+    pub name: &'static str,
+    /// The spec field that selects it.
+    pub field: &'static str,
+    /// One line on what it does and where it comes from.
+    pub description: &'static str,
+}
+
+/// Every policy implementation, by kind.
+pub static REGISTRY: &[PolicyInfo] = &[
+    PolicyInfo {
+        kind: "ple_window",
+        name: "kvm",
+        field: "vm.ple.window_policy",
+        description: "KVM's per-vCPU window: grow (x2) on every PLE exit, reset to the base when the vCPU is scheduled in (vmx.c grow/shrink_ple_window)",
+    },
+    PolicyInfo { kind: "ple_window", name: "fixed", field: "vm.ple.window_policy", description: "a constant window of vm.ple.window_cycles (the DIS fixed-threshold sweep)" },
+    PolicyInfo {
+        kind: "ple_yield",
+        name: "kvm",
+        field: "vm.ple.yield_policy",
+        description: "kvm_vcpu_on_spin: round robin after the last boosted vCPU over ready, in-kernel (or IPI-pending) vCPUs, dy_eligible toggling, up to 3 -ESRCH",
+    },
+    PolicyInfo { kind: "ple_yield", name: "none", field: "vm.ple.yield_policy", description: "no directed yield: the PLE exit only costs the exit, the vCPU re-enters" },
+    PolicyInfo { kind: "tlb", name: "ipi", field: "vm.tlb", description: "native shootdown: call-function IPIs to every target, busy-wait for all acknowledgements" },
+    PolicyInfo { kind: "tlb", name: "pv", field: "vm.tlb", description: "PV TLB flush (Linux >= 4.16, 'kvmtlb'): preempted targets get a flush-on-entry flag instead of an IPI" },
+    PolicyInfo { kind: "tlb", name: "shoot4u", field: "vm.tlb", description: "Shoot4U (VEE'16): one hypercall, the hypervisor invalidates every target's TLB and returns" },
+];
+
+/// Why the host switched a vCPU thread out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchedOut {
+    /// Involuntarily, still runnable (slice end, wake-up preemption).
+    Preempted,
+    /// After a successful directed yield from a PLE exit.
+    Yielded,
+    /// Blocked after HLT.
+    Halted,
+}
+
+/// Decides the PLE window of each vCPU of one VM.
+pub trait PleWindowPolicy: std::fmt::Debug + Send {
+    /// The current window of vCPU `vcpu`, in TSC cycles.
+    fn window(&self, vcpu: u32) -> u64;
+    /// vCPU `vcpu` took a PLE exit at `now`. Returns true if its window changed.
+    fn on_ple_exit(&mut self, vcpu: u32, now: SimTime) -> bool;
+    /// vCPU `vcpu` is loaded again after having been scheduled out. Returns true if its
+    /// window changed.
+    fn on_sched_in(&mut self, vcpu: u32, now: SimTime) -> bool;
+}
+
+/// What the host knows about one vCPU when choosing a directed-yield candidate
+/// (`kvm_vcpu_on_spin`'s inputs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Candidate {
+    /// `vcpu->ready`: scheduled out while runnable, or woken and not yet running.
+    pub ready: bool,
+    /// `vcpu->preempted`: scheduled out while runnable.
+    pub preempted: bool,
+    /// Blocked (or just woken) after HLT (`kvm_vcpu_is_blocking`).
+    pub blocking: bool,
+    /// An interrupt is pending for it (`vcpu_dy_runnable` / `kvm_arch_dy_has_pending_interrupt`).
+    pub pending_irq: bool,
+    /// It was in guest kernel mode (CPL 0) when preempted.
+    pub preempted_in_kernel: bool,
+}
+
+/// The result of `yield_to()` (ref §6.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum YieldTo {
+    /// > 0: the target was boosted and the caller gave up its CPU.
+    Yielded,
+    /// 0: not possible (target running, not runnable, ...).
+    Failed,
+    /// -ESRCH: both run queues have a single task.
+    Esrch,
+}
+
+/// Chooses the vCPU to yield to on a PLE exit.
+pub trait YieldPolicy: std::fmt::Debug + Send {
+    /// vCPU `me` took a PLE exit; `cands[i]` describes vCPU i. Calls `try_yield(i)` for the
+    /// candidates it picks, in order, and stops when it is done. Returns how many vCPUs it
+    /// examined (the scan cost).
+    fn on_spin(&mut self, me: u32, cands: &[Candidate], try_yield: &mut dyn FnMut(u32) -> YieldTo) -> u32;
+    /// vCPU `me` is back in the guest after a PLE exit (its `kvm_vcpu_on_spin` returned).
+    fn spin_done(&mut self, me: u32);
+    /// The host switched vCPU `vcpu` out.
+    fn on_sched_out(&mut self, _vcpu: u32, _why: SchedOut, _now: SimTime) {}
+    /// The host switched vCPU `vcpu` in.
+    fn on_sched_in(&mut self, _vcpu: u32, _now: SimTime) {}
+}
+
+/// The policy objects of one VM.
+#[derive(Debug)]
+pub struct VmPolicies {
+    /// PLE window.
+    pub window: Box<dyn PleWindowPolicy>,
+    /// Directed-yield candidate selection.
+    pub yielder: Box<dyn YieldPolicy>,
+}
+
+impl VmPolicies {
+    /// Instantiates the policies `spec` names (validated) for a VM of `nvcpus` vCPUs.
+    pub fn new(spec: &VmSpec, nvcpus: u32) -> VmPolicies {
+        let p = &spec.ple;
+        let window: Box<dyn PleWindowPolicy> = match p.window_policy.as_str() {
+            "fixed" => Box::new(kvm_ple::FixedWindow::new(p.window_cycles)),
+            _ => Box::new(kvm_ple::KvmWindow::new(nvcpus, p.window_cycles, p.grow, p.shrink, p.max_cycles)),
+        };
+        let yielder: Box<dyn YieldPolicy> = match p.yield_policy.as_str() {
+            "none" => Box::new(kvm_yield::NoYield),
+            _ => Box::new(kvm_yield::KvmOnSpin::new(nvcpus)),
+        };
+        VmPolicies { window, yielder }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spec_default_is_registered() {
+        let s = VmSpec::default();
+        assert!(s.check().is_ok());
+        for e in REGISTRY {
+            assert!(!e.description.is_empty());
+        }
+    }
+}

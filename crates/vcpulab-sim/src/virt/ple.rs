@@ -1,0 +1,83 @@
+//! The PLE exit handler (`handle_pause`, linux: arch/x86/kvm/vmx/vmx.c; ref §2.3–§2.4):
+//! grow the window through the VM's [`PleWindowPolicy`](crate::policy::PleWindowPolicy),
+//! then let its [`YieldPolicy`](crate::policy::YieldPolicy) pick directed-yield candidates,
+//! each tried with the host's `yield_to`.
+
+use crate::account::{Attr, Cause, Layer};
+use crate::kernel::{TaskState, HOST};
+use crate::policy::{kvm_yield::NoYield, Candidate, YieldTo};
+use crate::world::World;
+
+use super::exit::ExitReason;
+use super::vcpu::VcpuRun;
+
+impl World {
+    /// The PLE window of vCPU `v` in ns (None = PLE off for its VM).
+    pub(crate) fn ple_window_ns(&self, v: u32) -> Option<u64> {
+        let vc = &self.vcpus[v as usize];
+        let vm = &self.vms[vc.vm as usize];
+        vm.spec.ple.enabled.then(|| self.cycles_to_ns(vm.policies.window.window(vc.idx)))
+    }
+
+    /// A PLE exit of vCPU `v` (its guest spun in kernel mode for a whole window).
+    pub(crate) fn ple_exit(&mut self, v: u32) {
+        let Some(core) = self.vcpu_core(v) else { return };
+        self.exit(v, ExitReason::PauseInstruction);
+        let (vm, idx) = (self.vcpus[v as usize].vm as usize, self.vcpus[v as usize].idx);
+        if self.vms[vm].policies.window.on_ple_exit(idx, self.now) {
+            self.vcpus[v as usize].ple.window_grows += 1;
+        }
+        let cands: Vec<Candidate> = self.vms[vm].vcpus.iter().map(|&u| self.candidate(u)).collect();
+        let members = self.vms[vm].vcpus.clone();
+        let mut yielder = std::mem::replace(&mut self.vms[vm].policies.yielder, Box::new(NoYield));
+        self.vcpus[v as usize].in_on_spin = true;
+        let examined = yielder.on_spin(idx, &cands, &mut |i| self.directed_yield(v, members[i as usize]));
+        self.vms[vm].policies.yielder = yielder;
+        let attr = Attr { owner: self.vcpus[v as usize].owner, layer: Layer::Host, cause: Cause::Exit(ExitReason::PauseInstruction) };
+        self.push_work(HOST, core, attr, u64::from(examined) * self.costs.ple_scan_per_vcpu);
+    }
+
+    /// What `kvm_vcpu_on_spin` sees of vCPU `u`.
+    pub(crate) fn candidate(&self, u: u32) -> Candidate {
+        let vc = &self.vcpus[u as usize];
+        let kc = &self.kernels[vc.kernel as usize].cpus[vc.idx as usize];
+        Candidate {
+            ready: vc.ready,
+            preempted: vc.preempted,
+            blocking: matches!(vc.run, VcpuRun::Blocked { .. }),
+            pending_irq: kc.pending != 0 || !kc.csd.is_empty(),
+            preempted_in_kernel: vc.preempted_in_kernel,
+        }
+    }
+
+    /// `kvm_vcpu_yield_to(target)` from vCPU `me`'s exit handler, with its cost and counters.
+    pub(crate) fn directed_yield(&mut self, me: u32, target: u32) -> YieldTo {
+        let r = self.yield_to(self.vcpus[me as usize].task, self.vcpus[target as usize].task);
+        let vc = &mut self.vcpus[me as usize];
+        vc.ple.yield_attempts += 1;
+        match r {
+            YieldTo::Yielded => vc.ple.yields += 1,
+            YieldTo::Esrch => vc.ple.esrch += 1,
+            YieldTo::Failed => {}
+        }
+        let attr = Attr { owner: vc.owner, layer: Layer::Host, cause: Cause::Exit(ExitReason::PauseInstruction) };
+        if let Some(core) = self.vcpu_core(me) {
+            self.push_work(HOST, core, attr, self.costs.yield_to);
+        }
+        r
+    }
+
+    /// vCPU `v` is back in guest mode: a pending `kvm_vcpu_on_spin` has returned.
+    pub(crate) fn ple_spin_done(&mut self, v: u32) {
+        let vc = &mut self.vcpus[v as usize];
+        if std::mem::take(&mut vc.in_on_spin) {
+            let (vm, idx) = (vc.vm as usize, vc.idx);
+            self.vms[vm].policies.yielder.spin_done(idx);
+        }
+    }
+
+    /// Whether the host task of vCPU `v` is queued (runnable, not running).
+    pub(crate) fn vcpu_queued(&self, v: u32) -> bool {
+        self.tasks[self.vcpus[v as usize].task as usize].state == TaskState::Queued
+    }
+}

@@ -1,0 +1,209 @@
+//! A glibc-like per-thread heap (a non-main arena), enough to make heap churn cause TLB
+//! shootdowns as TPDS found (digest §2.3; ref §4.3).
+//!
+//! - `malloc(n)` with `n >= mmap_threshold` maps a chunk of its own; freeing it unmaps it
+//!   (a shootdown) and, with the dynamic threshold, raises `mmap_threshold` to `n` and
+//!   `trim_threshold` to `2n` (glibc malloc.c `free` → `munmap_chunk`, `DEFAULT_MMAP_THRESHOLD_MAX`
+//!   = 32 MiB on 64-bit).
+//! - Smaller chunks come from the top of the arena's heap; growing past the mapped part
+//!   grows the heap by the request plus `top_pad` (`mprotect` adding permissions: no
+//!   shootdown), and touching pages not resident faults them in.
+//! - `free` of the top chunk merges it into the top; when the top's free space reaches
+//!   `trim_threshold` the heap shrinks by `ALIGN_DOWN(top_free − top_pad, page)` with
+//!   `madvise(MADV_DONTNEED)` (glibc malloc/arena.c `heap_trim` / `shrink_heap`): a
+//!   shootdown, and the next growth faults those pages in again.
+//!
+//! Frees are LIFO (the most recent allocation first), the pattern that trims.
+
+/// Page size (bytes).
+pub const PAGE: u64 = 4096;
+/// glibc's `DEFAULT_MMAP_THRESHOLD_MAX` on 64-bit.
+pub const MMAP_THRESHOLD_MAX: u64 = 32 << 20;
+
+/// Allocator parameters (glibc tunables `glibc.malloc.trim_threshold`, `top_pad`,
+/// `mmap_threshold`; defaults 128 KiB each, dynamic thresholds unless one is set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapParams {
+    /// `M_TRIM_THRESHOLD`.
+    pub trim_threshold: u64,
+    /// `M_TOP_PAD`.
+    pub top_pad: u64,
+    /// `M_MMAP_THRESHOLD`.
+    pub mmap_threshold: u64,
+    /// Dynamic mmap/trim thresholds (off once any of the three is set explicitly).
+    pub dynamic: bool,
+}
+
+impl Default for HeapParams {
+    fn default() -> Self {
+        HeapParams { trim_threshold: 128 << 10, top_pad: 128 << 10, mmap_threshold: 128 << 10, dynamic: true }
+    }
+}
+
+/// A memory-management consequence of a heap operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmOp {
+    /// `mmap` of a large chunk (pages).
+    Mmap(u64),
+    /// Heap growth (`mprotect` adding permissions; pages).
+    Grow(u64),
+    /// Page faults on non-resident pages (count).
+    Faults(u64),
+    /// `munmap` of a large chunk (pages): shootdown.
+    Munmap(u64),
+    /// `madvise(MADV_DONTNEED)` trimming the heap (pages): shootdown.
+    Trim(u64),
+}
+
+/// One thread's arena.
+#[derive(Clone, Debug, Default)]
+pub struct Arena {
+    params: HeapParams,
+    /// Live chunks, most recent last: (bytes, mmapped).
+    chunks: Vec<(u64, bool)>,
+    /// Bytes in use from the heap base.
+    top: u64,
+    /// Bytes of the heap mapped read-write.
+    mapped: u64,
+    /// Bytes of the heap with resident pages.
+    resident: u64,
+}
+
+fn pages_up(b: u64) -> u64 {
+    b.div_ceil(PAGE)
+}
+
+impl Arena {
+    /// An empty arena.
+    pub fn new(params: HeapParams) -> Arena {
+        Arena { params, ..Default::default() }
+    }
+
+    /// Current parameters (they change with the dynamic threshold).
+    pub fn params(&self) -> HeapParams {
+        self.params
+    }
+
+    /// `malloc(size)`; appends its consequences to `out`.
+    pub fn malloc(&mut self, size: u64, out: &mut Vec<MmOp>) {
+        let size = size.max(16);
+        if size >= self.params.mmap_threshold {
+            self.chunks.push((size, true));
+            out.push(MmOp::Mmap(pages_up(size)));
+            out.push(MmOp::Faults(pages_up(size)));
+            return;
+        }
+        self.chunks.push((size, false));
+        self.top += size;
+        if self.top > self.mapped {
+            let grow = (self.top + self.params.top_pad - self.mapped).div_ceil(PAGE) * PAGE;
+            self.mapped += grow;
+            out.push(MmOp::Grow(grow / PAGE));
+        }
+        let need = pages_up(self.top) * PAGE;
+        if need > self.resident {
+            out.push(MmOp::Faults((need - self.resident) / PAGE));
+            self.resident = need;
+        }
+    }
+
+    /// `free` of the `n` most recent allocations (fewer if fewer are live).
+    pub fn free(&mut self, n: u64, out: &mut Vec<MmOp>) {
+        for _ in 0..n {
+            let Some((size, mmapped)) = self.chunks.pop() else { return };
+            if mmapped {
+                out.push(MmOp::Munmap(pages_up(size)));
+                let p = &mut self.params;
+                if p.dynamic && size > p.mmap_threshold && size <= MMAP_THRESHOLD_MAX {
+                    p.mmap_threshold = size;
+                    p.trim_threshold = 2 * size;
+                }
+                continue;
+            }
+            self.top -= size;
+            let top_free = self.mapped - self.top;
+            if top_free >= self.params.trim_threshold && top_free > self.params.top_pad {
+                let extra = (top_free - self.params.top_pad) / PAGE * PAGE;
+                if extra > 0 {
+                    self.mapped -= extra;
+                    self.resident = self.resident.min(self.mapped);
+                    out.push(MmOp::Trim(extra / PAGE));
+                }
+            }
+        }
+    }
+}
+
+/// Parses a byte size like `64KiB`, `1MiB`, `4096`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "K" | "KB" => 1 << 10,
+        "MiB" | "M" | "MB" => 1 << 20,
+        "GiB" | "G" | "GB" => 1 << 30,
+        u => return Err(format!("unknown size unit '{u}' in '{s}' (use B, KiB, MiB or GiB)")),
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("expected a size like '64KiB' (got '{s}')"))?;
+    if !v.is_finite() || v < 0.0 || v * scale as f64 > 1e15 {
+        return Err(format!("expected a non-negative size below 1 PB (got '{s}')"));
+    }
+    Ok((v * scale as f64).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn churn_at_the_top_trims_and_refaults() {
+        let mut a = Arena::new(HeapParams::default());
+        let mut ops = Vec::new();
+        for _ in 0..4 {
+            a.malloc(64 << 10, &mut ops);
+        }
+        assert_eq!(ops[0], MmOp::Grow(48), "the first growth maps 64 KiB + top_pad: {ops:?}");
+        ops.clear();
+        a.free(4, &mut ops);
+        // 384 KiB mapped; each free leaves more than trim_threshold free at the top, and the
+        // heap shrinks back to top + top_pad every time.
+        assert_eq!(ops, vec![MmOp::Trim(16); 4], "{ops:?}");
+        ops.clear();
+        for _ in 0..3 {
+            a.malloc(64 << 10, &mut ops);
+        }
+        assert!(ops.iter().any(|o| matches!(o, MmOp::Faults(_))), "trimmed pages fault again: {ops:?}");
+    }
+
+    #[test]
+    fn a_large_trim_threshold_stops_trimming() {
+        let mut a = Arena::new(HeapParams { trim_threshold: 64 << 20, dynamic: false, ..HeapParams::default() });
+        let mut ops = Vec::new();
+        for _ in 0..4 {
+            a.malloc(64 << 10, &mut ops);
+        }
+        ops.clear();
+        a.free(4, &mut ops);
+        assert!(ops.is_empty(), "{ops:?}");
+    }
+
+    #[test]
+    fn mmapped_chunks_unmap_and_raise_the_threshold() {
+        let mut a = Arena::new(HeapParams::default());
+        let mut ops = Vec::new();
+        a.malloc(1 << 20, &mut ops);
+        a.free(1, &mut ops);
+        assert!(ops.contains(&MmOp::Munmap(256)));
+        assert_eq!(a.params().mmap_threshold, 1 << 20);
+        assert_eq!(a.params().trim_threshold, 2 << 20);
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert_eq!(parse_size("1.5MiB"), Ok(1_572_864));
+        assert!(parse_size("3 parsecs").is_err());
+    }
+}
