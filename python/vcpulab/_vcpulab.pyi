@@ -21,6 +21,7 @@ class _Cell(TypedDict):
     vcpus: int
     threads: int
     seed: int
+    variant: str  # "" without experiment.vary, else e.g. "vm.tlb=pv" or "a=1;b=2"
 
 class _WorkloadInfo(TypedDict):
     name: str
@@ -45,6 +46,10 @@ class Plan:
 
     def __new__(cls, spec_text: str, source: str, overrides: list[str]) -> Self: ...
     def cells(self) -> list[_Cell]: ...
+    def info(self) -> str:
+        """Published values, ``[report]`` settings and variant labels as JSON text:
+        ``{"published": [{"metric", "value", "source", "where"}...], "report": {"columns", "cdf"},
+        "variants": [label...]}``."""
     def run_cell(self, i: int) -> str:
         """Run cell ``i`` and return its result object as JSON text (IndexError if out of range)."""
     def spec_toml(self) -> str:

@@ -57,3 +57,18 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` so that it appears whole or not at all (like :class:`AtomicWriter`)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            os.chmod(f.fileno(), 0o666 & ~_umask())
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

@@ -10,11 +10,13 @@ import argparse
 import json
 import os
 import sys
+import tomllib
 from collections.abc import Sequence
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from . import __version__, render
+from . import __version__, render, report
 from ._vcpulab import Plan, SimulationError, SpecError, VcpulabError, bench, workload_toml, workloads
 from .atomic import AtomicWriter
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
@@ -155,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one JSON object per run (JSON Lines) instead of a table"
     )
     run.add_argument("-o", "--out", metavar="FILE", help="also write the JSON Lines to FILE (all or nothing)")
+    run.add_argument(
+        "--cdf-out",
+        metavar="FILE",
+        help="with [report] cdf = \"tlb_latency\": write every latency sample and its CDF to FILE (CSV),"
+        " and a plot beside it as .png when matplotlib is installed",
+    )
     run.set_defaults(func=cmd_run)
 
     validate = commands.add_parser(
@@ -212,6 +220,8 @@ def _read_spec(path: str) -> SpecSource:
 
 def cmd_run(args: argparse.Namespace) -> int:
     plan = make_plan(args)
+    info = report.parse_info(plan.info())
+    cdf_out = _cdf_out(args.cdf_out, info)
     cells = plan.cells()
     results: list[dict[str, Any]] = []
     with _open_out(args.out) as out, render.progress(len(cells), sys.stderr.isatty()) as step:
@@ -224,16 +234,56 @@ def cmd_run(args: argparse.Namespace) -> int:
             if args.json:
                 print(line, flush=True)
             results.append(result)
+    written = _write_cdf(cdf_out, results) if cdf_out is not None else []
     if not args.json:
         console = render.stdout_console()
-        console.print(render.results_table(results))
+        console.print(render.results_table(results, info.columns))
         console.print(render.legend())
+        if info.published:
+            settings = tomllib.loads(plan.spec_toml())
+            console.print()
+            console.print(render.published_table(report.compare_published(info.published, results, settings)))
+        if info.cdf == "tlb_latency":
+            console.print()
+            console.print(render.cdf_table(results, [report.cdf_summary(r) for r in results]))
+        if written:
+            console.print(f"wrote {', '.join(written)}", style="dim", highlight=False)
     return 0
+
+
+def _cdf_out(path: str | None, info: report.PlanInfo) -> Path | None:
+    """Check ``--cdf-out`` before running anything."""
+    if path is None:
+        return None
+    if info.cdf != "tlb_latency":
+        raise CliError('--cdf-out needs [report] cdf = "tlb_latency" and [record] tlb_samples = true in the spec')
+    if report.cdf_png_path(path) == Path(path):
+        raise CliError(f"--cdf-out '{path}': name the CSV file (the plot is written beside it with suffix .png)")
+    _check_writable(path)
+    if os.path.isdir(report.cdf_png_path(path)):
+        raise CliError(f"cannot write '{report.cdf_png_path(path)}': is a directory")
+    return Path(path)
+
+
+def _write_cdf(path: Path, results: Sequence[dict[str, Any]]) -> list[str]:
+    """Write the CDF CSV and, if matplotlib is available, its plot; returns the files written."""
+    report.write_cdf_csv(path, results)
+    png = report.cdf_png_path(path)
+    if report.write_cdf_png(png, results):
+        return [str(path), str(png)]
+    sys.stderr.write(f"vcpulab: note: matplotlib is not installed; skipped the plot '{png}' (pip install matplotlib)\n")
+    return [str(path)]
 
 
 def _open_out(path: str | None) -> AtomicWriter | nullcontext[None]:
     if path is None:
         return nullcontext()
+    _check_writable(path)
+    return AtomicWriter(path)
+
+
+def _check_writable(path: str) -> None:
+    """One-line errors, before anything runs, for an output path that cannot be written."""
     if os.path.isdir(path):
         raise CliError(f"cannot write '{path}': is a directory")
     directory = os.path.dirname(path) or "."
@@ -241,7 +291,6 @@ def _open_out(path: str | None) -> AtomicWriter | nullcontext[None]:
         raise CliError(f"cannot write '{path}': directory '{directory}' does not exist")
     if not os.access(directory, os.W_OK):
         raise CliError(f"cannot write '{path}': directory '{directory}' is not writable")
-    return AtomicWriter(path)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """Human-readable output: number formats and rich tables. Nothing here computes a metric;
-every figure shown is a field of a result object from the simulator."""
+every figure shown is a field of a result object from the simulator (or a summary of such
+fields made in :mod:`vcpulab.report`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+
+from .report import CDF_QUANTILES, CdfSummary, Comparison, metric_value, where_text
 
 DASH = "—"
 
@@ -63,6 +66,32 @@ def fmt_rate(value: float | None) -> str:
     return f"{value:.3g}"
 
 
+def fmt_number(value: float | None) -> str:
+    """A compact number: ``3.4567`` → ``3.46``, ``12345.6`` → ``12.3 k``; ``None`` → a dash."""
+    return fmt_rate(value)
+
+
+def fmt_metric(name: str, value: float | None) -> str:
+    """A ``metrics`` value: a ``*_rate`` as a percentage (``0.853`` → ``85.3%``), else compact."""
+    if value is None:
+        return DASH
+    if name.endswith("_rate"):
+        return f"{value * 100:.1f}%"
+    return fmt_number(value)
+
+
+def fmt_us(value: float | None) -> str:
+    """A latency in µs: ``3.456`` → ``3.46``, ``12345.6`` → ``12,346``."""
+    if value is None:
+        return DASH
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def has_variants(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any cell or result belongs to a named policy variant (``experiment.vary``)."""
+    return any(r.get("variant") for r in rows)
+
+
 def exits_per_second(result: Mapping[str, Any]) -> float | None:
     """VM exits per simulated second (``None`` for native runs)."""
     if result.get("scenario") == "native" or result.get("t_virt_s") is None:
@@ -83,9 +112,13 @@ def top_host_reason(result: Mapping[str, Any]) -> str:
     return f"{reason} {100 * busy[reason] / total:.0f}%" if total else reason
 
 
-def results_table(results: Sequence[Mapping[str, Any]]) -> Table:
+def results_table(results: Sequence[Mapping[str, Any]], columns: Sequence[str] = ()) -> Table:
+    """The results, one row per cell; ``columns`` are extra ``metrics`` names (``[report] columns``)."""
     show_seed = len({r.get("seed") for r in results}) > 1
+    show_variant = has_variants(results)
     table = Table(title="vcpulab results", title_justify="left")
+    if show_variant:
+        table.add_column("variant")
     table.add_column("workload")
     table.add_column("scenario")
     table.add_column("vCPUs", justify="right")
@@ -94,8 +127,11 @@ def results_table(results: Sequence[Mapping[str, Any]]) -> Table:
     for name in ("t_native", "t_virt", "δη_t", "δη_r", "ω", "weighted speedup", "exits/s"):
         table.add_column(name, justify="right")
     table.add_column("top host cost")
+    for name in columns:
+        table.add_column(Text(name), justify="right")
     for r in results:
-        row: list[str | Text] = [Text(str(r["workload"])), Text(str(r["scenario"])), str(r["vcpus"])]
+        row: list[str | Text] = [Text(str(r.get("variant") or ""))] if show_variant else []
+        row += [Text(str(r["workload"])), Text(str(r["scenario"])), str(r["vcpus"])]
         if show_seed:
             row.append(str(r["seed"]))
         virt = r["scenario"] != "native"
@@ -109,14 +145,74 @@ def results_table(results: Sequence[Mapping[str, Any]]) -> Table:
             fmt_rate(exits_per_second(r)),
             Text(top_host_reason(r)),
         ]
+        row += [fmt_metric(name, metric_value(r, name)) for name in columns]
         table.add_row(*row)
     # OC and OC2 cells share one simulation (the k VMs); count each simulation once.
     layout = {"native": "native", "UC": "1 VM", "OC": "k VMs", "OC2": "k VMs"}
-    sims = {(r["workload"], r["vcpus"], r.get("threads"), r["seed"], layout.get(str(r["scenario"]))): r for r in results}
+    sims = {
+        (r.get("variant"), r["workload"], r["vcpus"], r.get("threads"), r["seed"], layout.get(str(r["scenario"]))): r
+        for r in results
+    }
     events = sum(int(r.get("events", 0)) for r in sims.values())
     wall = sum(float(r.get("wall_s", 0.0)) for r in sims.values())
     table.caption = f"{len(results)} cells · {len(sims)} scenario simulations · {events:,} events · {wall:.2f} s wall"
     table.caption_justify = "left"
+    return table
+
+
+def published_table(comparisons: Sequence[Comparison]) -> Table:
+    """Published values next to the simulated ones (``[[published]]``)."""
+    table = Table(title="Published comparison", title_justify="left")
+    table.add_column("metric")
+    table.add_column("where")
+    for name in ("simulated", "published", "sim/pub", "runs"):
+        table.add_column(name, justify="right")
+    table.add_column("source")
+    for c in comparisons:
+        p = c.published
+        ratio = c.ratio
+        if c.status == "ok":
+            simulated = fmt_metric(p.metric, c.simulated)
+        else:
+            simulated = Text(c.status, style="dim")
+        table.add_row(
+            Text(p.metric),
+            Text(where_text(p.where) or "all cells"),
+            simulated,
+            fmt_metric(p.metric, p.value),
+            DASH if ratio is None else f"{ratio:.2f}×",
+            f"{c.measured}/{c.matched}" if c.matched else DASH,
+            Text(p.source),
+        )
+    table.caption = "simulated: mean over the matching runs that measured the metric (runs: measured/matching)"
+    table.caption_justify = "left"
+    return table
+
+
+def cdf_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[CdfSummary]) -> Table:
+    """Quantiles of each result's TLB-shootdown latency (measured instance), in µs."""
+    show_variant = has_variants(results)
+    show_seed = len({r.get("seed") for r in results}) > 1
+    table = Table(title="TLB shootdown latency CDF (µs)", title_justify="left")
+    if show_variant:
+        table.add_column("variant")
+    table.add_column("workload")
+    table.add_column("scenario")
+    table.add_column("vCPUs", justify="right")
+    if show_seed:
+        table.add_column("seed", justify="right")
+    table.add_column("samples", justify="right")
+    for name in [q for q, _ in CDF_QUANTILES] + ["max"]:
+        table.add_column(name, justify="right")
+    for r, s in zip(results, summaries, strict=True):
+        row: list[str | Text] = [Text(str(r.get("variant") or ""))] if show_variant else []
+        row += [Text(str(r["workload"])), Text(str(r["scenario"])), str(r["vcpus"])]
+        if show_seed:
+            row.append(str(r["seed"]))
+        row.append(f"{s.count:,}")
+        row += [fmt_us(s.quantiles_us[q]) for q, _ in CDF_QUANTILES]
+        row.append(fmt_us(s.quantiles_us["max"]))
+        table.add_row(*row)
     return table
 
 
@@ -134,21 +230,21 @@ def workloads_table(items: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def cells_table(cells: Sequence[Mapping[str, Any]]) -> Table:
+    show_variant = has_variants(cells)
     table = Table(title="cells", title_justify="left")
     table.add_column("#", justify="right")
+    if show_variant:
+        table.add_column("variant")
     table.add_column("workload")
     table.add_column("scenario")
     for name in ("vCPUs", "threads", "seed"):
         table.add_column(name, justify="right")
     for i, c in enumerate(cells):
-        table.add_row(
-            str(i),
-            Text(str(c["workload"])),
-            Text(str(c["scenario"])),
-            str(c["vcpus"]),
-            str(c["threads"]),
-            str(c["seed"]),
-        )
+        row: list[str | Text] = [str(i)]
+        if show_variant:
+            row.append(Text(str(c.get("variant") or "")))
+        row += [Text(str(c["workload"])), Text(str(c["scenario"])), str(c["vcpus"]), str(c["threads"]), str(c["seed"])]
+        table.add_row(*row)
     return table
 
 
@@ -161,7 +257,8 @@ def bench_text(b: Mapping[str, Any]) -> str:
 
 
 def cell_label(cell: Mapping[str, Any]) -> str:
-    return f"{cell['workload']} {cell['scenario']} {cell['vcpus']} vCPUs seed {cell['seed']}"
+    label = f"{cell['workload']} {cell['scenario']} {cell['vcpus']} vCPUs seed {cell['seed']}"
+    return f"{label} [{cell['variant']}]" if cell.get("variant") else label
 
 
 @contextmanager

@@ -16,8 +16,9 @@ fn main() {
     for i in 0..plan.cells().len() {
         match plan.run_cell(i) {
             Ok(r) => println!(
-                "{:<12} {:<6} v={:<3} tn={:.4} tv={:<8} dt={:<8} dr={:<8} ws={:<6} ev={} wall={:.3}s exits={:?}",
+                "{:<12} {:<14} {:<6} v={:<3} tn={:.4} tv={:<8} dt={:<8} dr={:<8} ws={:<6} ev={} wall={:.3}s exits={:?}\n    metrics={:?}",
                 r.workload,
+                r.variant,
                 r.scenario.name(),
                 r.vcpus,
                 r.t_native_s,
@@ -27,7 +28,8 @@ fn main() {
                 r.weighted_speedup.map_or("-".into(), |v| format!("{v:.3}")),
                 r.events,
                 r.wall_s,
-                r.exits
+                r.exits,
+                r.metrics
             ),
             Err(e) => eprintln!("error: {e}"),
         }

@@ -335,8 +335,8 @@ impl Plan {
         let (t_virt, c_virt) = (rec.mean_time_s(), rec.cycles_per_instance_ns());
         let o = virt.then(|| overhead(t_native, c_native, t_virt, c_virt, Layout::gamma_ratio(cell.scenario, k)));
         let ws = alone.map(|a| {
-            let times: Vec<f64> = rec.instances.iter().map(|i| i.finish_ns as f64).collect();
-            weighted_speedup(a.0.instances[0].finish_ns as f64, &times)
+            let times: Vec<f64> = rec.measured().map(|i| i.finish_ns as f64).collect();
+            weighted_speedup(a.0.measured().next().map_or(0, |i| i.finish_ns) as f64, &times)
         });
         let mut exits = BTreeMap::new();
         let mut host_by = BTreeMap::new();
@@ -348,8 +348,8 @@ impl Plan {
                 *host_by.entry(r.clone()).or_insert(0) += n;
             }
         }
-        let guest_ns = rec.instances.iter().map(|i| i.user_ns + i.kernel_ns).sum();
-        let host_ns = if virt { rec.instances.iter().map(|i| i.host_ns).sum() } else { 0 };
+        let guest_ns = rec.measured().map(|i| i.user_ns + i.kernel_ns).sum();
+        let host_ns = if virt { rec.measured().map(|i| i.host_ns).sum() } else { 0 };
         let mut breakdown: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
         for row in &rec.ledger {
             if row.owner != "host" && row.busy {
@@ -378,7 +378,7 @@ impl Plan {
             events: rec.events,
             duration_s: rec.duration_ns as f64 * 1e-9,
             wall_s: wall,
-            instances: rec.instances.iter().map(|i| InstanceTime { name: i.name.clone(), finish_s: i.finish_ns as f64 * 1e-9 }).collect(),
+            instances: rec.measured().map(|i| InstanceTime { name: i.name.clone(), finish_s: i.finish_ns as f64 * 1e-9 }).collect(),
             breakdown,
             metrics: mechanism_metrics(rec),
             run: rec.clone(),

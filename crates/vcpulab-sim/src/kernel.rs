@@ -135,6 +135,9 @@ pub struct KCpu {
     pub hp_poll_rem: u64,
     /// When the current halt of the idle loop began (guest haltpoll's `block_ns`).
     pub halt_since: Option<SimTime>,
+    /// The instance (address space) this CPU last ran a thread of: still loaded while idle
+    /// (lazy TLB).
+    pub last_mm: Option<u32>,
 }
 
 impl KCpu {
@@ -162,6 +165,7 @@ impl KCpu {
             hp_timed_out: false,
             hp_poll_rem: 0,
             halt_since: None,
+            last_mm: None,
         }
     }
 

@@ -208,6 +208,9 @@ impl Spec {
         check("machine", file.machine.check())?;
         check("host", file.host.check())?;
         check("guest", file.guest.check())?;
+        if file.guest.daemons.count > 0 {
+            return Err(SpecError::new(blame("guest.daemons.count".into()), "guest.daemons.count", "only [host.daemons] is supported"));
+        }
         check("vm", file.vm.check())?;
         let vm_overrides = parse_vm_overrides(&doc_vm(&file.vm), vms_table, &blame)?;
         check("experiment", check_experiment(&file.experiment, &file.machine))?;
@@ -385,6 +388,17 @@ fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecE
     names.extend(corunner);
     for (i, name) in names.iter().enumerate() {
         if defined.contains(name) {
+            // A table for a built-in without a program patches the built-in (e.g. its params).
+            let patch = match doc.get("workloads").and_then(|w| w.get(name.as_str())) {
+                Some(toml::Value::Table(t)) if !t.contains_key("program") => t.clone(),
+                _ => continue,
+            };
+            let Some(text) = builtin_text(name) else { continue };
+            let mut table: toml::Table = toml::from_str(text).expect("built-in workloads are valid TOML (tested)");
+            merge(&mut table, &patch);
+            if let Some(toml::Value::Table(w)) = doc.get_mut("workloads") {
+                w.insert(name.clone(), toml::Value::Table(table));
+            }
             continue;
         }
         let field = if i < n_listed { format!("experiment.workloads[{i}]") } else { "experiment.corunner".to_string() };

@@ -105,6 +105,10 @@ impl World {
             task.cpu = cpu;
             task.exec_start = now;
             task.prev_sum_exec = task.sum_exec;
+            if let TaskKind::Thread(th) = task.kind {
+                self.kernels[k as usize].cpus[cpu as usize].last_mm = Some(self.threads[th as usize].inst);
+            }
+            let task = &mut self.tasks[n as usize];
             if let Some(w) = task.woken_at.take() {
                 let lat = now.since(w);
                 match task.kind {

@@ -71,11 +71,17 @@ impl World {
         let local = if pages <= SINGLE_PAGE_FLUSH_CEILING { pages * self.costs.invlpg } else { self.costs.tlb_flush_local };
         self.push_work(k, cpu, Attr { owner, layer: Layer::Kernel, cause: Cause::TlbFlush }, local);
         let inst = self.threads[t as usize].inst;
+        let lazy_skip = self.kernels[k as usize].params.tlb_lazy_skip;
         let targets: Vec<u32> = (0..self.kernels[k as usize].cpus.len() as u32)
             .filter(|&c| c != cpu)
-            .filter(|&c| match self.kernels[k as usize].cpus[c as usize].curr.map(|x| self.tasks[x as usize].kind) {
-                Some(TaskKind::Thread(o)) => self.threads[o as usize].inst == inst,
-                _ => false,
+            .filter(|&c| {
+                let kc = &self.kernels[k as usize].cpus[c as usize];
+                match kc.curr.map(|x| self.tasks[x as usize].kind) {
+                    Some(TaskKind::Thread(o)) => self.threads[o as usize].inst == inst,
+                    Some(TaskKind::Vcpu(_)) => false,
+                    // Idle with this mm still loaded: lazy TLB mode.
+                    None => !lazy_skip && kc.last_mm == Some(inst),
+                }
             })
             .collect();
         let stats = &mut self.insts[inst as usize].tlb;

@@ -65,6 +65,31 @@ pub struct KernelSpec {
     pub balance_interval: Dur,
     /// Guest halt-poll governor (used with `idle = "haltpoll"`).
     pub haltpoll: HaltpollSpec,
+    /// TLB shootdowns skip CPUs in lazy-TLB mode (idle CPUs that last ran the process):
+    /// Linux >= 4.19. `false` = older kernels (e.g. S4U's 3.16 guests) that IPI them too.
+    pub tlb_lazy_skip: bool,
+    /// Background kernel/daemon threads (`[host.daemons]`: QEMU I/O threads, vhost, kworkers)
+    /// that wake up now and then and run briefly; only the host supports them.
+    pub daemons: DaemonSpec,
+}
+
+/// Background threads of a kernel: `count` threads, each sleeping an exponential time of
+/// mean `interval`, then running an exponential time of mean `run`, forever.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonSpec {
+    /// Number of daemon threads (0 = none).
+    pub count: u32,
+    /// Mean run time per wake-up.
+    pub run: Dur,
+    /// Mean sleep between runs.
+    pub interval: Dur,
+}
+
+impl Default for DaemonSpec {
+    fn default() -> Self {
+        DaemonSpec { count: 0, run: Dur(50_000), interval: Dur(10_000_000) }
+    }
 }
 
 impl Default for KernelSpec {
@@ -78,6 +103,8 @@ impl Default for KernelSpec {
             wakeup_granularity: None,
             balance_interval: Dur(4_000_000),
             haltpoll: HaltpollSpec::default(),
+            tlb_lazy_skip: true,
+            daemons: DaemonSpec::default(),
         }
     }
 }
@@ -101,6 +128,8 @@ pub struct KernelParams {
     pub balance_ticks: u32,
     /// Guest halt-poll governor.
     pub haltpoll: HaltpollSpec,
+    /// Lazy-TLB CPUs are skipped by shootdowns.
+    pub tlb_lazy_skip: bool,
 }
 
 impl KernelSpec {
@@ -108,6 +137,9 @@ impl KernelSpec {
     pub fn check(&self) -> Result<(), (String, String)> {
         if self.hz == 0 || self.hz > 10_000 {
             return Err(("hz".into(), format!("expected 1..=10000 (got {})", self.hz)));
+        }
+        if self.daemons.count > 0 && (self.daemons.run.0 == 0 || self.daemons.interval.0 == 0) {
+            return Err(("daemons".into(), "expected positive run and interval durations".into()));
         }
         for (f, v) in [
             ("sched_latency", self.sched_latency),
@@ -134,6 +166,7 @@ impl KernelSpec {
             wakeup_gran: self.wakeup_granularity.map_or(1_000_000 * factor, |d| d.0),
             balance_ticks: (self.balance_interval.0 / tick_ns).max(1) as u32,
             haltpoll: self.haltpoll.clone(),
+            tlb_lazy_skip: self.tlb_lazy_skip,
         }
     }
 }

@@ -9,6 +9,8 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("forkjoin", include_str!("../../../../workloads/forkjoin.toml")),
     ("kspin", include_str!("../../../../workloads/kspin.toml")),
     ("handoff", include_str!("../../../../workloads/handoff.toml")),
+    ("heapchurn", include_str!("../../../../workloads/heapchurn.toml")),
+    ("cpuhog", include_str!("../../../../workloads/cpuhog.toml")),
 ];
 
 /// The TOML text of a built-in workload.

@@ -11,7 +11,9 @@ use crate::kernel::{Kernel, KernelId, KernelKind, Task, TaskKind, TaskState, HOS
 use crate::scenario::{Layout, RunConfig};
 use crate::policy::VmPolicies;
 use crate::virt::vcpu::{Vcpu, Vm};
+use crate::workload::dist::Dist;
 use crate::workload::heap::Arena;
+use crate::workload::program::{Instr, Program, Workload};
 
 use super::{Core, Leaf, Limits, Rem, World};
 
@@ -56,7 +58,7 @@ impl World {
                 for i in 0..instances {
                     let owner = w.owners.len() as u32;
                     w.owners.push(OwnerKind::Native { instance: i });
-                    w.add_instance(cfg, HOST, None, owner, format!("native{i}"), false);
+                    w.add_instance(cfg, HOST, None, owner, format!("native{i}"), cfg.corunner.is_some() && i > 0);
                 }
             }
             Layout::Vms { vms } => {
@@ -83,6 +85,7 @@ impl World {
                 }
             }
         }
+        w.add_host_daemons(cfg);
         w.ledger = Ledger::new(w.owners.len(), n as usize);
         let idle = Leaf { attr: Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle }, rem: Rem::Inf, thread: None };
         w.cores = (0..n).map(|_| Core { leaf: idle, since: SimTime::ZERO, gen: 0 }).collect();
@@ -121,11 +124,52 @@ impl World {
     }
 
     fn add_instance(&mut self, cfg: &RunConfig, k: KernelId, vm: Option<u32>, owner: u32, name: String, background: bool) {
-        let inst = self.insts.len() as u32;
         let (wl, threads) = match (&cfg.corunner, background) {
             (Some(c), true) => (Arc::clone(&c.workload), c.threads),
             _ => (Arc::clone(&cfg.workload), cfg.threads),
         };
+        self.add_instance_of(cfg, k, vm, owner, name, background, wl, threads);
+    }
+
+    /// The host's daemon threads (`[host.daemons]`) as a background instance owned by the host.
+    fn add_host_daemons(&mut self, cfg: &RunConfig) {
+        let d = &cfg.host.daemons;
+        if d.count == 0 {
+            return;
+        }
+        let instrs = vec![
+            Instr::LoopStart { count: u64::MAX, end: 3 },
+            Instr::Sleep(Dist::Exp { mean: d.interval.0 as f64 }),
+            Instr::Compute(Dist::Exp { mean: d.run.0 as f64 }),
+            Instr::LoopEnd { start: 0 },
+            Instr::End,
+        ];
+        let wl = Workload {
+            name: "host-daemons".into(),
+            description: "host daemon threads".into(),
+            model: "daemon".into(),
+            threads: Some(d.count),
+            objects: Vec::new(),
+            program: Program { instrs },
+            stochastic: true,
+            heap: Default::default(),
+        };
+        self.add_instance_of(cfg, HOST, None, 0, "host-daemons".into(), true, Arc::new(wl), d.count);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add_instance_of(
+        &mut self,
+        cfg: &RunConfig,
+        k: KernelId,
+        vm: Option<u32>,
+        owner: u32,
+        name: String,
+        background: bool,
+        wl: Arc<crate::workload::Workload>,
+        threads: u32,
+    ) {
+        let inst = self.insts.len() as u32;
         let ncpus = self.kernels[k as usize].cpus.len() as u32;
         let objs = wl
             .objects

@@ -17,6 +17,8 @@ fn program() -> impl Strategy<Value = String> {
         Just("{ barrier = \"sb\" }".to_string()),
         (1u32..300).prop_map(|us| format!("{{ sleep = \"{us}us\" }}")),
         Just("{ single = { body = [ { compute = \"100us\" } ] } }".to_string()),
+        (1u32..100).prop_map(|us| format!("{{ malloc = \"100KiB\" }}, {{ malloc = \"100KiB\" }}, {{ compute = \"{us}us\" }}, {{ free = 2 }}")),
+        (1u32..64).prop_map(|kib| format!("{{ madvise = \"{kib}KiB\" }}")),
     ];
     (proptest::collection::vec(op, 1..6), 1u32..8).prop_map(|(ops, times)| {
         format!(
@@ -36,10 +38,24 @@ proptest! {
 
     /// Every nanosecond of every core is attributed exactly once, whatever runs.
     #[test]
-    fn time_is_conserved(prog in program(), vcpus in 1u32..5, threads in 1u32..7, sc in scenario(), seed in 0u64..1000, poll in any::<bool>()) {
-        let idle = if poll { "poll" } else { "halt" };
+    fn time_is_conserved(
+        prog in program(), vcpus in 1u32..5, threads in 1u32..7, sc in scenario(), seed in 0u64..1000,
+        idle in prop_oneof![Just("halt"), Just("poll"), Just("haltpoll")],
+        tlb in prop_oneof![Just("ipi"), Just("pv"), Just("shoot4u")],
+        pv_spin in any::<bool>(), lazy in any::<bool>(), hpoll in any::<bool>(),
+        window in prop_oneof![Just("kvm"), Just("fixed")],
+    ) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nthreads = {threads}\nseeds = [{seed}]\n");
-        let sets = [&format!("guest.idle={idle}") as &str];
+        let sets: Vec<String> = vec![
+            format!("guest.idle={idle}"),
+            format!("vm.tlb={tlb}"),
+            format!("vm.pv.spinlocks={pv_spin}"),
+            format!("vm.pv.sched_yield={pv_spin}"),
+            format!("guest.tlb_lazy_skip={lazy}"),
+            format!("vm.halt_poll.enabled={hpoll}"),
+            format!("vm.ple.window_policy={window}"),
+        ];
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         for r in run_inline(&exp, &prog, &sets) {
             let run = &r.run;
             prop_assert_eq!(run.attributed_ns, u64::from(run.cores) * run.duration_ns);

@@ -2,6 +2,7 @@
 
 mod golden;
 mod invariants;
+mod mechanisms;
 mod scenarios;
 
 use vcpulab_sim::api::{Plan, ScenarioResult};

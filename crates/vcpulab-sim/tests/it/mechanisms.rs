@@ -1,0 +1,105 @@
+//! The KVM mechanisms, each checked for the effect it must have.
+
+use super::{run_inline, run_text};
+
+const CHURN: &str = "[experiment]\nworkloads = [\"heapchurn\"]\nvcpus = [6]\ncorunner = \"cpuhog\"\n\
+                     [workloads.heapchurn.params]\nitems = 25\nwork = \"1ms\"\nbuffer = \"100KiB\"\nbuffers = 2\n\
+                     [vm.ple]\nenabled = false\n";
+
+fn metric(r: &vcpulab_sim::api::ScenarioResult, k: &str) -> f64 {
+    r.metrics.get(k).copied().unwrap_or_else(|| panic!("no metric {k}: {:?}", r.metrics))
+}
+
+#[test]
+fn shootdowns_wait_for_preempted_targets_except_with_pv_and_shoot4u() {
+    let spec = format!("{CHURN}[experiment.vary]\n\"vm.tlb\" = [\"ipi\", \"pv\", \"shoot4u\"]\n").replace("vcpus = [6]", "vcpus = [6]\nscenarios = [\"OC\"]");
+    let r = run_text(&spec, &[]);
+    let mean = |i: usize| metric(&r[i], "tlb_latency_mean_us");
+    assert!(metric(&r[0], "tlb_shootdowns") > 100.0, "{:?}", r[0].metrics);
+    // Preempted targets answer only after a host slice: milliseconds.
+    assert!(mean(0) > 1_000.0, "ipi {}", mean(0));
+    // PV TLB flush defers preempted targets; Shoot4U never waits for a vCPU.
+    assert!(metric(&r[1], "tlb_deferred") > 0.0);
+    assert!(mean(1) < mean(0) / 3.0, "pv {} vs ipi {}", mean(1), mean(0));
+    assert!(mean(2) < mean(0) / 3.0, "shoot4u {} vs ipi {}", mean(2), mean(0));
+    assert_eq!(metric(&r[2], "tlb_wait_ms"), 0.0, "a Shoot4U sender never spins waiting for a vCPU");
+    assert!(metric(&r[0], "tlb_wait_ms") > 10.0);
+    assert_eq!(metric(&r[2], "tlb_ipis"), 0.0, "Shoot4U sends no guest IPIs");
+    assert!(r[2].exits["VMCALL"] as f64 >= metric(&r[2], "tlb_shootdowns"));
+}
+
+#[test]
+fn heap_trim_threshold_removes_shootdowns() {
+    let spec = format!("{CHURN}").replace("vcpus = [6]", "vcpus = [6]\nscenarios = [\"UC\"]");
+    let base = run_text(&spec, &[]);
+    let tuned = run_text(&spec, &["workloads.heapchurn.heap.trim_threshold=\"64MiB\""]);
+    assert!(metric(&base[0], "tlb_shootdowns") > 50.0);
+    assert_eq!(metric(&tuned[0], "tlb_shootdowns"), 0.0, "a large trim threshold keeps the heap: no madvise");
+}
+
+#[test]
+fn blocking_costs_at_most_four_exits_per_operation() {
+    // Barrier waits: tick stop (TSC_DEADLINE) + HLT on the waiter, ICR on the waker, tick
+    // restart (TSC_DEADLINE) when the waiter wakes (digest §2.1).
+    let r = run_text("[experiment]\nworkloads = [\"barrier\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n", &["vm.halt_poll.enabled=false"]);
+    let e = &r[0].exits;
+    let (hlt, icr, tsc) = (e["HLT"] as f64, e["MSR_WRITE_ICR"] as f64, e["MSR_WRITE_TSC_DEADLINE"] as f64);
+    assert!((icr / hlt - 1.0).abs() < 0.05, "one wake-up IPI per halt: {e:?}");
+    assert!(tsc / hlt > 1.8 && tsc / hlt < 2.3, "two timer writes per halt: {e:?}");
+    // The tick never stopped: no TSC_DEADLINE writes around idle, RESCHEDULE IPIs remain.
+    let r = run_text("[experiment]\nworkloads = [\"barrier\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n", &["guest.tickless=false"]);
+    let e = &r[0].exits;
+    assert!((e.get("MSR_WRITE_TSC_DEADLINE").copied().unwrap_or(0) as f64) < 0.2 * e["HLT"] as f64, "{e:?}");
+    assert!(e["MSR_WRITE_ICR"] > 100);
+}
+
+#[test]
+fn halt_poll_success_falls_with_more_vcpus() {
+    let spec = "[experiment]\nworkloads = [\"lock\"]\nscenarios = [\"UC\"]\nvcpus = [4, 32]\n\
+                [workloads.lock.params]\niterations = 300\ncritical = \"10us\"\nwork = \"60us\"\n";
+    let r = run_text(spec, &[]);
+    let (small, big) = (metric(&r[0], "halt_poll_success_rate"), metric(&r[1], "halt_poll_success_rate"));
+    assert!(small > 0.8 && big < 0.6, "4 vCPUs {small}, 32 vCPUs {big}");
+    // With polling off nothing is attempted and δη_t is higher.
+    let off = run_text(spec, &["vm.halt_poll.enabled=false"]);
+    assert_eq!(metric(&off[1], "halt_poll_attempted"), 0.0);
+    assert!(off[0].delta_eta_t.unwrap() > r[0].delta_eta_t.unwrap());
+}
+
+#[test]
+fn guest_haltpoll_disables_host_polling() {
+    let r = run_text("[experiment]\nworkloads = [\"lock\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n", &["guest.idle=\"haltpoll\""]);
+    assert_eq!(metric(&r[0], "halt_poll_attempted"), 0.0);
+    assert!(r[0].breakdown["kernel"].get("idle_poll").copied().unwrap_or(0) > 0, "{:?}", r[0].breakdown);
+}
+
+#[test]
+fn pv_spinlocks_kick_halted_waiters() {
+    let spec = "[experiment]\nworkloads = [\"kspin\"]\nscenarios = [\"OC\"]\nvcpus = [4]\n[workloads.kspin.params]\niterations = 2000\n";
+    let r = run_text(spec, &["vm.pv.spinlocks=true", "vm.pv.spin_threshold=64", "vm.ple.enabled=false"]);
+    assert!(metric(&r[0], "pv_kicks") > 0.0, "{:?}", r[0].metrics);
+    assert!(r[0].exits["VMCALL"] > 0);
+}
+
+#[test]
+fn ple_exits_only_for_kernel_spinning() {
+    let kernel = run_text("[experiment]\nworkloads = [\"kspin\"]\nscenarios = [\"OC\"]\nvcpus = [4]\n[workloads.kspin.params]\niterations = 2000\n", &[]);
+    assert!(metric(&kernel[0], "ple_exits") > 0.0);
+    assert!(metric(&kernel[0], "ple_yields") > 0.0, "directed yield boosts preempted vCPUs in OC");
+    let user = run_inline(
+        "scenarios = [\"OC\"]\nvcpus = [4]\n",
+        "objects = { s = \"spinlock\" }\nprogram = [ { repeat = { times = 300, body = [ { compute = \"20us\" }, { spin_lock = \"s\" }, { compute = \"5us\" }, { spin_unlock = \"s\" } ] } } ]\n",
+        &[],
+    );
+    assert_eq!(metric(&user[0], "ple_exits"), 0.0, "PLE never sees user-level spinning");
+}
+
+#[test]
+fn per_vm_overrides_apply_to_one_vm() {
+    let spec = "[experiment]\nworkloads = [\"lock\"]\nscenarios = [\"OC\"]\nvcpus = [4]\n[workloads.lock.params]\niterations = 300\n\
+                [vms.1.halt_poll]\nenabled = false\n";
+    let r = run_text(spec, &[]);
+    let vms = &r[0].run.vms;
+    assert!(vms[0].halt_poll.attempted > 0);
+    assert_eq!(vms[1].halt_poll.attempted, 0);
+}
