@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--cdf-out",
         metavar="FILE",
-        help="with [report] cdf = \"tlb_latency\": write every latency sample and its CDF to FILE (CSV),"
+        help='with [report] cdf = "tlb_latency": write every latency sample and its CDF to FILE (CSV),'
         " and a plot beside it as .png when matplotlib is installed",
     )
     run.set_defaults(func=cmd_run)

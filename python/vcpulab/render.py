@@ -92,6 +92,12 @@ def has_variants(rows: Sequence[Mapping[str, Any]]) -> bool:
     return any(r.get("variant") for r in rows)
 
 
+def add_variant_column(table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """The variant label is what tells rows apart: never squeezed (other columns give way)."""
+    width = max(len(str(r.get("variant") or "")) for r in rows)
+    table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+
+
 def exits_per_second(result: Mapping[str, Any]) -> float | None:
     """VM exits per simulated second (``None`` for native runs)."""
     if result.get("scenario") == "native" or result.get("t_virt_s") is None:
@@ -118,7 +124,7 @@ def results_table(results: Sequence[Mapping[str, Any]], columns: Sequence[str] =
     show_variant = has_variants(results)
     table = Table(title="vcpulab results", title_justify="left")
     if show_variant:
-        table.add_column("variant")
+        add_variant_column(table, results)
     table.add_column("workload")
     table.add_column("scenario")
     table.add_column("vCPUs", justify="right")
@@ -128,7 +134,7 @@ def results_table(results: Sequence[Mapping[str, Any]], columns: Sequence[str] =
         table.add_column(name, justify="right")
     table.add_column("top host cost")
     for name in columns:
-        table.add_column(Text(name), justify="right")
+        table.add_column(Text(name), justify="right", overflow="fold")  # a long name folds, not cut
     for r in results:
         row: list[str | Text] = [Text(str(r.get("variant") or ""))] if show_variant else []
         row += [Text(str(r["workload"])), Text(str(r["scenario"])), str(r["vcpus"])]
@@ -171,9 +177,8 @@ def published_table(comparisons: Sequence[Comparison]) -> Table:
     for c in comparisons:
         p = c.published
         ratio = c.ratio
-        if c.status == "ok":
-            simulated = fmt_metric(p.metric, c.simulated)
-        else:
+        simulated: str | Text = fmt_metric(p.metric, c.simulated)
+        if c.status != "ok":
             simulated = Text(c.status, style="dim")
         table.add_row(
             Text(p.metric),
@@ -195,7 +200,7 @@ def cdf_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[CdfSumma
     show_seed = len({r.get("seed") for r in results}) > 1
     table = Table(title="TLB shootdown latency CDF (µs)", title_justify="left")
     if show_variant:
-        table.add_column("variant")
+        add_variant_column(table, results)
     table.add_column("workload")
     table.add_column("scenario")
     table.add_column("vCPUs", justify="right")
@@ -234,7 +239,7 @@ def cells_table(cells: Sequence[Mapping[str, Any]]) -> Table:
     table = Table(title="cells", title_justify="left")
     table.add_column("#", justify="right")
     if show_variant:
-        table.add_column("variant")
+        add_variant_column(table, cells)
     table.add_column("workload")
     table.add_column("scenario")
     for name in ("vCPUs", "threads", "seed"):

@@ -120,6 +120,8 @@ def cell_matches(cell: Mapping[str, Any], where: Mapping[str, Any], settings: Ma
     label = f";{cell.get('variant') or ''};"
     for key, wanted in where.items():
         if key in CELL_FIELDS:
+            if key not in cell:
+                return False
             have, want = shown(cell[key]), shown(wanted)
             if key == "scenario":
                 have, want = have.casefold(), want.casefold()
@@ -222,9 +224,7 @@ def cdf_rows(results: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
         samples = tlb_samples_ns(r)
         n = len(samples)
         for i, ns in enumerate(samples, 1):
-            rows.append(
-                [r.get("variant", ""), r["scenario"], r["workload"], r["vcpus"], r["seed"], ns / 1000.0, i / n]
-            )
+            rows.append([r.get("variant", ""), r["scenario"], r["workload"], r["vcpus"], r["seed"], ns / 1000.0, i / n])
     return rows
 
 
@@ -251,8 +251,8 @@ def cdf_png_path(csv_path: str | Path) -> Path:
 def write_cdf_png(path: str | Path, results: Sequence[Mapping[str, Any]]) -> bool:
     """Plot one step CDF per result (log-scale µs); ``False`` if matplotlib is not installed."""
     try:
-        from matplotlib.figure import Figure
-        from matplotlib.ticker import LogFormatter
+        from matplotlib.figure import Figure  # type: ignore[import-not-found,unused-ignore]
+        from matplotlib.ticker import LogFormatter  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return False
     fig = Figure(figsize=(7, 4.5), layout="constrained")
