@@ -205,7 +205,7 @@ impl Plan {
             let mut all = overrides.to_vec();
             all.extend(sets);
             let v = Spec::parse(text, source, &all).map_err(|mut e| {
-                if e.source == "--set" {
+                if e.source.starts_with("--set") {
                     e.source = format!("{source} (experiment.vary, variant {label})");
                 }
                 e

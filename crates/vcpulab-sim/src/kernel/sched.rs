@@ -21,6 +21,12 @@ impl World {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
         let Some(t) = kc.curr else { return };
         let task = &mut self.tasks[t as usize];
+        if task.state != TaskState::Running {
+            // Blocked (and maybe already woken and queued elsewhere) but not yet switched out:
+            // its time was accounted when it blocked; its queue key must not change.
+            task.exec_start = self.now;
+            return;
+        }
         let delta = self.now.since(task.exec_start);
         task.exec_start = self.now;
         if delta > 0 {

@@ -93,7 +93,8 @@ impl World {
     pub(crate) fn step_halting(&mut self, v: u32, core: u32) -> Step {
         let VcpuRun::Halting { start, poll } = self.vcpus[v as usize].run else { unreachable!("not halting") };
         let (k, cpu) = (self.vcpus[v as usize].kernel, self.vcpus[v as usize].idx);
-        if self.kernels[k as usize].cpus[cpu as usize].pending != 0 {
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if kc.pending != 0 || std::mem::take(&mut kc.pv_unhalted) {
             // kvm_vcpu_check_block() saw the interrupt: no sleep.
             self.vcpus[v as usize].run = VcpuRun::Guest;
             self.halt_done(v, start, None, poll);
