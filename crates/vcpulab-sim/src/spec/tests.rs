@@ -61,3 +61,37 @@ fn thread_dependent_checks_use_the_run_thread_count() {
     let e = parse(w, &[]).unwrap_err();
     assert_eq!(e.field, "workloads.w.objects.b.parties");
 }
+
+#[test]
+fn mechanism_settings_reject_bad_input_with_the_field() {
+    let cases: &[(&str, &[&str], &str, &str)] = &[
+        (MIN, &["vm.ple.window_policy=\"aple\""], "vm.ple.window_policy", "unknown policy 'aple'"),
+        (MIN, &["vm.ple.yield_policy=\"hvs\""], "vm.ple.yield_policy", "expected one of: kvm, none"),
+        (MIN, &["vm.ple.max_cycles=100"], "vm.ple.max_cycles", "at least ple.window_cycles"),
+        (MIN, &["vm.tlb=\"flush\""], "vm.tlb", "flush"),
+        (MIN, &["vm.pv.spinlocks=true", "vm.pv.spin_threshold=0"], "vm.pv.spin_threshold", "positive"),
+        (MIN, &["guest.idle=\"spin\""], "guest.idle", "spin"),
+        (MIN, &["guest.daemons.count=2"], "guest.daemons.count", "only [host.daemons]"),
+        (MIN, &["host.daemons.count=2", "host.daemons.run=0"], "host.daemons", "positive"),
+        (MIN, &["report.cdf=\"tlb_latency\""], "report.cdf", "tlb_samples"),
+        (MIN, &["report.cdf=\"wake\"", "record.tlb_samples=true"], "report.cdf", "unknown sampled metric"),
+        (MIN, &["experiment.corunner=\"nosuch\""], "experiment.corunner", "unknown workload 'nosuch'"),
+        (MIN, &["experiment.vary={\"vm.tlb\"=[]}"], "experiment.vary.\"vm.tlb\"", "at least one value"),
+        (MIN, &["experiment.corunner_threads=0"], "experiment.corunner_threads", ">= 1"),
+        (MIN, &["workloads.lock.heap.trim_thresh=\"1MiB\""], "workloads.lock.heap.trim_thresh", "unknown field"),
+        (MIN, &["workloads.lock.heap.top_pad=\"3 parsecs\""], "workloads.lock.heap.top_pad", "unknown size unit"),
+    ];
+    for (text, sets, field, msg) in cases {
+        let e = parse(text, sets).expect_err(field);
+        assert_eq!(e.field, *field, "{e}");
+        assert!(e.message.contains(msg), "{field}: {e}");
+    }
+    let e = parse(&format!("{MIN}[vms.x]\napicv = false\n"), &[]).unwrap_err();
+    assert_eq!((e.field.as_str(), e.source.as_str()), ("vms.x", "t.toml"), "{e}");
+    let e = parse(&format!("{MIN}[vms.1.halt_poll]\nmax = -1\n"), &[]).unwrap_err();
+    assert!(e.field.starts_with("vms.1.halt_poll.max"), "{e}");
+    let e = parse(&format!("{MIN}[[published]]\nmetric = \"\"\nvalue = 1\nsource = \"x\"\n"), &[]).unwrap_err();
+    assert_eq!(e.field, "published[0].metric");
+    let e = parse(&format!("{MIN}[workloads.lock]\nprogram = [ {{ malloc = \"4 parsecs\" }} ]\n"), &[]).unwrap_err();
+    assert!(e.field.contains("malloc") && e.message.contains("size unit"), "{e}");
+}
