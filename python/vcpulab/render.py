@@ -98,6 +98,31 @@ def add_variant_column(table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
 
 
+def add_cell_key_columns(
+    table: Table, results: Sequence[Mapping[str, Any]]
+) -> Callable[[Mapping[str, Any]], list[str | Text]]:
+    """Adds the columns that name a cell (variant and seed only when they vary) and returns
+    the function that gives a result's cells for them."""
+    show_variant = has_variants(results)
+    show_seed = len({r.get("seed") for r in results}) > 1
+    if show_variant:
+        add_variant_column(table, results)
+    table.add_column("workload")
+    table.add_column("scenario")
+    table.add_column("vCPUs", justify="right")
+    if show_seed:
+        table.add_column("seed", justify="right")
+
+    def key(r: Mapping[str, Any]) -> list[str | Text]:
+        row: list[str | Text] = [Text(str(r.get("variant") or ""))] if show_variant else []
+        row += [Text(str(r["workload"])), Text(str(r["scenario"])), str(r["vcpus"])]
+        if show_seed:
+            row.append(str(r["seed"]))
+        return row
+
+    return key
+
+
 def exits_per_second(result: Mapping[str, Any]) -> float | None:
     """VM exits per simulated second (``None`` for native runs)."""
     if result.get("scenario") == "native" or result.get("t_virt_s") is None:
@@ -120,26 +145,15 @@ def top_host_reason(result: Mapping[str, Any]) -> str:
 
 def results_table(results: Sequence[Mapping[str, Any]], columns: Sequence[str] = ()) -> Table:
     """The results, one row per cell; ``columns`` are extra ``metrics`` names (``[report] columns``)."""
-    show_seed = len({r.get("seed") for r in results}) > 1
-    show_variant = has_variants(results)
     table = Table(title="vcpulab results", title_justify="left")
-    if show_variant:
-        add_variant_column(table, results)
-    table.add_column("workload")
-    table.add_column("scenario")
-    table.add_column("vCPUs", justify="right")
-    if show_seed:
-        table.add_column("seed", justify="right")
+    key = add_cell_key_columns(table, results)
     for name in ("t_native", "t_virt", "δη_t", "δη_r", "ω", "weighted speedup", "exits/s"):
         table.add_column(name, justify="right")
     table.add_column("top host cost")
     for name in columns:
         table.add_column(Text(name), justify="right", overflow="fold")  # a long name folds, not cut
     for r in results:
-        row: list[str | Text] = [Text(str(r.get("variant") or ""))] if show_variant else []
-        row += [Text(str(r["workload"])), Text(str(r["scenario"])), str(r["vcpus"])]
-        if show_seed:
-            row.append(str(r["seed"]))
+        row = key(r)
         virt = r["scenario"] != "native"
         row += [
             fmt_seconds(r.get("t_native_s")),
@@ -196,24 +210,13 @@ def published_table(comparisons: Sequence[Comparison]) -> Table:
 
 def cdf_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[CdfSummary]) -> Table:
     """Quantiles of each result's TLB-shootdown latency (measured instance), in µs."""
-    show_variant = has_variants(results)
-    show_seed = len({r.get("seed") for r in results}) > 1
     table = Table(title="TLB shootdown latency CDF (µs)", title_justify="left")
-    if show_variant:
-        add_variant_column(table, results)
-    table.add_column("workload")
-    table.add_column("scenario")
-    table.add_column("vCPUs", justify="right")
-    if show_seed:
-        table.add_column("seed", justify="right")
+    key = add_cell_key_columns(table, results)
     table.add_column("samples", justify="right")
     for name in [q for q, _ in CDF_QUANTILES] + ["max"]:
         table.add_column(name, justify="right")
     for r, s in zip(results, summaries, strict=True):
-        row: list[str | Text] = [Text(str(r.get("variant") or ""))] if show_variant else []
-        row += [Text(str(r["workload"])), Text(str(r["scenario"])), str(r["vcpus"])]
-        if show_seed:
-            row.append(str(r["seed"]))
+        row = key(r)
         row.append(f"{s.count:,}")
         row += [fmt_us(s.quantiles_us[q]) for q, _ in CDF_QUANTILES]
         row.append(fmt_us(s.quantiles_us["max"]))

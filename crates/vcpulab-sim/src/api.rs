@@ -411,7 +411,7 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             }
             m.insert("halt_poll_ms".into(), (hp.poll_success_ns + hp.poll_fail_ns) as f64 / 1e6);
             m.insert("ple_exits".into(), vm.ple.exits as f64);
-            m.insert("ple_yields".into(), vm.ple.yields as f64);
+            m.insert("ple_yields".into(), vm.ple.counters.yields as f64);
             m.insert("ipis_resched".into(), vm.ipis_by_kind.get("resched").copied().unwrap_or(0) as f64);
             m.insert("ipis_tlb".into(), vm.ipis_by_kind.get("tlb").copied().unwrap_or(0) as f64);
             m.insert("pv_kicks".into(), vm.pv.kicks as f64);

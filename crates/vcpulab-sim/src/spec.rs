@@ -217,10 +217,8 @@ impl Spec {
         if file.limits.max_virtual_time.0 == 0 {
             return Err(SpecError::new(blame("limits.max_virtual_time".into()), "limits.max_virtual_time", "expected a positive duration"));
         }
-        let mut workloads = Vec::new();
-        for name in &file.experiment.workloads.0 {
-            let v = &file.workloads[name.as_str()];
-            let w = parse_workload(name, v).map_err(|(f, m)| {
+        let parse_named = |name: &str| {
+            parse_workload(name, &file.workloads[name]).map_err(|(f, m)| {
                 let path = if f.is_empty() { format!("workloads.{name}") } else { format!("workloads.{name}.{f}") };
                 // A bad parameter value is blamed on whoever set the parameter.
                 let origin = match m.rsplit_once("(value of params.") {
@@ -228,7 +226,11 @@ impl Spec {
                     None => path.clone(),
                 };
                 SpecError::new(blame(origin), path, m)
-            })?;
+            })
+        };
+        let mut workloads = Vec::new();
+        for name in &file.experiment.workloads.0 {
+            let w = parse_named(name)?;
             for &vcpus in &file.experiment.vcpus.0 {
                 let threads = w.threads.or(file.experiment.threads).unwrap_or(vcpus);
                 w.check_threads(threads).map_err(|(f, m)| {
@@ -238,20 +240,14 @@ impl Spec {
             }
             workloads.push(w);
         }
-        let corunner = match &file.experiment.corunner {
-            None => None,
-            Some(name) => {
-                let v = &file.workloads[name.as_str()];
-                let w = parse_workload(name, v).map_err(|(f, m)| {
-                    let path = if f.is_empty() { format!("workloads.{name}") } else { format!("workloads.{name}.{f}") };
-                    SpecError::new(blame(path.clone()), path, m)
-                })?;
-                Some(w)
-            }
-        };
+        let corunner = file.experiment.corunner.as_deref().map(parse_named).transpose()?;
         if let Some(c) = &file.report.cdf {
             if c != "tlb_latency" {
-                return Err(SpecError::new(blame("report.cdf".into()), "report.cdf", format!("unknown sampled metric '{c}' (expected tlb_latency)")));
+                return Err(SpecError::new(
+                    blame("report.cdf".into()),
+                    "report.cdf",
+                    format!("unknown sampled metric '{c}' (expected tlb_latency)"),
+                ));
             }
             if !file.record.tlb_samples {
                 return Err(SpecError::new(blame("report.cdf".into()), "report.cdf", "needs [record] tlb_samples = true"));

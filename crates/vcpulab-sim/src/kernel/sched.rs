@@ -141,40 +141,23 @@ impl World {
     /// granularity of the leftmost wins. Ties keep `prev`.
     fn pick_next(&self, k: KernelId, cpu: u32, prev: Option<TaskId>) -> Option<TaskId> {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        let key = |t: TaskId| (self.tasks[t as usize].vr, t);
         let mut firsts = kc.rq.iter().take(2).map(|&(_, t)| t);
         let (q1, q2) = (firsts.next(), firsts.next());
-        // Candidates in order, prev first on ties.
-        let mut order: Vec<TaskId> = Vec::with_capacity(3);
-        match (prev, q1) {
-            (Some(p), Some(a)) if self.tasks[a as usize].vr < self.tasks[p as usize].vr => {
-                order.push(a);
-                if q2.is_some_and(|b| self.tasks[b as usize].vr < self.tasks[p as usize].vr) {
-                    order.push(q2.unwrap());
-                } else {
-                    order.push(p);
-                }
-            }
-            (Some(p), _) => {
-                order.push(p);
-                order.extend(q1);
-            }
-            (None, _) => {
-                order.extend(q1);
-                order.extend(q2);
-            }
-        }
-        let left = *order.first()?;
+        // The leftmost and second candidates; prev wins ties.
+        let before_prev = |q: Option<TaskId>| q.filter(|&a| prev.is_none_or(|p| self.tasks[a as usize].vr < self.tasks[p as usize].vr));
+        let (left, second) = match (before_prev(q1), prev) {
+            (Some(a), Some(p)) => (a, Some(before_prev(q2).unwrap_or(p))),
+            (_, Some(p)) => (p, q1),
+            (a, None) => (a?, q2),
+        };
         let gran_ok = |se: TaskId| {
             let gran = self.kernels[k as usize].params.wakeup_gran * 1024 / self.tasks[se as usize].weight;
-            key(se).0 <= key(left).0.saturating_add(gran)
+            self.tasks[se as usize].vr <= self.tasks[left as usize].vr.saturating_add(gran)
         };
         let mut se = left;
         if kc.skip_buddy == Some(left) {
-            if let Some(&second) = order.get(1) {
-                if gran_ok(second) {
-                    se = second;
-                }
+            if let Some(second) = second.filter(|&t| gran_ok(t)) {
+                se = second;
             }
         }
         if let Some(n) = kc.next_buddy {

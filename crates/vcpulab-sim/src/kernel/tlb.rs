@@ -93,10 +93,11 @@ impl World {
         stats.targets += targets.len() as u64;
         let policy = if k == HOST { TlbPolicy::Ipi } else { self.vm_of(k).spec.tlb };
         let sd = self.new_shootdown(t);
-        match policy {
+        let deferred = match policy {
             TlbPolicy::Shoot4u => self.shoot4u(k, cpu, sd, &targets),
             TlbPolicy::Ipi | TlbPolicy::Pv => self.flush_others(k, cpu, sd, &targets, policy == TlbPolicy::Pv),
-        }
+        };
+        self.insts[inst as usize].tlb.deferred += deferred;
         let th = &mut self.threads[t as usize];
         th.kdepth += 1; // preemption off while waiting (get_cpu in flush_tlb_mm_range)
         th.spin_window = super::thread::SPIN_WINDOW_UNSET;
@@ -119,8 +120,10 @@ impl World {
     }
 
     /// `native_flush_tlb_others` / `kvm_flush_tlb_others`: CSDs and call-function IPIs.
-    fn flush_others(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32], pv: bool) {
+    /// Returns how many targets were deferred to their next VM entry.
+    fn flush_others(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32], pv: bool) -> u64 {
         let mut ipi_to = Vec::new();
+        let mut deferred = 0;
         for &c in targets {
             if pv {
                 let v = self.vcpu_of(k, c);
@@ -128,8 +131,7 @@ impl World {
                     // cmpxchg KVM_VCPU_PREEMPTED → | KVM_VCPU_FLUSH_TLB: no IPI, no wait.
                     self.vcpus[v as usize].flush_on_entry = true;
                     self.vcpus[v as usize].pv.tlb_deferred += 1;
-                    let inst = self.threads[self.shootdowns[sd as usize].sender as usize].inst;
-                    self.insts[inst as usize].tlb.deferred += 1;
+                    deferred += 1;
                     continue;
                 }
             }
@@ -164,13 +166,15 @@ impl World {
                 self.pv_sched_yield(me, target);
             }
         }
+        deferred
     }
 
-    /// The Shoot4U hypercall from guest CPU (`k`, `cpu`).
-    fn shoot4u(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32]) {
+    /// The Shoot4U hypercall from guest CPU (`k`, `cpu`). Returns how many targets were
+    /// deferred to their next VM entry.
+    fn shoot4u(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32]) -> u64 {
         let me = self.vcpu_of(k, cpu);
         self.exit(me, ExitReason::Vmcall);
-        let mut host_ns = 0;
+        let (mut host_ns, mut deferred) = (0, 0);
         for &c in targets {
             let v = self.vcpu_of(k, c);
             match self.vcpu_core(v) {
@@ -185,8 +189,7 @@ impl World {
                 }
                 None => {
                     self.vcpus[v as usize].flush_on_entry = true;
-                    let inst = self.threads[self.shootdowns[sd as usize].sender as usize].inst;
-                    self.insts[inst as usize].tlb.deferred += 1;
+                    deferred += 1;
                     host_ns += self.costs.invlpg;
                 }
             }
@@ -195,6 +198,7 @@ impl World {
         let core = self.vcpu_core(me).expect("the sender runs");
         let attr = Attr { owner: self.vcpus[me as usize].owner, layer: Layer::Host, cause: Cause::TlbFlush };
         self.push_work_then(HOST, core, attr, host_ns, Then::Shoot4uDone(sd));
+        deferred
     }
 
     /// A CPU received a call-function IPI: run the queued flushes, acknowledging each.

@@ -185,10 +185,15 @@ impl VmSpec {
             return Err(("ple.window_cycles".into(), "expected a positive cycle count (or ple.enabled = false)".into()));
         }
         if p.max_cycles < p.window_cycles {
-            return Err(("ple.max_cycles".into(), format!("expected at least ple.window_cycles ({}) (got {})", p.window_cycles, p.max_cycles)));
+            return Err((
+                "ple.max_cycles".into(),
+                format!("expected at least ple.window_cycles ({}) (got {})", p.window_cycles, p.max_cycles),
+            ));
         }
         let known = |kind: &str, name: &str| crate::policy::REGISTRY.iter().any(|e| e.kind == kind && e.name == name);
-        for (field, kind, name) in [("ple.window_policy", "ple_window", &p.window_policy), ("ple.yield_policy", "ple_yield", &p.yield_policy)] {
+        for (field, kind, name) in
+            [("ple.window_policy", "ple_window", &p.window_policy), ("ple.yield_policy", "ple_yield", &p.yield_policy)]
+        {
             if !known(kind, name) {
                 let names: Vec<&str> = crate::policy::REGISTRY.iter().filter(|e| e.kind == kind).map(|e| e.name).collect();
                 return Err((field.into(), format!("unknown policy '{name}' (expected one of: {})", names.join(", "))));

@@ -74,8 +74,26 @@ pub struct HaltPollStats {
     pub shrinks: u64,
 }
 
-/// PLE and directed-yield counters of one vCPU.
-#[derive(Clone, Debug, Default)]
+impl HaltPollStats {
+    /// Adds another vCPU's statistics (for per-VM sums, as debugfs reports them).
+    pub fn merge(&mut self, o: &HaltPollStats) {
+        self.attempted += o.attempted;
+        self.successful += o.successful;
+        self.invalid += o.invalid;
+        self.wakeups += o.wakeups;
+        self.poll_success_ns += o.poll_success_ns;
+        self.poll_fail_ns += o.poll_fail_ns;
+        self.wait_ns += o.wait_ns;
+        self.success_hist.merge(&o.success_hist);
+        self.fail_hist.merge(&o.fail_hist);
+        self.wait_hist.merge(&o.wait_hist);
+        self.grows += o.grows;
+        self.shrinks += o.shrinks;
+    }
+}
+
+/// PLE and directed-yield counters of one vCPU (or summed over a VM).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct PleStats {
     /// `kvm_vcpu_yield_to` calls from `kvm_vcpu_on_spin`.
     pub yield_attempts: u64,
@@ -89,8 +107,19 @@ pub struct PleStats {
     pub window_shrinks: u64,
 }
 
-/// Paravirtual-feature counters of one vCPU.
-#[derive(Clone, Debug, Default)]
+impl PleStats {
+    /// Adds another vCPU's counters.
+    pub fn merge(&mut self, o: &PleStats) {
+        self.yield_attempts += o.yield_attempts;
+        self.yields += o.yields;
+        self.esrch += o.esrch;
+        self.window_grows += o.window_grows;
+        self.window_shrinks += o.window_shrinks;
+    }
+}
+
+/// Paravirtual-feature counters of one vCPU (or summed over a VM).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct PvStats {
     /// `KVM_HC_KICK_CPU` hypercalls sent (PV spinlock unlock of a halted waiter).
     pub kicks: u64,
@@ -102,6 +131,17 @@ pub struct PvStats {
     pub directed_yield_successful: u64,
     /// PV TLB flushes deferred to this vCPU's next entry (target side).
     pub tlb_deferred: u64,
+}
+
+impl PvStats {
+    /// Adds another vCPU's counters.
+    pub fn merge(&mut self, o: &PvStats) {
+        self.kicks += o.kicks;
+        self.spin_halts += o.spin_halts;
+        self.directed_yield_attempted += o.directed_yield_attempted;
+        self.directed_yield_successful += o.directed_yield_successful;
+        self.tlb_deferred += o.tlb_deferred;
+    }
 }
 
 /// IPI kinds counted separately.

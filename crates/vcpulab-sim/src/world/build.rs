@@ -8,8 +8,8 @@ use crate::engine::{stream_seed, EventQueue, SimTime, Stream};
 use crate::kernel::sync::{Instance, Obj};
 use crate::kernel::thread::{Act, Thread, ThreadStats};
 use crate::kernel::{Kernel, KernelId, KernelKind, Task, TaskKind, TaskState, HOST};
-use crate::scenario::{Layout, RunConfig};
 use crate::policy::VmPolicies;
+use crate::scenario::{Layout, RunConfig};
 use crate::virt::vcpu::{Vcpu, Vm};
 use crate::workload::dist::Dist;
 use crate::workload::heap::Arena;
@@ -209,6 +209,17 @@ impl World {
             });
             ids.push(tid);
         }
-        self.insts.push(Instance { name, kernel: k, vm, wl, threads: ids, objs, live: threads, finish: None, background, tlb: Default::default() });
+        self.insts.push(Instance {
+            name,
+            kernel: k,
+            vm,
+            wl,
+            threads: ids,
+            objs,
+            live: threads,
+            finish: None,
+            background,
+            tlb: Default::default(),
+        });
     }
 }

@@ -8,7 +8,7 @@ use crate::account::{Cause, Layer, Log2Histogram, OwnerKind};
 use crate::engine::SimTime;
 use crate::scenario::RunConfig;
 use crate::virt::exit::ExitReason;
-use crate::virt::vcpu::ipi_kind;
+use crate::virt::vcpu::{ipi_kind, HaltPollStats, PleStats, PvStats};
 
 use super::World;
 
@@ -194,31 +194,31 @@ pub struct HaltPollRecord {
 pub struct PleRecord {
     /// PAUSE_INSTRUCTION exits.
     pub exits: u64,
-    /// `yield_to` attempts from `kvm_vcpu_on_spin`.
-    pub yield_attempts: u64,
-    /// ... that boosted a vCPU.
-    pub yields: u64,
-    /// ... that returned -ESRCH.
-    pub esrch: u64,
-    /// Window grow events (`kvm_ple_window_update` growed).
-    pub window_grows: u64,
-    /// Window shrink events.
-    pub window_shrinks: u64,
+    /// Directed-yield and window counters summed over the vCPUs.
+    #[serde(flatten)]
+    pub counters: PleStats,
 }
 
-/// Paravirtual features of a VM.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct PvRecord {
-    /// `KVM_HC_KICK_CPU` hypercalls.
-    pub kicks: u64,
-    /// PV spinlock waits that halted.
-    pub spin_halts: u64,
-    /// `directed_yield_attempted`.
-    pub directed_yield_attempted: u64,
-    /// `directed_yield_successful`.
-    pub directed_yield_successful: u64,
-    /// TLB flushes deferred to a vCPU's next entry (PV TLB flush / Shoot4U).
-    pub tlb_deferred: u64,
+impl HaltPollRecord {
+    /// A VM's record from its vCPUs' summed statistics and its HLT exit count.
+    fn new(exits: u64, hp: &HaltPollStats) -> HaltPollRecord {
+        HaltPollRecord {
+            exits,
+            attempted: hp.attempted,
+            successful: hp.successful,
+            invalid: hp.invalid,
+            wakeups: hp.wakeups,
+            poll_success_ns: hp.poll_success_ns,
+            poll_fail_ns: hp.poll_fail_ns,
+            wait_ns: hp.wait_ns,
+            success_rate: (hp.attempted > 0).then(|| hp.successful as f64 / hp.attempted as f64),
+            grows: hp.grows,
+            shrinks: hp.shrinks,
+            wait: (&hp.wait_hist).into(),
+            poll_success: (&hp.success_hist).into(),
+            poll_fail: (&hp.fail_hist).into(),
+        }
+    }
 }
 
 /// One VM.
@@ -246,8 +246,8 @@ pub struct VmRecord {
     pub halt_poll: HaltPollRecord,
     /// PLE and directed yield.
     pub ple: PleRecord,
-    /// PV features.
-    pub pv: PvRecord,
+    /// PV features (counters summed over the vCPUs).
+    pub pv: PvStats,
     /// Host preemptions of runnable vCPUs.
     pub preemptions: u64,
     /// vCPU wake-up latency in the host (woken → running).
@@ -376,10 +376,9 @@ impl RunRecord {
             let mut wake = Log2Histogram::default();
             let (mut halts, mut pre) = (0, 0);
             let mut by_kind = [0u64; ipi_kind::COUNT];
-            let mut hp = HaltPollRecord::default();
-            let (mut wait, mut succ, mut fail) = (Log2Histogram::default(), Log2Histogram::default(), Log2Histogram::default());
+            let (mut hp, mut hlt_exits) = (HaltPollStats::default(), 0);
             let mut ple = PleRecord::default();
-            let mut pv = PvRecord::default();
+            let mut pv = PvStats::default();
             for &v in &vm.vcpus {
                 let vc = &w.vcpus[v as usize];
                 for r in ExitReason::ALL {
@@ -415,35 +414,12 @@ impl RunRecord {
                 }
                 halts += vc.halts;
                 pre += vc.preemptions;
-                hp.exits += vc.exits[ExitReason::Hlt.index()];
-                hp.attempted += vc.hp.attempted;
-                hp.successful += vc.hp.successful;
-                hp.invalid += vc.hp.invalid;
-                hp.wakeups += vc.hp.wakeups;
-                hp.poll_success_ns += vc.hp.poll_success_ns;
-                hp.poll_fail_ns += vc.hp.poll_fail_ns;
-                hp.wait_ns += vc.hp.wait_ns;
-                hp.grows += vc.hp.grows;
-                hp.shrinks += vc.hp.shrinks;
-                wait.merge(&vc.hp.wait_hist);
-                succ.merge(&vc.hp.success_hist);
-                fail.merge(&vc.hp.fail_hist);
+                hlt_exits += vc.exits[ExitReason::Hlt.index()];
+                hp.merge(&vc.hp);
                 ple.exits += vc.exits[ExitReason::PauseInstruction.index()];
-                ple.yield_attempts += vc.ple.yield_attempts;
-                ple.yields += vc.ple.yields;
-                ple.esrch += vc.ple.esrch;
-                ple.window_grows += vc.ple.window_grows;
-                ple.window_shrinks += vc.ple.window_shrinks;
-                pv.kicks += vc.pv.kicks;
-                pv.spin_halts += vc.pv.spin_halts;
-                pv.directed_yield_attempted += vc.pv.directed_yield_attempted;
-                pv.directed_yield_successful += vc.pv.directed_yield_successful;
-                pv.tlb_deferred += vc.pv.tlb_deferred;
+                ple.counters.merge(&vc.ple);
+                pv.merge(&vc.pv);
             }
-            hp.success_rate = (hp.attempted > 0).then(|| hp.successful as f64 / hp.attempted as f64);
-            hp.wait = (&wait).into();
-            hp.poll_success = (&succ).into();
-            hp.poll_fail = (&fail).into();
             vms.push(VmRecord {
                 vm: i as u32,
                 exits,
@@ -452,9 +428,11 @@ impl RunRecord {
                 guest_kernel_ns: vcpus.iter().map(|v| v.kernel_ns).sum(),
                 host_ns: vcpus.iter().map(|v| v.host_ns).sum(),
                 ipis_sent: by_kind.iter().sum(),
-                ipis_by_kind: [("resched".to_string(), by_kind[ipi_kind::RESCHED]), ("tlb".to_string(), by_kind[ipi_kind::TLB])].into_iter().collect(),
+                ipis_by_kind: [("resched".to_string(), by_kind[ipi_kind::RESCHED]), ("tlb".to_string(), by_kind[ipi_kind::TLB])]
+                    .into_iter()
+                    .collect(),
                 halts,
-                halt_poll: hp,
+                halt_poll: HaltPollRecord::new(hlt_exits, &hp),
                 ple,
                 pv,
                 preemptions: pre,

@@ -31,8 +31,6 @@ fn shoot4u_example_orders_the_policies_as_published() {
 #[test]
 fn halt_polling_example_shows_success_falling_with_vcpus() {
     let r = run_text(&example("halt_polling.toml"), &["experiment.vcpus=[4, 32]", "workloads.lock.params.iterations=300"]);
-    let rate = |v: u32| {
-        r.iter().find(|c| c.vcpus == v && c.variant.ends_with("=true")).expect("cell").metrics["halt_poll_success_rate"]
-    };
+    let rate = |v: u32| r.iter().find(|c| c.vcpus == v && c.variant.ends_with("=true")).expect("cell").metrics["halt_poll_success_rate"];
     assert!(rate(4) > rate(32) + 0.2, "4 vCPUs {} vs 32 vCPUs {}", rate(4), rate(32));
 }

@@ -17,7 +17,8 @@ fn program() -> impl Strategy<Value = String> {
         Just("{ barrier = \"sb\" }".to_string()),
         (1u32..300).prop_map(|us| format!("{{ sleep = \"{us}us\" }}")),
         Just("{ single = { body = [ { compute = \"100us\" } ] } }".to_string()),
-        (1u32..100).prop_map(|us| format!("{{ malloc = \"100KiB\" }}, {{ malloc = \"100KiB\" }}, {{ compute = \"{us}us\" }}, {{ free = 2 }}")),
+        (1u32..100)
+            .prop_map(|us| format!("{{ malloc = \"100KiB\" }}, {{ malloc = \"100KiB\" }}, {{ compute = \"{us}us\" }}, {{ free = 2 }}")),
         (1u32..64).prop_map(|kib| format!("{{ madvise = \"{kib}KiB\" }}")),
     ];
     (proptest::collection::vec(op, 1..6), 1u32..8).prop_map(|(ops, times)| {

@@ -1,7 +1,7 @@
 //! Integration tests of the simulator through its public API (one binary, several modules).
 
-mod golden;
 mod examples;
+mod golden;
 mod invariants;
 mod mechanisms;
 mod scenarios;

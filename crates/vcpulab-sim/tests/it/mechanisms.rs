@@ -12,7 +12,8 @@ fn metric(r: &vcpulab_sim::api::ScenarioResult, k: &str) -> f64 {
 
 #[test]
 fn shootdowns_wait_for_preempted_targets_except_with_pv_and_shoot4u() {
-    let spec = format!("{CHURN}[experiment.vary]\n\"vm.tlb\" = [\"ipi\", \"pv\", \"shoot4u\"]\n").replace("vcpus = [6]", "vcpus = [6]\nscenarios = [\"OC\"]");
+    let spec = format!("{CHURN}[experiment.vary]\n\"vm.tlb\" = [\"ipi\", \"pv\", \"shoot4u\"]\n")
+        .replace("vcpus = [6]", "vcpus = [6]\nscenarios = [\"OC\"]");
     let r = run_text(&spec, &[]);
     let mean = |i: usize| metric(&r[i], "tlb_latency_mean_us");
     assert!(metric(&r[0], "tlb_shootdowns") > 100.0, "{:?}", r[0].metrics);
@@ -30,7 +31,7 @@ fn shootdowns_wait_for_preempted_targets_except_with_pv_and_shoot4u() {
 
 #[test]
 fn heap_trim_threshold_removes_shootdowns() {
-    let spec = format!("{CHURN}").replace("vcpus = [6]", "vcpus = [6]\nscenarios = [\"UC\"]");
+    let spec = CHURN.replace("vcpus = [6]", "vcpus = [6]\nscenarios = [\"UC\"]");
     let base = run_text(&spec, &[]);
     let tuned = run_text(&spec, &["workloads.heapchurn.heap.trim_threshold=\"64MiB\""]);
     assert!(metric(&base[0], "tlb_shootdowns") > 50.0);
@@ -83,7 +84,10 @@ fn pv_spinlocks_kick_halted_waiters() {
 
 #[test]
 fn ple_exits_only_for_kernel_spinning() {
-    let kernel = run_text("[experiment]\nworkloads = [\"kspin\"]\nscenarios = [\"OC\"]\nvcpus = [4]\n[workloads.kspin.params]\niterations = 2000\n", &[]);
+    let kernel = run_text(
+        "[experiment]\nworkloads = [\"kspin\"]\nscenarios = [\"OC\"]\nvcpus = [4]\n[workloads.kspin.params]\niterations = 2000\n",
+        &[],
+    );
     assert!(metric(&kernel[0], "ple_exits") > 0.0);
     assert!(metric(&kernel[0], "ple_yields") > 0.0, "directed yield boosts preempted vCPUs in OC");
     let user = run_inline(
