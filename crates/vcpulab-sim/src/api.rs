@@ -401,6 +401,10 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("tlb_latency_p99_bucket_us".into(), t.latency.p99_ns as f64 / 1e3);
         }
         m.insert("tlb_wait_ms".into(), i.counters.tlb_wait_ns as f64 / 1e6);
+        if i.membarrier.calls > 0 {
+            m.insert("membarriers".into(), i.membarrier.calls as f64);
+            m.insert("membarrier_latency_mean_us".into(), i.membarrier.latency.mean_ns / 1e3);
+        }
         if let Some(vm) = i.vm.and_then(|v| rec.vms.get(v as usize)) {
             let hp = &vm.halt_poll;
             m.insert("halt_exits".into(), hp.exits as f64);
@@ -414,6 +418,7 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("ple_yields".into(), vm.ple.counters.yields as f64);
             m.insert("ipis_resched".into(), vm.ipis_by_kind.get("resched").copied().unwrap_or(0) as f64);
             m.insert("ipis_tlb".into(), vm.ipis_by_kind.get("tlb").copied().unwrap_or(0) as f64);
+            m.insert("ipis_call".into(), vm.ipis_by_kind.get("call").copied().unwrap_or(0) as f64);
             m.insert("pv_kicks".into(), vm.pv.kicks as f64);
             m.insert("pv_directed_yields".into(), vm.pv.directed_yield_successful as f64);
         }

@@ -70,8 +70,8 @@ pub struct Work {
 /// An action run when a piece of queued work completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Then {
-    /// A shootdown target finished its flush handler: acknowledge shootdown `sd`.
-    TlbAck(u32),
+    /// A target finished its call-function handler: acknowledge remote call `sd`.
+    CallAck(u32),
     /// The hypervisor finished a Shoot4U hypercall for shootdown `sd`.
     Shoot4uDone(u32),
 }
@@ -123,7 +123,7 @@ pub struct KCpu {
     pub next_buddy: Option<TaskId>,
     /// CFS skip buddy (the yielding task).
     pub skip_buddy: Option<TaskId>,
-    /// Queued call-function data: shootdowns whose flush this CPU must run.
+    /// Queued call-function data: remote calls (shootdowns, membarriers) whose handler this CPU must run.
     pub csd: VecDeque<u32>,
     /// PV spinlock kick received (`pv_unhalted`): a halt in `pv_wait` ends.
     pub pv_unhalted: bool,

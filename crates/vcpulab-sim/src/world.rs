@@ -136,9 +136,10 @@ pub struct World {
     pub(crate) fault: Option<String>,
     /// Events processed.
     pub(crate) events: u64,
-    /// TLB shootdowns (slab; freed ids in `free_shootdowns`).
-    pub(crate) shootdowns: Vec<crate::kernel::tlb::Shootdown>,
-    pub(crate) free_shootdowns: Vec<u32>,
+    /// Remote calls in progress: TLB shootdowns and membarriers (slab; freed ids in
+    /// `free_remote_calls`).
+    pub(crate) remote_calls: Vec<crate::kernel::tlb::RemoteCall>,
+    pub(crate) free_remote_calls: Vec<u32>,
     /// Keep every shootdown latency.
     pub(crate) record_tlb_samples: bool,
     /// Core clock (GHz), for cycle counts such as the PLE window.

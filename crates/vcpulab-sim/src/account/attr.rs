@@ -93,13 +93,16 @@ pub enum Cause {
     TlbFlush,
     /// Memory-management system calls (munmap / madvise / mprotect) and page faults.
     MemoryOp,
+    /// A `membarrier` caller busy-waiting for the other CPUs' function-call handlers
+    /// (`smp_call_function_many` with wait, CPL 0); the handlers' own time is `interrupt`.
+    CallWait,
     /// Handling a VM exit of the given reason (host layer, charged to the vCPU).
     Exit(ExitReason),
 }
 
 impl Cause {
     /// Causes that are not exits, in dense order.
-    const BASE: [Cause; 16] = [
+    const BASE: [Cause; 17] = [
         Cause::Compute,
         Cause::SpinUser,
         Cause::SpinKernel,
@@ -116,6 +119,7 @@ impl Cause {
         Cause::TlbWait,
         Cause::TlbFlush,
         Cause::MemoryOp,
+        Cause::CallWait,
     ];
     /// Number of distinct causes (dense index range).
     pub const COUNT: usize = Self::BASE.len() + ExitReason::COUNT;
@@ -148,6 +152,7 @@ impl Cause {
             Cause::TlbWait => 13,
             Cause::TlbFlush => 14,
             Cause::MemoryOp => 15,
+            Cause::CallWait => 16,
             Cause::Exit(_) => unreachable!(),
         }
     }
@@ -185,6 +190,7 @@ impl Cause {
             Cause::TlbWait => "tlb_wait".into(),
             Cause::TlbFlush => "tlb_flush".into(),
             Cause::MemoryOp => "memory_op".into(),
+            Cause::CallWait => "call_wait".into(),
             Cause::Exit(r) => format!("exit:{}", r.name()),
         }
     }

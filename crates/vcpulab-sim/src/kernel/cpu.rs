@@ -9,6 +9,7 @@ use crate::account::{Attr, Cause, Layer, OwnerKind};
 use crate::engine::SimTime;
 use crate::spec::kernel::IdlePolicy;
 use crate::virt::exit::ExitReason;
+use crate::virt::vcpu::ipi_kind;
 use crate::world::{Leaf, Rem, Step, World};
 
 use super::{irq, IdleState, KernelId, KernelKind, TaskKind, HOST};
@@ -284,12 +285,13 @@ impl World {
 
     /// Sends an IPI from one CPU of kernel `k` to another.
     pub(crate) fn send_ipi(&mut self, k: KernelId, from: u32, to: u32, kind: u8) {
-        self.send_ipi_ex(k, from, to, kind, true);
+        let ki = if kind & irq::CALL_FUNC != 0 { ipi_kind::CALL } else { ipi_kind::RESCHED };
+        self.send_ipi_ex(k, from, to, kind, ki, true);
     }
 
-    /// Sends an IPI; `sender_cost` false when the sender already paid for a multi-target
-    /// send (a PV send-IPI hypercall).
-    pub(crate) fn send_ipi_ex(&mut self, k: KernelId, from: u32, to: u32, kind: u8, sender_cost: bool) {
+    /// Sends an IPI counted as [`ipi_kind`] `ki`; `sender_cost` false when the sender already
+    /// paid for a multi-target send (a PV send-IPI hypercall).
+    pub(crate) fn send_ipi_ex(&mut self, k: KernelId, from: u32, to: u32, kind: u8, ki: usize, sender_cost: bool) {
         if k == HOST {
             if sender_cost {
                 let attr = self.ctx_attr(k, from, Cause::IpiSend);
@@ -297,7 +299,7 @@ impl World {
             }
             self.q.schedule(self.now + self.costs.ipi_latency, crate::world::Ev::Ipi { k, cpu: to, kind });
         } else {
-            self.virt_send_ipi(k, from, to, kind, sender_cost);
+            self.virt_send_ipi(k, from, to, kind, ki, sender_cost);
         }
     }
 

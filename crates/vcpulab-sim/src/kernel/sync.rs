@@ -100,6 +100,8 @@ pub struct Instance {
     pub background: bool,
     /// TLB shootdowns of its threads.
     pub tlb: super::tlb::TlbStats,
+    /// `membarrier` calls of its threads (same fields; `deferred` is always 0).
+    pub membarrier: super::tlb::TlbStats,
 }
 
 impl Obj {
@@ -372,7 +374,7 @@ impl World {
                 let Obj::Barrier { gen, .. } = self.obj(t, b) else { unreachable!() };
                 *gen != bgen
             }
-            SpinOn::Shootdown(sd) => self.shootdown_finished(t, sd),
+            SpinOn::RemoteCall(sd) => self.remote_call_finished(t, sd),
         }
     }
 }

@@ -23,8 +23,9 @@ pub enum SpinOn {
     KLock(ObjId),
     /// The spin barrier's generation to change.
     Barrier(ObjId),
-    /// Every target of TLB shootdown `sd` to acknowledge (CPL 0, PAUSE).
-    Shootdown(u32),
+    /// Every target of remote call `sd` (a TLB shootdown or a membarrier) to acknowledge
+    /// (CPL 0, PAUSE).
+    RemoteCall(u32),
 }
 
 /// What a blocked thread waits for.
@@ -126,7 +127,7 @@ impl Thread {
             Act::Blocked(BlockOn::Cond(o)) => Some(format!("blocked on condvar '{}'", name(o))),
             Act::Blocked(BlockOn::Sleep) => Some("sleeping".into()),
             Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(o) | SpinOn::Barrier(o)) => Some(format!("spinning on '{}'", name(o))),
-            Act::Spin(SpinOn::Shootdown(_)) => Some("waiting for TLB-shootdown acknowledgements".into()),
+            Act::Spin(SpinOn::RemoteCall(_)) => Some("waiting for remote CPUs to acknowledge a TLB shootdown or membarrier".into()),
             _ => None,
         }
     }
@@ -163,7 +164,7 @@ impl World {
                 let owner = self.leaf_owner(k, cpu, t);
                 let attr = match on {
                     SpinOn::KLock(_) => Attr { owner, layer: Layer::Kernel, cause: Cause::SpinKernel },
-                    SpinOn::Shootdown(_) => Attr { owner, layer: Layer::Kernel, cause: Cause::TlbWait },
+                    SpinOn::RemoteCall(sd) => Attr { owner, layer: Layer::Kernel, cause: self.remote_calls[sd as usize].kind.wait_cause() },
                     SpinOn::ULock(_) | SpinOn::Barrier(_) => Attr { owner, layer: Layer::User, cause: Cause::SpinUser },
                 };
                 if attr.layer == Layer::User || k == HOST {
@@ -324,6 +325,10 @@ impl World {
                 Instr::MmUnmap { pages, .. } => {
                     self.threads[t as usize].mm_queue.push_back(crate::workload::heap::MmOp::Munmap(*pages));
                     self.run_mm_queue(k, cpu, t)
+                }
+                Instr::Membarrier => {
+                    self.syscall(k, cpu, t);
+                    self.membarrier(k, cpu, t)
                 }
                 Instr::End => {
                     self.thread_exit(k, cpu, t);

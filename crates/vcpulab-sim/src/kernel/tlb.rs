@@ -20,11 +20,18 @@
 //!
 //! The latency of each shootdown (from the decision to flush remote CPUs to the last
 //! acknowledgement, the sender's view that S4U measured) goes to the instance's histogram.
+//!
+//! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (linux: kernel/sched/membarrier.c) uses the
+//! same call-function machinery without a flush: an IPI to every other CPU whose current task
+//! belongs to the process (idle CPUs are never targets), a handler that only executes a memory
+//! barrier, and a wait with preemption off for all of them. These are the "other"
+//! call-function IPIs, counted apart from the TLB ones; PV TLB flush and Shoot4U do not apply.
 
 use crate::account::{Attr, Cause, Layer};
 use crate::engine::SimTime;
 use crate::spec::vm::TlbPolicy;
 use crate::virt::exit::ExitReason;
+use crate::virt::vcpu::ipi_kind;
 use crate::world::World;
 
 use super::thread::{Act, Flow, SpinOn};
@@ -33,25 +40,54 @@ use super::{irq, KernelId, TaskKind, Then, ThreadId, HOST};
 /// `tlb_single_page_flush_ceiling` (linux: arch/x86/mm/tlb.c).
 pub const SINGLE_PAGE_FLUSH_CEILING: u64 = 33;
 
-/// One remote flush in progress.
+/// What a remote call asks its targets to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    /// Flush TLB entries (a shootdown).
+    TlbFlush,
+    /// Execute a memory barrier (`membarrier`).
+    Membarrier,
+}
+
+impl CallKind {
+    /// What the caller's wait is attributed to.
+    pub fn wait_cause(self) -> Cause {
+        match self {
+            CallKind::TlbFlush => Cause::TlbWait,
+            CallKind::Membarrier => Cause::CallWait,
+        }
+    }
+
+    /// How its IPIs are counted ([`ipi_kind`]).
+    fn ipi_kind(self) -> usize {
+        match self {
+            CallKind::TlbFlush => ipi_kind::TLB,
+            CallKind::Membarrier => ipi_kind::CALL,
+        }
+    }
+}
+
+/// One remote call (TLB shootdown or membarrier) in progress.
 #[derive(Clone, Copy, Debug)]
-pub struct Shootdown {
+pub struct RemoteCall {
+    /// What the targets do.
+    pub kind: CallKind,
     /// The thread waiting for it.
     pub sender: ThreadId,
-    /// When the remote flush started.
+    /// When the remote part started.
     pub start: SimTime,
     /// Acknowledgements outstanding.
     pub pending: u32,
 }
 
-/// TLB-shootdown statistics of one instance.
+/// Remote-call statistics of one instance: its TLB shootdowns, or its membarriers.
 #[derive(Clone, Debug, Default)]
 pub struct TlbStats {
-    /// Remote shootdowns (at least one target).
+    /// Remote calls (at least one target).
     pub shootdowns: u64,
-    /// Flushes that needed no remote CPU.
+    /// Calls that needed no remote CPU.
     pub local_only: u64,
-    /// Targets flushed (all policies).
+    /// Targets (all policies).
     pub targets: u64,
     /// Call-function IPIs sent.
     pub ipis: u64,
@@ -72,18 +108,7 @@ impl World {
         self.push_work(k, cpu, Attr { owner, layer: Layer::Kernel, cause: Cause::TlbFlush }, local);
         let inst = self.threads[t as usize].inst;
         let lazy_skip = self.kernels[k as usize].params.tlb_lazy_skip;
-        let targets: Vec<u32> = (0..self.kernels[k as usize].cpus.len() as u32)
-            .filter(|&c| c != cpu)
-            .filter(|&c| {
-                let kc = &self.kernels[k as usize].cpus[c as usize];
-                match kc.curr.map(|x| self.tasks[x as usize].kind) {
-                    Some(TaskKind::Thread(o)) => self.threads[o as usize].inst == inst,
-                    Some(TaskKind::Vcpu(_)) => false,
-                    // Idle with this mm still loaded: lazy TLB mode.
-                    None => !lazy_skip && kc.last_mm == Some(inst),
-                }
-            })
-            .collect();
+        let targets = self.cpus_running(k, cpu, inst, !lazy_skip);
         let stats = &mut self.insts[inst as usize].tlb;
         if targets.is_empty() {
             stats.local_only += 1;
@@ -92,36 +117,77 @@ impl World {
         stats.shootdowns += 1;
         stats.targets += targets.len() as u64;
         let policy = if k == HOST { TlbPolicy::Ipi } else { self.vm_of(k).spec.tlb };
-        let sd = self.new_shootdown(t);
+        let sd = self.new_remote_call(t, CallKind::TlbFlush);
         let deferred = match policy {
             TlbPolicy::Shoot4u => self.shoot4u(k, cpu, sd, &targets),
-            TlbPolicy::Ipi | TlbPolicy::Pv => self.flush_others(k, cpu, sd, &targets, policy == TlbPolicy::Pv),
+            TlbPolicy::Ipi | TlbPolicy::Pv => self.call_others(k, cpu, sd, &targets, policy == TlbPolicy::Pv),
         };
         self.insts[inst as usize].tlb.deferred += deferred;
+        self.wait_remote_call(t, sd)
+    }
+
+    /// Thread `t` on (`k`, `cpu`) calls `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`.
+    /// Returns Stop if it must wait.
+    pub(crate) fn membarrier(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
+        let inst = self.threads[t as usize].inst;
+        let targets = self.cpus_running(k, cpu, inst, false);
+        let stats = &mut self.insts[inst as usize].membarrier;
+        if targets.is_empty() {
+            stats.local_only += 1;
+            return Flow::Continue;
+        }
+        stats.shootdowns += 1;
+        stats.targets += targets.len() as u64;
+        let sd = self.new_remote_call(t, CallKind::Membarrier);
+        self.call_others(k, cpu, sd, &targets, false);
+        self.wait_remote_call(t, sd)
+    }
+
+    /// The other CPUs of kernel `k` whose current thread belongs to instance `inst`; with
+    /// `lazy`, also idle CPUs that still have its mm loaded (lazy-TLB mode).
+    fn cpus_running(&self, k: KernelId, cpu: u32, inst: u32, lazy: bool) -> Vec<u32> {
+        let kern = &self.kernels[k as usize];
+        (0..kern.cpus.len() as u32)
+            .filter(|&c| c != cpu)
+            .filter(|&c| {
+                let kc = &kern.cpus[c as usize];
+                match kc.curr.map(|x| self.tasks[x as usize].kind) {
+                    Some(TaskKind::Thread(o)) => self.threads[o as usize].inst == inst,
+                    Some(TaskKind::Vcpu(_)) => false,
+                    None => lazy && kc.last_mm == Some(inst),
+                }
+            })
+            .collect()
+    }
+
+    /// Thread `t` busy-waits, preemption off (`get_cpu` in `flush_tlb_mm_range`,
+    /// `preempt_disable` in `smp_call_function_many`), for remote call `sd`.
+    fn wait_remote_call(&mut self, t: ThreadId, sd: u32) -> Flow {
         let th = &mut self.threads[t as usize];
-        th.kdepth += 1; // preemption off while waiting (get_cpu in flush_tlb_mm_range)
+        th.kdepth += 1;
         th.spin_window = super::thread::SPIN_WINDOW_UNSET;
-        th.act = Act::Spin(SpinOn::Shootdown(sd));
+        th.act = Act::Spin(SpinOn::RemoteCall(sd));
         Flow::Stop
     }
 
-    fn new_shootdown(&mut self, sender: ThreadId) -> u32 {
-        let s = Shootdown { sender, start: self.now, pending: 0 };
-        match self.free_shootdowns.pop() {
+    fn new_remote_call(&mut self, sender: ThreadId, kind: CallKind) -> u32 {
+        let s = RemoteCall { kind, sender, start: self.now, pending: 0 };
+        match self.free_remote_calls.pop() {
             Some(i) => {
-                self.shootdowns[i as usize] = s;
+                self.remote_calls[i as usize] = s;
                 i
             }
             None => {
-                self.shootdowns.push(s);
-                self.shootdowns.len() as u32 - 1
+                self.remote_calls.push(s);
+                self.remote_calls.len() as u32 - 1
             }
         }
     }
 
-    /// `native_flush_tlb_others` / `kvm_flush_tlb_others`: CSDs and call-function IPIs.
-    /// Returns how many targets were deferred to their next VM entry.
-    fn flush_others(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32], pv: bool) -> u64 {
+    /// `smp_call_function_many` (and for TLB flushes `native_flush_tlb_others` /
+    /// `kvm_flush_tlb_others` with `pv`): CSDs and call-function IPIs. Returns how many
+    /// targets were deferred to their next VM entry.
+    fn call_others(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32], pv: bool) -> u64 {
         let mut ipi_to = Vec::new();
         let mut deferred = 0;
         for &c in targets {
@@ -138,13 +204,17 @@ impl World {
             let kc = &mut self.kernels[k as usize].cpus[c as usize];
             let was_empty = kc.csd.is_empty();
             kc.csd.push_back(sd);
-            self.shootdowns[sd as usize].pending += 1;
+            self.remote_calls[sd as usize].pending += 1;
             if was_empty {
                 ipi_to.push(c);
             }
         }
-        let inst = self.threads[self.shootdowns[sd as usize].sender as usize].inst;
-        self.insts[inst as usize].tlb.ipis += ipi_to.len() as u64;
+        let call = self.remote_calls[sd as usize];
+        let inst = &mut self.insts[self.threads[call.sender as usize].inst as usize];
+        match call.kind {
+            CallKind::TlbFlush => inst.tlb.ipis += ipi_to.len() as u64,
+            CallKind::Membarrier => inst.membarrier.ipis += ipi_to.len() as u64,
+        }
         let pv_send = k != HOST && ipi_to.len() > 1 && self.vm_of(k).spec.pv.send_ipi;
         if pv_send {
             // KVM_HC_SEND_IPI: one hypercall per 128 APIC IDs.
@@ -155,7 +225,7 @@ impl World {
             }
         }
         for &c in &ipi_to {
-            self.send_ipi_ex(k, cpu, c, irq::CALL_FUNC, !pv_send);
+            self.send_ipi_ex(k, cpu, c, irq::CALL_FUNC, call.kind.ipi_kind(), !pv_send);
         }
         if k != HOST && targets.len() > 1 && self.vm_of(k).spec.pv.sched_yield {
             // kvm_smp_send_call_func_ipi: yield to the first preempted, non-idle target.
@@ -194,26 +264,31 @@ impl World {
                 }
             }
         }
-        self.shootdowns[sd as usize].pending = 1;
+        self.remote_calls[sd as usize].pending = 1;
         let core = self.vcpu_core(me).expect("the sender runs");
         let attr = Attr { owner: self.vcpus[me as usize].owner, layer: Layer::Host, cause: Cause::TlbFlush };
         self.push_work_then(HOST, core, attr, host_ns, Then::Shoot4uDone(sd));
         deferred
     }
 
-    /// A CPU received a call-function IPI: run the queued flushes, acknowledging each.
+    /// A CPU received a call-function IPI: run the queued handlers, acknowledging each. A
+    /// flush costs `tlb_flush_remote`; a membarrier's `smp_mb` is within `irq_handler`.
     pub(crate) fn run_csds(&mut self, k: KernelId, cpu: u32) {
-        let attr = self.ctx_attr(k, cpu, Cause::TlbFlush);
         while let Some(sd) = self.kernels[k as usize].cpus[cpu as usize].csd.pop_front() {
-            self.push_work_then(k, cpu, attr, self.costs.tlb_flush_remote, Then::TlbAck(sd));
+            let (cause, cost) = match self.remote_calls[sd as usize].kind {
+                CallKind::TlbFlush => (Cause::TlbFlush, self.costs.tlb_flush_remote),
+                CallKind::Membarrier => (Cause::Interrupt, 0),
+            };
+            let attr = self.ctx_attr(k, cpu, cause);
+            self.push_work_then(k, cpu, attr, cost, Then::CallAck(sd));
         }
     }
 
     /// Queued work finished.
     pub(crate) fn work_done(&mut self, then: Then) {
         match then {
-            Then::TlbAck(sd) | Then::Shoot4uDone(sd) => {
-                let s = &mut self.shootdowns[sd as usize];
+            Then::CallAck(sd) | Then::Shoot4uDone(sd) => {
+                let s = &mut self.remote_calls[sd as usize];
                 s.pending -= 1;
                 if s.pending == 0 {
                     let sender = s.sender;
@@ -225,20 +300,24 @@ impl World {
         }
     }
 
-    /// Whether the shootdown thread `t` waits for is complete; if so, records it.
-    pub(crate) fn shootdown_finished(&mut self, t: ThreadId, sd: u32) -> bool {
-        let s = self.shootdowns[sd as usize];
+    /// Whether the remote call thread `t` waits for is complete; if so, records it.
+    pub(crate) fn remote_call_finished(&mut self, t: ThreadId, sd: u32) -> bool {
+        let s = self.remote_calls[sd as usize];
         if s.pending > 0 {
             return false;
         }
         let lat = self.now.since(s.start);
-        let inst = self.threads[t as usize].inst;
-        let stats = &mut self.insts[inst as usize].tlb;
-        stats.latency.record(lat);
-        if self.record_tlb_samples {
-            stats.samples.push(lat);
+        let inst = &mut self.insts[self.threads[t as usize].inst as usize];
+        match s.kind {
+            CallKind::TlbFlush => {
+                inst.tlb.latency.record(lat);
+                if self.record_tlb_samples {
+                    inst.tlb.samples.push(lat);
+                }
+            }
+            CallKind::Membarrier => inst.membarrier.latency.record(lat),
         }
-        self.free_shootdowns.push(sd);
+        self.free_remote_calls.push(sd);
         self.threads[t as usize].kdepth -= 1;
         if self.threads[t as usize].kdepth == 0 {
             self.preempt_enable(t);

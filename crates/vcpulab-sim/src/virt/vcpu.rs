@@ -144,23 +144,18 @@ impl PvStats {
     }
 }
 
-/// IPI kinds counted separately.
+/// IPI kinds counted separately (as `/proc/interrupts` separates RES, TLB and CAL).
 pub mod ipi_kind {
     /// Reschedule IPIs (RES).
     pub const RESCHED: usize = 0;
-    /// Call-function IPIs of TLB shootdowns (CAL + TLB).
+    /// Call-function IPIs of TLB shootdowns (TLB).
     pub const TLB: usize = 1;
+    /// Other call-function IPIs (CAL minus TLB): `membarrier`.
+    pub const CALL: usize = 2;
     /// Number of kinds.
-    pub const COUNT: usize = 2;
-
-    /// Index of an interrupt kind bit.
-    pub fn of(kind: u8) -> usize {
-        if kind & crate::kernel::irq::CALL_FUNC != 0 {
-            TLB
-        } else {
-            RESCHED
-        }
-    }
+    pub const COUNT: usize = 3;
+    /// Names, indexed by kind.
+    pub const NAMES: [&str; COUNT] = ["resched", "tlb", "call"];
 }
 
 /// The host-side life of a vCPU (beyond its host task's scheduling state).
@@ -372,13 +367,13 @@ impl World {
         self.touch(core);
     }
 
-    /// A guest IPI from `from` to `to`: the sender's ICR write exits (unless IPIv, or
+    /// A guest IPI from `from` to `to` (interrupt bit `kind`, counted as [`ipi_kind`] `ki`):
+    /// the sender's ICR write exits (unless IPIv, or
     /// `sender_exit` is false because the caller charged a PV send-IPI hypercall); a halted
     /// target is woken by the host from the sender's exit handler, a running or preempted one
     /// gets it posted.
-    pub(crate) fn virt_send_ipi(&mut self, k: KernelId, from: u32, to: u32, kind: u8, sender_exit: bool) {
+    pub(crate) fn virt_send_ipi(&mut self, k: KernelId, from: u32, to: u32, kind: u8, ki: usize, sender_exit: bool) {
         let (vf, vt) = (self.vcpu_of(k, from), self.vcpu_of(k, to));
-        let ki = super::vcpu::ipi_kind::of(kind);
         self.vcpus[vf as usize].ipis_sent[ki] += 1;
         self.vcpus[vt as usize].ipis_received[ki] += 1;
         if sender_exit && !self.vspec(vf).ipiv {

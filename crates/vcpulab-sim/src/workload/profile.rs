@@ -296,7 +296,7 @@ fn object(ctx: &Ctx<'_>, v: &Value, path: &str, want: &[ObjKind]) -> Result<ObjI
     Ok(idx as ObjId)
 }
 
-const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, malloc, free, munmap, madvise, mprotect, repeat, single, serial";
+const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, malloc, free, munmap, madvise, mprotect, membarrier, repeat, single, serial";
 
 fn compile_block(ctx: &mut Ctx<'_>, v: &Value, path: &str, out: &mut Vec<Instr>) -> Result<(), ParseError> {
     let Some(ops) = v.as_array() else {
@@ -349,6 +349,10 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             };
             Instr::MmUnmap { call, pages: size(ctx.params, a, &p)?.div_ceil(super::heap::PAGE).max(1) }
         }
+        "membarrier" => match a.as_str() {
+            Some("private_expedited") => Instr::Membarrier,
+            _ => return err(&p, "expected \"private_expedited\" (MEMBARRIER_CMD_PRIVATE_EXPEDITED, the command that sends IPIs)"),
+        },
         "cond_wait" => {
             let t = sub_table(a, &p, &["cond", "mutex"])?;
             let get = |k: &str| t.get(k).ok_or_else(|| (format!("{p}.{k}"), "missing".to_string()));

@@ -119,6 +119,9 @@ pub enum Instr {
         /// Pages affected.
         pages: u64,
     },
+    /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: a function-call IPI to every other CPU
+    /// running a thread of the process, waiting until all have executed a memory barrier.
+    Membarrier,
     /// The thread exits.
     End,
 }

@@ -48,8 +48,8 @@ impl World {
             live: 0,
             fault: None,
             events: 0,
-            shootdowns: Vec::new(),
-            free_shootdowns: Vec::new(),
+            remote_calls: Vec::new(),
+            free_remote_calls: Vec::new(),
             record_tlb_samples: cfg.record.tlb_samples,
             freq_ghz: cfg.machine.freq_ghz,
         };
@@ -220,6 +220,7 @@ impl World {
             finish: None,
             background,
             tlb: Default::default(),
+            membarrier: Default::default(),
         });
     }
 }

@@ -63,6 +63,23 @@ pub struct InstanceRecord {
     pub background: bool,
     /// TLB shootdowns sent by its threads.
     pub tlb: TlbRecord,
+    /// `membarrier` calls of its threads.
+    pub membarrier: MembarrierRecord,
+}
+
+/// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` calls of one instance.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MembarrierRecord {
+    /// Calls that had remote targets.
+    pub calls: u64,
+    /// Calls with no other CPU running the process.
+    pub local_only: u64,
+    /// Remote targets, all calls.
+    pub targets: u64,
+    /// Call-function IPIs sent.
+    pub ipis: u64,
+    /// Latency from the call to the last target's acknowledgement.
+    pub latency: LatencySummary,
 }
 
 /// TLB shootdowns of one instance (sender's view, as S4U measured).
@@ -238,7 +255,7 @@ pub struct VmRecord {
     pub host_ns: u64,
     /// IPIs sent by the guest.
     pub ipis_sent: u64,
-    /// IPIs sent by the guest, by kind (`resched`, `tlb`).
+    /// IPIs sent by the guest, by kind (`resched`, `tlb`, `call`).
     pub ipis_by_kind: BTreeMap<String, u64>,
     /// HLTs that blocked a vCPU.
     pub halts: u64,
@@ -366,6 +383,13 @@ impl RunRecord {
                     latency: (&inst.tlb.latency).into(),
                     samples_ns: inst.tlb.samples.clone(),
                 },
+                membarrier: MembarrierRecord {
+                    calls: inst.membarrier.shootdowns,
+                    local_only: inst.membarrier.local_only,
+                    targets: inst.membarrier.targets,
+                    ipis: inst.membarrier.ipis,
+                    latency: (&inst.membarrier.latency).into(),
+                },
             });
         }
         let mut vms = Vec::new();
@@ -428,9 +452,7 @@ impl RunRecord {
                 guest_kernel_ns: vcpus.iter().map(|v| v.kernel_ns).sum(),
                 host_ns: vcpus.iter().map(|v| v.host_ns).sum(),
                 ipis_sent: by_kind.iter().sum(),
-                ipis_by_kind: [("resched".to_string(), by_kind[ipi_kind::RESCHED]), ("tlb".to_string(), by_kind[ipi_kind::TLB])]
-                    .into_iter()
-                    .collect(),
+                ipis_by_kind: ipi_kind::NAMES.iter().zip(by_kind).map(|(n, c)| (n.to_string(), c)).collect(),
                 halts,
                 halt_poll: HaltPollRecord::new(hlt_exits, &hp),
                 ple,

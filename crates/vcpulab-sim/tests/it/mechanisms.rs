@@ -107,3 +107,23 @@ fn per_vm_overrides_apply_to_one_vm() {
     assert!(vms[0].halt_poll.attempted > 0);
     assert_eq!(vms[1].halt_poll.attempted, 0);
 }
+
+#[test]
+fn membarrier_sends_call_function_ipis_and_waits_for_preempted_vcpus() {
+    // A user-space RCU-like writer: every thread computes, then forces a barrier on the CPUs
+    // running its siblings. Those IPIs are function calls, not TLB flushes; a preempted vCPU
+    // answers only when it runs again, so OC latencies are far above UC's.
+    let spec = "[experiment]\nworkloads = [\"rcu\"]\nvcpus = [4]\nscenarios = [\"UC\", \"OC\"]\ncorunner = \"cpuhog\"\n\
+                [vm.ple]\nenabled = false\n\
+                [workloads.rcu]\ndescription = \"membarrier writer\"\n\
+                program = [ { repeat = { times = 200, body = [ { compute = \"200us\" }, { membarrier = \"private_expedited\" } ] } } ]\n";
+    let r = run_text(spec, &[]);
+    let (uc, oc) = (&r[0], &r[1]);
+    assert!(metric(uc, "membarriers") > 100.0, "{:?}", uc.metrics);
+    assert!(metric(uc, "ipis_call") > 100.0);
+    assert_eq!(metric(uc, "ipis_tlb"), 0.0, "a membarrier flushes nothing");
+    assert_eq!(metric(uc, "tlb_shootdowns"), 0.0);
+    let (lu, lo) = (metric(uc, "membarrier_latency_mean_us"), metric(oc, "membarrier_latency_mean_us"));
+    assert!(lu < 50.0, "UC membarrier {lu} us");
+    assert!(lo > 10.0 * lu, "OC membarrier {lo} us vs UC {lu} us");
+}
