@@ -29,6 +29,12 @@ class _WorkloadInfo(TypedDict):
     model: str
     source: str
 
+class _PolicyInfo(TypedDict):
+    kind: str
+    name: str
+    field: str
+    description: str
+
 def version() -> str: ...
 
 class VcpulabError(Exception):
@@ -58,4 +64,5 @@ class Plan:
 
 def workloads() -> list[_WorkloadInfo]: ...
 def workload_toml(name: str) -> str: ...
+def policies() -> list[_PolicyInfo]: ...
 def bench(seconds: float) -> str: ...

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from . import __version__, render, report
-from ._vcpulab import Plan, SimulationError, SpecError, VcpulabError, bench, workload_toml, workloads
+from ._vcpulab import Plan, SimulationError, SpecError, VcpulabError, bench, policies, workload_toml, workloads
 from .atomic import AtomicWriter
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
 
@@ -185,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name", metavar="NAME")
     show.set_defaults(func=cmd_workload_show)
 
+    pol = commands.add_parser(
+        "policies",
+        help="list the pluggable policies",
+        description="List every policy implementation a spec can select, with the field that selects it.",
+    )
+    pol.add_argument("--json", action="store_true", help="print JSON Lines")
+    pol.set_defaults(func=cmd_policies)
+
     b = commands.add_parser("bench", help="measure simulator speed on a fixed model workload")
     b.add_argument("--seconds", type=_seconds, default=3.0, metavar="S", help="wall time to run for (default: 3)")
     b.add_argument("--json", action="store_true", help="print the measurement as JSON")
@@ -316,6 +324,16 @@ def cmd_workloads(args: argparse.Namespace) -> int:
             print(json.dumps(item, ensure_ascii=False))
     else:
         render.stdout_console().print(render.workloads_table(items))
+    return 0
+
+
+def cmd_policies(args: argparse.Namespace) -> int:
+    items = policies()
+    if args.json:
+        for item in items:
+            print(json.dumps(item, ensure_ascii=False))
+    else:
+        render.stdout_console().print(render.policies_table(items))
     return 0
 
 

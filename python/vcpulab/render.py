@@ -237,6 +237,15 @@ def workloads_table(items: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def policies_table(items: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="policies (select with the field, e.g. --set vm.tlb=shoot4u)", title_justify="left")
+    for name in ("kind", "name", "field", "description"):
+        table.add_column(name)
+    for p in items:
+        table.add_row(*(Text(str(p[k])) for k in ("kind", "name", "field", "description")))
+    return table
+
+
 def cells_table(cells: Sequence[Mapping[str, Any]]) -> Table:
     show_variant = has_variants(cells)
     table = Table(title="cells", title_justify="left")

@@ -96,6 +96,25 @@ def test_workloads_lists_the_builtins(cli: RunCli) -> None:
     assert all(name in table.out for name in names)
 
 
+def test_policies_lists_every_selectable_implementation(cli: RunCli) -> None:
+    r = cli("policies", "--json")
+    assert r.code == 0, r.err
+    items = r.json_lines()
+    by_kind: dict[str, set[str]] = {}
+    for p in items:
+        by_kind.setdefault(p["kind"], set()).add(p["name"])
+        assert p["field"] and p["description"]
+    assert by_kind["ple_window"] >= {"kvm", "fixed"}
+    assert by_kind["ple_yield"] >= {"kvm", "none"}
+    assert by_kind["tlb"] == {"ipi", "pv", "shoot4u"}
+    # Every listed name is accepted by the field it names.
+    for p in items:
+        v = cli("validate", "--workload", "ep", "--set", f'{p["field"]}="{p["name"]}"')
+        assert v.code == 0, (p, v.err)
+    table = cli("policies")
+    assert table.code == 0 and "shoot4u" in table.out
+
+
 def test_workloads_show_prints_toml(cli: RunCli) -> None:
     r = cli("workloads", "show", "lock")
     assert r.code == 0, r.err

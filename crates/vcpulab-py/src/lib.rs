@@ -108,6 +108,22 @@ fn workloads<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         .collect()
 }
 
+/// Every pluggable policy implementation (`vcpulab policies`).
+#[pyfunction]
+fn policies<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    vcpulab_sim::policy::REGISTRY
+        .iter()
+        .map(|p| {
+            let d = PyDict::new(py);
+            d.set_item("kind", p.kind)?;
+            d.set_item("name", p.name)?;
+            d.set_item("field", p.field)?;
+            d.set_item("description", p.description)?;
+            Ok(d)
+        })
+        .collect()
+}
+
 /// The TOML of a built-in workload.
 #[pyfunction]
 fn workload_toml(name: &str) -> PyResult<&'static str> {
@@ -132,6 +148,7 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(workloads, m)?)?;
     m.add_function(wrap_pyfunction!(workload_toml, m)?)?;
+    m.add_function(wrap_pyfunction!(policies, m)?)?;
     m.add_function(wrap_pyfunction!(bench_sim, m)?)?;
     Ok(())
 }

@@ -101,6 +101,10 @@ impl World {
         let next = chosen;
         if let Some(n) = next {
             self.dequeue(k, cpu, n);
+            debug_assert!(
+                self.kernels[k as usize].cpus.iter().all(|c| c.curr != Some(n)),
+                "task {n} picked on CPU {cpu} of kernel {k} while current elsewhere"
+            );
         }
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
         kc.curr = next;
@@ -246,6 +250,18 @@ impl World {
         let k = self.tasks[t as usize].kernel;
         debug_assert_eq!(self.tasks[t as usize].state, TaskState::Blocked);
         let prev = self.tasks[t as usize].cpu;
+        if self.kernels[k as usize].cpus[prev as usize].curr == Some(t) {
+            // Still current on its CPU: that CPU has not switched it out yet (in a guest, its
+            // vCPU was preempted before the guest's schedule() ran). Linux cannot move a task
+            // that is still on_cpu (try_to_wake_up waits for p->on_cpu); the wake-up simply
+            // makes it runnable again where it is, and the pending schedule() keeps it or
+            // queues it there.
+            let task = &mut self.tasks[t as usize];
+            task.state = TaskState::Running;
+            task.exec_start = self.now;
+            self.touch_kcpu(k, prev);
+            return;
+        }
         let target = self.select_cpu(t);
         let half_latency = self.kernels[k as usize].params.latency / 2;
         let (old_min, new_min) =

@@ -9,7 +9,7 @@ fn example(name: &str) -> String {
 
 #[test]
 fn shoot4u_example_orders_the_policies_as_published() {
-    let r = run_text(&example("shoot4u.toml"), &["workloads.heapchurn.params.items=60"]);
+    let r = run_text(&example("shoot4u.toml"), &["workloads.dedup_s4u.params.items=60"]);
     let get = |sc: &str, tlb: &str, m: &str| {
         let c = r.iter().find(|c| c.scenario.name() == sc && c.variant == format!("vm.tlb={tlb}")).expect("cell");
         c.metrics[m]
@@ -26,6 +26,19 @@ fn shoot4u_example_orders_the_policies_as_published() {
         let s = get(sc, "shoot4u", "tlb_latency_mean_us");
         assert!(s > published / 3.0 && s < published * 3.0, "{sc} shoot4u mean {s} vs published {published}");
     }
+}
+
+#[test]
+fn woken_task_still_current_on_a_preempted_vcpu_is_not_run_twice() {
+    // Regression: a guest thread blocked while its vCPU was preempted stayed `curr` there; a
+    // wake-up queued it on another guest CPU, both CPUs then ran it and the run never ended.
+    // This seed and shape hit that path.
+    let r = run_text(
+        &example("shoot4u.toml"),
+        &["experiment.seeds=[3]", "experiment.scenarios=[\"UC\"]", "experiment.vary={}", "limits.max_virtual_time=\"20s\""],
+    );
+    let t = r[0].t_virt_s.expect("a VM run");
+    assert!(t < 1.0, "{t}");
 }
 
 #[test]
