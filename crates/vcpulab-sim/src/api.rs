@@ -65,6 +65,11 @@ pub struct ScenarioResult {
     pub seed: u64,
     /// The policy variant ("" without `experiment.vary`).
     pub variant: String,
+    /// The workload's profile version (`version` in its definition; 0 when unset).
+    pub workload_version: u32,
+    /// Content hash (hex) of the workload definition the run used, as materialised from the
+    /// spec (built-in, patches and transforms included).
+    pub workload_hash: String,
     /// Baseline run time (s): one native instance, or the mean of k native instances for OC2.
     pub t_native_s: f64,
     /// Mean run time of the VM instances (s); None for native.
@@ -356,8 +361,12 @@ impl Plan {
                 *breakdown.entry(row.layer.to_string()).or_default().entry(row.cause.clone()).or_insert(0) += row.ns;
             }
         }
+        let spec = &self.variants[self.variant_index(&cell)].1;
+        let wl = spec.workloads.iter().find(|w| w.name == cell.workload).expect("cell workload exists");
         Ok(ScenarioResult {
             workload: cell.workload.clone(),
+            workload_version: wl.meta.version,
+            workload_hash: wl.meta.hash.clone(),
             scenario: cell.scenario,
             vcpus: cell.vcpus,
             threads: cell.threads,
@@ -401,6 +410,20 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("tlb_latency_p99_bucket_us".into(), t.latency.p99_ns as f64 / 1e3);
         }
         m.insert("tlb_wait_ms".into(), i.counters.tlb_wait_ns as f64 / 1e6);
+        if let Some(r) = &i.responses {
+            m.insert("requests".into(), r.count as f64);
+            m.insert("throughput_rps".into(), r.throughput_rps);
+            m.insert("resp_mean_us".into(), r.mean_us);
+            m.insert("resp_p50_us".into(), r.p50_us);
+            m.insert("resp_p95_us".into(), r.p95_us);
+            m.insert("resp_p99_us".into(), r.p99_us);
+            if let (Some(g), Some(t)) = (r.good_frac, r.tolerable_frac) {
+                m.insert("qos_good_frac".into(), g);
+                m.insert("qos_tolerable_frac".into(), t);
+                // BAS: 97 % of requests within "good" and 99 % within "tolerable".
+                m.insert("qos_met".into(), f64::from(u8::from(g >= 0.97 && t >= 0.99)));
+            }
+        }
         if i.membarrier.calls > 0 {
             m.insert("membarriers".into(), i.membarrier.calls as f64);
             m.insert("membarrier_latency_mean_us".into(), i.membarrier.latency.mean_ns / 1e3);

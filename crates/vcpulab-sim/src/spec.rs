@@ -22,7 +22,7 @@ pub use types::{Dur, OneOrMany, Scenario};
 pub use vm::{HaltPollSpec, PleSpec, PvSpec, TlbPolicy, VmSpec};
 
 use crate::machine::MachineSpec;
-use crate::workload::builtin::{builtin_names, builtin_text};
+use crate::workload::builtin::{builtin_names, builtin_text, resolve_builtin};
 use crate::workload::profile::parse_workload;
 use crate::workload::Workload;
 
@@ -218,15 +218,20 @@ impl Spec {
             return Err(SpecError::new(blame("limits.max_virtual_time".into()), "limits.max_virtual_time", "expected a positive duration"));
         }
         let parse_named = |name: &str| {
-            parse_workload(name, &file.workloads[name]).map_err(|(f, m)| {
-                let path = if f.is_empty() { format!("workloads.{name}") } else { format!("workloads.{name}.{f}") };
-                // A bad parameter value is blamed on whoever set the parameter.
-                let origin = match m.rsplit_once("(value of params.") {
-                    Some((_, p)) => format!("workloads.{name}.params.{}", p.trim_end_matches(')')),
-                    None => path.clone(),
-                };
-                SpecError::new(blame(origin), path, m)
-            })
+            parse_workload(name, &file.workloads[name])
+                .map(|mut w| {
+                    w.meta.hash = content_hash(&file.workloads[name]);
+                    w
+                })
+                .map_err(|(f, m)| {
+                    let path = if f.is_empty() { format!("workloads.{name}") } else { format!("workloads.{name}.{f}") };
+                    // A bad parameter value is blamed on whoever set the parameter.
+                    let origin = match m.rsplit_once("(value of params.") {
+                        Some((_, p)) => format!("workloads.{name}.params.{}", p.trim_end_matches(')')),
+                        None => path.clone(),
+                    };
+                    SpecError::new(blame(origin), path, m)
+                })
         };
         let mut workloads = Vec::new();
         for name in &file.experiment.workloads.0 {
@@ -398,6 +403,13 @@ fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecE
             continue;
         }
         let field = if i < n_listed { format!("experiment.workloads[{i}]") } else { "experiment.corunner".to_string() };
+        if let Err(candidates) = resolve_builtin(name) {
+            return Err(SpecError::new(
+                source.to_string(),
+                field,
+                format!("workload '{name}' is ambiguous: it can mean {} (write the full name)", candidates.join(" or ")),
+            ));
+        }
         let Some(text) = builtin_text(name) else {
             let mut known: Vec<String> = builtin_names().into_iter().map(String::from).collect();
             known.extend(defined.iter().cloned());
@@ -414,6 +426,13 @@ fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecE
         }
     }
     Ok(())
+}
+
+/// SHA-256 (first 16 hex digits) of a workload definition as materialised in the spec.
+fn content_hash(v: &toml::Value) -> String {
+    use sha2::{Digest, Sha256};
+    let text = toml::to_string(v).unwrap_or_default();
+    Sha256::digest(text.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Serde messages mention Rust types; keep them short and about the file.

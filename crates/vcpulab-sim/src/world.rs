@@ -76,6 +76,8 @@ pub(crate) enum Rem {
     Compute(ThreadId),
     /// The PLE window (or PV spinlock threshold) of a thread spinning in a guest kernel.
     SpinWindow(ThreadId),
+    /// The spin budget of a thread in a spin-then-block wait.
+    SpinBudget(ThreadId),
     /// The halt-poll window of a halting vCPU.
     HaltPoll(u32),
     /// The poll time left of a guest CPU in the haltpoll governor's poll state.
@@ -241,6 +243,10 @@ impl World {
                 w.rem -= elapsed;
             }
             Rem::Compute(t) => self.threads[t as usize].compute_rem -= elapsed,
+            Rem::SpinBudget(t) => {
+                let th = &mut self.threads[t as usize];
+                th.spin_budget = th.spin_budget.saturating_sub(elapsed);
+            }
             Rem::SpinWindow(t) => {
                 let th = &mut self.threads[t as usize];
                 th.spin_window = th.spin_window.saturating_sub(elapsed);
@@ -306,6 +312,7 @@ impl World {
             Rem::GuestWork(k, cpu) => self.kernels[k as usize].cpus[cpu as usize].kwork.front().map(|w| w.rem),
             Rem::Compute(t) => Some(self.threads[t as usize].compute_rem),
             Rem::SpinWindow(t) => Some(self.threads[t as usize].spin_window.min(self.threads[t as usize].pv_left)),
+            Rem::SpinBudget(t) => Some(self.threads[t as usize].spin_budget),
             Rem::HaltPoll(v) => Some(self.vcpus[v as usize].poll_rem),
             Rem::GuestPoll(k, cpu) => Some(self.kernels[k as usize].cpus[cpu as usize].hp_poll_rem),
         }

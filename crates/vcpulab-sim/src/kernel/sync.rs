@@ -9,6 +9,11 @@
 //!   a descheduled holder or next waiter stalls everyone (LHP / LWP).
 //! - Barrier: the last arrival opens it; blocking barriers wake every waiter (futex wake),
 //!   spin barriers are seen by spinners as soon as they run.
+//! - Spin budgets: a mutex or barrier with `spin` busy-waits in user mode up to its budget
+//!   (time running on a CPU), then blocks as above (`parsec_barrier`, libgomp, adaptive
+//!   mutexes); a barrier with an unbounded budget is a spin barrier.
+//! - Queue: `push` appends a timestamped item (blocking while full), a drain loop pops one
+//!   (blocking while empty); a queue closes when its last producer thread exits.
 //! - Condition variable: `signal` wakes the first waiter or, with none, leaves a token that
 //!   the next `wait` consumes without blocking (the predicate a correct program re-checks);
 //!   `broadcast` wakes every current waiter. `wait` needs the mutex, releases it while
@@ -18,7 +23,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::engine::{SimTime, Stream};
-use crate::workload::program::{ObjId, ObjKind};
+use crate::workload::program::{ObjDecl, ObjId, ObjKind};
 use crate::workload::Workload;
 use crate::world::World;
 
@@ -34,6 +39,10 @@ pub enum Obj {
         holder: Option<ThreadId>,
         /// Futex waiters in arrival order.
         waiters: VecDeque<ThreadId>,
+        /// Spin budget before blocking (ns; None = block at once).
+        spin: Option<u64>,
+        /// Threads spinning for it.
+        spinners: Vec<ThreadId>,
     },
     /// User test-and-set spinlock.
     SpinLock {
@@ -65,8 +74,21 @@ pub enum Obj {
         gen: u64,
         /// Threads waiting in this generation.
         waiters: Vec<ThreadId>,
-        /// Spin (true) or block (false).
-        spin: bool,
+        /// Spin budget before blocking (ns; None = block at once, `u64::MAX` = never block).
+        spin: Option<u64>,
+    },
+    /// FIFO of timestamped items.
+    Queue {
+        /// Push times of the items.
+        items: VecDeque<SimTime>,
+        /// Capacity (None = unbounded).
+        capacity: Option<u32>,
+        /// Producer threads not finished.
+        producers: u32,
+        /// Consumers blocked on an empty queue.
+        pop_waiters: VecDeque<ThreadId>,
+        /// Producers blocked on a full queue.
+        push_waiters: VecDeque<ThreadId>,
     },
     /// Condition variable.
     Cond {
@@ -102,19 +124,32 @@ pub struct Instance {
     pub tlb: super::tlb::TlbStats,
     /// `membarrier` calls of its threads (same fields; `deferred` is always 0).
     pub membarrier: super::tlb::TlbStats,
+    /// The run's thread parameter n.
+    pub n: u32,
+    /// Response times recorded by `respond` (ns).
+    pub responses: Vec<u64>,
 }
 
 impl Obj {
-    /// Fresh state for a declared object.
-    pub fn new(kind: ObjKind, parties: u32, rng: Stream) -> Obj {
-        match kind {
-            ObjKind::Mutex => Obj::Mutex { holder: None, waiters: VecDeque::new() },
+    /// Fresh state for a declared object; `users` = threads whose program uses it (barrier
+    /// parties by default, producers of a queue).
+    pub fn new(d: &ObjDecl, users: u32, producers: u32, rng: Stream) -> Obj {
+        match d.kind {
+            ObjKind::Mutex => Obj::Mutex { holder: None, waiters: VecDeque::new(), spin: d.spin, spinners: Vec::new() },
             ObjKind::SpinLock => Obj::SpinLock { holder: None, spinners: Vec::new(), rng: Box::new(rng) },
             ObjKind::KSpinLock => Obj::KSpin { next: 0, serving: 0, holder: None, waiting: BTreeMap::new() },
             ObjKind::Barrier | ObjKind::SpinBarrier => {
-                Obj::Barrier { parties, arrived: 0, gen: 0, waiters: Vec::new(), spin: kind == ObjKind::SpinBarrier }
+                let spin = if d.kind == ObjKind::SpinBarrier { Some(u64::MAX) } else { d.spin };
+                Obj::Barrier { parties: d.parties.unwrap_or(users), arrived: 0, gen: 0, waiters: Vec::new(), spin }
             }
             ObjKind::CondVar => Obj::Cond { tokens: 0, waiters: VecDeque::new() },
+            ObjKind::Queue => Obj::Queue {
+                items: VecDeque::new(),
+                capacity: d.capacity,
+                producers,
+                pop_waiters: VecDeque::new(),
+                push_waiters: VecDeque::new(),
+            },
         }
     }
 }
@@ -137,34 +172,82 @@ impl World {
         Flow::Stop
     }
 
-    pub(crate) fn op_lock(&mut self, k: KernelId, cpu: u32, t: ThreadId, m: ObjId) -> Flow {
-        let Obj::Mutex { holder, waiters } = self.obj(t, m) else { unreachable!("checked at parse") };
+    /// `lock`; `may_spin` is false when the thread already spent its spin budget (it is
+    /// retrying after a futex wake).
+    pub(crate) fn op_lock_ex(&mut self, k: KernelId, cpu: u32, t: ThreadId, m: ObjId, may_spin: bool) -> Flow {
+        let Obj::Mutex { holder, waiters, spin, spinners } = self.obj(t, m) else { unreachable!("checked at parse") };
         match *holder {
             None => {
                 *holder = Some(t);
                 Flow::Continue
             }
             Some(h) if h == t => self.misuse(t, m, "locks again the mutex it holds"),
-            Some(_) => {
-                waiters.push_back(t);
-                self.threads[t as usize].pending_lock = Some(m);
-                self.block_thread(k, cpu, t, BlockOn::Mutex(m));
-                Flow::Stop
-            }
+            Some(_) => match *spin {
+                Some(budget) if may_spin => {
+                    spinners.push(t);
+                    self.spin_for(t, SpinOn::Mutex(m), budget);
+                    Flow::Stop
+                }
+                _ => {
+                    waiters.push_back(t);
+                    self.threads[t as usize].pending_lock = Some(m);
+                    self.block_thread(k, cpu, t, BlockOn::Mutex(m));
+                    Flow::Stop
+                }
+            },
         }
     }
 
+    pub(crate) fn op_lock(&mut self, k: KernelId, cpu: u32, t: ThreadId, m: ObjId) -> Flow {
+        self.op_lock_ex(k, cpu, t, m, true)
+    }
+
     pub(crate) fn op_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId, m: ObjId) -> Flow {
-        let Obj::Mutex { holder, waiters } = self.obj(t, m) else { unreachable!("checked at parse") };
+        let Obj::Mutex { holder, waiters, spinners, .. } = self.obj(t, m) else { unreachable!("checked at parse") };
         if *holder != Some(t) {
             return self.misuse(t, m, "unlocks a mutex it does not hold:");
         }
         *holder = None;
+        let spinning = spinners.clone();
         if let Some(w) = waiters.pop_front() {
             self.syscall(k, cpu, t);
             self.wake_thread(w, (k, cpu));
         }
+        // Running spinners see the lock free at once.
+        for s in spinning {
+            if let Some(core) = self.thread_core(s) {
+                self.touch(core);
+            }
+        }
         Flow::Continue
+    }
+
+    /// Thread `t` busy-waits in user mode for `on`, at most `budget` ns of running time
+    /// (`u64::MAX` = unbounded), then blocks.
+    fn spin_for(&mut self, t: ThreadId, on: SpinOn, budget: u64) {
+        let th = &mut self.threads[t as usize];
+        th.spin_budget = budget;
+        th.act = Act::Spin(on);
+    }
+
+    /// A spinner's budget ran out before its wait ended: it blocks (futex) instead.
+    pub(crate) fn spin_budget_spent(&mut self, k: KernelId, cpu: u32, t: ThreadId, on: SpinOn) {
+        self.threads[t as usize].spin_budget = u64::MAX;
+        self.threads[t as usize].stats.spin_blocks += 1;
+        match on {
+            SpinOn::Mutex(m) => {
+                let Obj::Mutex { spinners, .. } = self.obj(t, m) else { unreachable!() };
+                spinners.retain(|&s| s != t);
+                self.threads[t as usize].act = Act::Fresh;
+                // Block as a futex waiter; the wake-up retries without spinning.
+                let Obj::Mutex { waiters, .. } = self.obj(t, m) else { unreachable!() };
+                waiters.push_back(t);
+                self.threads[t as usize].pending_lock = Some(m);
+                self.block_thread(k, cpu, t, BlockOn::Mutex(m));
+            }
+            SpinOn::Barrier(b) => self.block_thread(k, cpu, t, BlockOn::Barrier(b)),
+            SpinOn::ULock(_) | SpinOn::KLock(_) | SpinOn::RemoteCall(_) => unreachable!("no budget"),
+        }
     }
 
     pub(crate) fn op_spin_lock(&mut self, t: ThreadId, l: ObjId) -> Flow {
@@ -267,31 +350,89 @@ impl World {
         if *arrived < *parties {
             waiters.push(t);
             let (spin, g) = (*spin, *gen);
-            if spin {
-                let th = &mut self.threads[t as usize];
-                th.bgen = g;
-                th.act = Act::Spin(SpinOn::Barrier(b));
-            } else {
-                self.block_thread(k, cpu, t, BlockOn::Barrier(b));
+            self.threads[t as usize].bgen = g;
+            match spin {
+                Some(budget) => self.spin_for(t, SpinOn::Barrier(b), budget),
+                None => self.block_thread(k, cpu, t, BlockOn::Barrier(b)),
             }
             return Flow::Stop;
         }
         *arrived = 0;
         *gen += 1;
         let released = std::mem::take(waiters);
-        if *spin {
-            for w in released {
-                if let Some(core) = self.thread_core(w) {
-                    self.touch(core);
-                }
+        // Spinners see the new generation as soon as they run; blocked waiters need a futex wake.
+        let (blocked, spinning): (Vec<ThreadId>, Vec<ThreadId>) =
+            released.into_iter().partition(|&w| matches!(self.threads[w as usize].act, Act::Blocked(BlockOn::Barrier(_))));
+        for w in spinning {
+            if let Some(core) = self.thread_core(w) {
+                self.touch(core);
             }
-        } else if !released.is_empty() {
+        }
+        if !blocked.is_empty() {
             self.syscall(k, cpu, t);
-            for w in released {
+            for w in blocked {
                 self.wake_thread(w, (k, cpu));
             }
         }
         Flow::Continue
+    }
+
+    /// `push`: append an item, or block while the queue is full (the instruction is retried
+    /// after the wake-up).
+    pub(crate) fn op_push(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) -> Flow {
+        let now = self.now;
+        let Obj::Queue { items, capacity, pop_waiters, push_waiters, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        if capacity.is_some_and(|c| items.len() as u32 >= c) {
+            push_waiters.push_back(t);
+            self.threads[t as usize].pc -= 1;
+            self.block_thread(k, cpu, t, BlockOn::Queue(q));
+            return Flow::Stop;
+        }
+        items.push_back(now);
+        if let Some(w) = pop_waiters.pop_front() {
+            self.syscall(k, cpu, t);
+            self.wake_thread(w, (k, cpu));
+        }
+        Flow::Continue
+    }
+
+    /// The pop of a drain loop: Some(true) = got an item, Some(false) = closed and empty,
+    /// None = blocked (the instruction is retried after the wake-up).
+    pub(crate) fn op_pop(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) -> Option<bool> {
+        let Obj::Queue { items, producers, pop_waiters, push_waiters, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        match items.pop_front() {
+            Some(at) => {
+                let pusher = push_waiters.pop_front();
+                self.threads[t as usize].item = at;
+                if let Some(w) = pusher {
+                    self.syscall(k, cpu, t);
+                    self.wake_thread(w, (k, cpu));
+                }
+                Some(true)
+            }
+            None if *producers == 0 => Some(false),
+            None => {
+                pop_waiters.push_back(t);
+                self.threads[t as usize].pc -= 1;
+                self.block_thread(k, cpu, t, BlockOn::Queue(q));
+                None
+            }
+        }
+    }
+
+    /// A producer of queue `q` exited: when it was the last, the queue closes and every
+    /// blocked consumer wakes to find it closed.
+    pub(crate) fn queue_producer_done(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) {
+        let Obj::Queue { producers, pop_waiters, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        *producers -= 1;
+        if *producers > 0 || pop_waiters.is_empty() {
+            return;
+        }
+        let woken: Vec<ThreadId> = pop_waiters.drain(..).collect();
+        self.syscall(k, cpu, t);
+        for w in woken {
+            self.wake_thread(w, (k, cpu));
+        }
     }
 
     pub(crate) fn op_cond_wait(&mut self, k: KernelId, cpu: u32, t: ThreadId, c: ObjId, m: ObjId) -> Flow {
@@ -373,6 +514,16 @@ impl World {
                 let bgen = self.threads[t as usize].bgen;
                 let Obj::Barrier { gen, .. } = self.obj(t, b) else { unreachable!() };
                 *gen != bgen
+            }
+            SpinOn::Mutex(m) => {
+                let Obj::Mutex { holder, spinners, .. } = self.obj(t, m) else { unreachable!() };
+                if holder.is_none() {
+                    *holder = Some(t);
+                    spinners.retain(|&s| s != t);
+                    true
+                } else {
+                    false
+                }
             }
             SpinOn::RemoteCall(sd) => self.remote_call_finished(t, sd),
         }

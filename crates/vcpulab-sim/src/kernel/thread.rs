@@ -21,8 +21,10 @@ pub enum SpinOn {
     ULock(ObjId),
     /// Its ticket of a kernel ticket lock to be served.
     KLock(ObjId),
-    /// The spin barrier's generation to change.
+    /// The barrier's generation to change.
     Barrier(ObjId),
+    /// A mutex with a spin budget to become free.
+    Mutex(ObjId),
     /// Every target of remote call `sd` (a TLB shootdown or a membarrier) to acknowledge
     /// (CPL 0, PAUSE).
     RemoteCall(u32),
@@ -37,6 +39,8 @@ pub enum BlockOn {
     Barrier(ObjId),
     /// A condition variable.
     Cond(ObjId),
+    /// A queue (full on push, empty on pop).
+    Queue(ObjId),
     /// A timer (sleep).
     Sleep,
 }
@@ -67,6 +71,8 @@ pub struct ThreadStats {
     pub blocks: u64,
     /// Time waiting for TLB-shootdown acknowledgements (ns).
     pub tlb_wait_ns: u64,
+    /// Spin-then-block waits whose budget ran out (they blocked).
+    pub spin_blocks: u64,
     /// Wake-up latency (woken → running) histogram.
     pub wake_latency: Log2Histogram,
 }
@@ -76,8 +82,10 @@ pub struct ThreadStats {
 pub struct Thread {
     /// Instance it belongs to.
     pub inst: u32,
-    /// Index within the instance.
+    /// Index within its group.
     pub idx: u32,
+    /// Its group in the workload.
+    pub group: u32,
     /// Its task in its kernel.
     pub task: TaskId,
     /// Program counter.
@@ -108,6 +116,10 @@ pub struct Thread {
     pub bgen: u64,
     /// A mutex to (re)acquire before continuing (after a futex wake or a condvar wait).
     pub pending_lock: Option<ObjId>,
+    /// User spinning left before a spin-then-block wait blocks (ns; `u64::MAX` = unbounded).
+    pub spin_budget: u64,
+    /// Push time of the item it last popped from a queue.
+    pub item: crate::engine::SimTime,
     /// Statistics.
     pub stats: ThreadStats,
 }
@@ -125,8 +137,11 @@ impl Thread {
             Act::Blocked(BlockOn::Mutex(o)) => Some(format!("blocked on mutex '{}'", name(o))),
             Act::Blocked(BlockOn::Barrier(o)) => Some(format!("blocked on barrier '{}'", name(o))),
             Act::Blocked(BlockOn::Cond(o)) => Some(format!("blocked on condvar '{}'", name(o))),
+            Act::Blocked(BlockOn::Queue(o)) => Some(format!("blocked on queue '{}'", name(o))),
             Act::Blocked(BlockOn::Sleep) => Some("sleeping".into()),
-            Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(o) | SpinOn::Barrier(o)) => Some(format!("spinning on '{}'", name(o))),
+            Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(o) | SpinOn::Barrier(o) | SpinOn::Mutex(o)) => {
+                Some(format!("spinning on '{}'", name(o)))
+            }
             Act::Spin(SpinOn::RemoteCall(_)) => Some("waiting for remote CPUs to acknowledge a TLB shootdown or membarrier".into()),
             _ => None,
         }
@@ -165,10 +180,19 @@ impl World {
                 let attr = match on {
                     SpinOn::KLock(_) => Attr { owner, layer: Layer::Kernel, cause: Cause::SpinKernel },
                     SpinOn::RemoteCall(sd) => Attr { owner, layer: Layer::Kernel, cause: self.remote_calls[sd as usize].kind.wait_cause() },
-                    SpinOn::ULock(_) | SpinOn::Barrier(_) => Attr { owner, layer: Layer::User, cause: Cause::SpinUser },
+                    SpinOn::ULock(_) | SpinOn::Barrier(_) | SpinOn::Mutex(_) => Attr { owner, layer: Layer::User, cause: Cause::SpinUser },
                 };
-                if attr.layer == Layer::User || k == HOST {
+                if attr.layer == Layer::User {
                     // PLE sees only CPL-0 PAUSE loops of a guest.
+                    let budget = self.threads[t as usize].spin_budget;
+                    if budget == 0 {
+                        self.spin_budget_spent(k, cpu, t, on);
+                        return Step::Again;
+                    }
+                    let rem = if budget == u64::MAX { Rem::Inf } else { Rem::SpinBudget(t) };
+                    return Step::Leaf(Leaf { attr, rem, thread: Some(t) });
+                }
+                if k == HOST {
                     return Step::Leaf(Leaf { attr, rem: Rem::Inf, thread: Some(t) });
                 }
                 self.step_guest_kernel_spin(k, cpu, t, on, attr)
@@ -239,7 +263,8 @@ impl World {
     /// Executes operations of `t` until one takes time or changes its state.
     fn advance(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
         if let Some(m) = self.threads[t as usize].pending_lock.take() {
-            if let Flow::Stop = self.op_lock(k, cpu, t, m) {
+            // After a futex wake (or a condvar wait) the lock is retried without spinning.
+            if let Flow::Stop = self.op_lock_ex(k, cpu, t, m, false) {
                 return;
             }
         }
@@ -256,9 +281,17 @@ impl World {
             let pc = self.threads[t as usize].pc;
             self.threads[t as usize].pc = pc + 1;
             let flow = match &wl.program.instrs[pc as usize] {
-                Instr::Compute(d) => {
+                Instr::Compute { dist, skew, .. } => {
+                    let size = wl.groups[self.threads[t as usize].group as usize]
+                        .threads
+                        .value(self.insts[self.threads[t as usize].inst as usize].n);
                     let th = &mut self.threads[t as usize];
-                    match d.sample(&mut th.rng) {
+                    let mut ns = dist.sample(&mut th.rng);
+                    if *skew > 0.0 && size > 1 {
+                        let f = 1.0 + f64::from(*skew) * (2.0 * f64::from(th.idx) / f64::from(size - 1) - 1.0);
+                        ns = (ns as f64 * f).round() as u64;
+                    }
+                    match ns {
                         0 => Flow::Continue,
                         ns => {
                             th.compute_rem = ns;
@@ -301,17 +334,37 @@ impl World {
                     }
                     Flow::Continue
                 }
-                Instr::OnlyThread { thread, end } => {
+                Instr::OnlyThreads { first, count, end } => {
+                    let n = self.insts[self.threads[t as usize].inst as usize].n;
                     let th = &mut self.threads[t as usize];
-                    if th.idx != *thread {
+                    if th.idx < *first || th.idx >= first + count.value(n) {
                         th.pc = *end;
                     }
                     Flow::Continue
                 }
-                Instr::Malloc(bytes) => {
+                Instr::Push(q) => self.op_push(k, cpu, t, *q),
+                Instr::DrainPop { queue, end } => match self.op_pop(k, cpu, t, *queue) {
+                    Some(true) => Flow::Continue,
+                    Some(false) => {
+                        self.threads[t as usize].pc = *end;
+                        Flow::Continue
+                    }
+                    None => Flow::Stop,
+                },
+                Instr::DrainEnd { start } => {
+                    self.threads[t as usize].pc = *start;
+                    Flow::Continue
+                }
+                Instr::Respond(_) => {
+                    let lat = self.now.since(self.threads[t as usize].item);
+                    self.insts[self.threads[t as usize].inst as usize].responses.push(lat);
+                    Flow::Continue
+                }
+                Instr::Malloc(d) => {
                     let th = &mut self.threads[t as usize];
+                    let bytes = d.sample(&mut th.rng).max(1);
                     let mut ops = Vec::new();
-                    th.arena.malloc(*bytes, &mut ops);
+                    th.arena.malloc(bytes, &mut ops);
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
@@ -392,6 +445,10 @@ impl World {
     }
 
     fn thread_exit(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
+        let wl = self.insts[self.threads[t as usize].inst as usize].wl.clone();
+        for &q in &wl.groups[self.threads[t as usize].group as usize].pushes {
+            self.queue_producer_done(k, cpu, t, q);
+        }
         self.threads[t as usize].act = Act::Done;
         self.block_curr(k, cpu, true);
         let inst = &mut self.insts[self.threads[t as usize].inst as usize];

@@ -1,21 +1,26 @@
 //! The built-in workloads, shipped as TOML files in `workloads/` and embedded at build time.
 
-/// (name, TOML text) of every built-in workload, in listing order.
-pub const BUILTINS: &[(&str, &str)] = &[
-    ("ep", include_str!("../../../../workloads/ep.toml")),
-    ("lock", include_str!("../../../../workloads/lock.toml")),
-    ("barrier", include_str!("../../../../workloads/barrier.toml")),
-    ("spinbarrier", include_str!("../../../../workloads/spinbarrier.toml")),
-    ("forkjoin", include_str!("../../../../workloads/forkjoin.toml")),
-    ("kspin", include_str!("../../../../workloads/kspin.toml")),
-    ("handoff", include_str!("../../../../workloads/handoff.toml")),
-    ("heapchurn", include_str!("../../../../workloads/heapchurn.toml")),
-    ("cpuhog", include_str!("../../../../workloads/cpuhog.toml")),
-];
+include!(concat!(env!("OUT_DIR"), "/builtins.rs"));
+
+/// The canonical name of a built-in: the exact name, or the only built-in whose name ends in
+/// `.NAME` (`dedup` = `parsec.dedup`). `Err` lists the candidates of an ambiguous suffix.
+pub fn resolve_builtin(name: &str) -> Result<Option<&'static str>, Vec<&'static str>> {
+    if let Some((n, _)) = BUILTINS.iter().find(|(n, _)| *n == name) {
+        return Ok(Some(n));
+    }
+    let suffix = format!(".{name}");
+    let matches: Vec<&'static str> = BUILTINS.iter().map(|(n, _)| *n).filter(|n| n.ends_with(&suffix)).collect();
+    match matches.len() {
+        0 => Ok(None),
+        1 => Ok(Some(matches[0])),
+        _ => Err(matches),
+    }
+}
 
 /// The TOML text of a built-in workload.
 pub fn builtin_text(name: &str) -> Option<&'static str> {
-    BUILTINS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+    let canonical = resolve_builtin(name).ok().flatten()?;
+    BUILTINS.iter().find(|(n, _)| *n == canonical).map(|(_, t)| *t)
 }
 
 /// Names of all built-ins.
@@ -34,6 +39,7 @@ mod tests {
             let v = toml::Value::Table(toml::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}")));
             let w = parse_workload(name, &v).unwrap_or_else(|e| panic!("{name}: {e:?}"));
             assert!(!w.description.is_empty(), "{name} needs a description");
+            assert!(w.check_threads(16).is_ok(), "{name} at 16 threads: {:?}", w.check_threads(16));
         }
     }
 }

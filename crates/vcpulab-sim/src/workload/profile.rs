@@ -9,7 +9,7 @@ use toml::Value;
 
 use super::dist::{parse_duration, Dist};
 use super::heap::{parse_size, HeapParams};
-use super::program::{Instr, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
+use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Workload, MODELS};
 
 /// A parse error: the path inside the workload table and a message.
 pub type ParseError = (String, String);
@@ -18,6 +18,16 @@ struct Ctx<'a> {
     params: &'a toml::Table,
     objects: IndexMap<String, ObjKind>,
     stochastic: bool,
+    /// Default memory intensity of compute operations.
+    mem: f32,
+    /// Objects the group being compiled uses.
+    used: Vec<ObjId>,
+    /// Queues it pushes to.
+    pushes: Vec<ObjId>,
+    /// Queues it drains.
+    drains: Vec<ObjId>,
+    /// Queues of the enclosing drain loops (innermost last).
+    draining: Vec<ObjId>,
 }
 
 fn err<T>(path: &str, msg: impl Into<String>) -> Result<T, ParseError> {
@@ -33,7 +43,25 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     let Some(t) = v.as_table() else {
         return err("", format!("expected a table describing a workload (got {})", type_name(v)));
     };
-    const KEYS: [&str; 7] = ["description", "model", "threads", "params", "objects", "program", "heap"];
+    const KEYS: [&str; 17] = [
+        "description",
+        "model",
+        "threads",
+        "params",
+        "objects",
+        "program",
+        "groups",
+        "heap",
+        "version",
+        "suite",
+        "sync",
+        "basis",
+        "scalability_type",
+        "kvm_overhead",
+        "memory",
+        "qos",
+        "transform",
+    ];
     for k in t.keys() {
         if !KEYS.contains(&k.as_str()) {
             return err(k, format!("unknown field '{k}' (expected one of {})", KEYS.join(", ")));
@@ -46,13 +74,46 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
             Some(o) => err(k, format!("expected a string (got {})", type_name(o))),
         }
     };
+    let strings = |k: &str| -> Result<Vec<String>, ParseError> {
+        match t.get(k) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v.as_str().map(String::from).ok_or_else(|| (format!("{k}[{i}]"), "expected a string".to_string())))
+                .collect(),
+            Some(o) => err(k, format!("expected a list of strings (got {})", type_name(o))),
+        }
+    };
     let description = string("description")?;
     let model = string("model")?;
+    if !model.is_empty() && !MODELS.iter().any(|m| model == *m || model.starts_with(&format!("{m} "))) {
+        return err("model", format!("unknown model '{model}' (expected one of {})", MODELS.join(", ")));
+    }
     let empty = toml::Table::new();
     let params = match t.get("params") {
         None => &empty,
         Some(Value::Table(p)) => p,
         Some(o) => return err("params", format!("expected a table of parameters (got {})", type_name(o))),
+    };
+    for (k, pv) in params {
+        check_param(k, pv)?;
+    }
+    let small = |k: &str, max: i64| -> Result<i64, ParseError> {
+        match t.get(k) {
+            None => Ok(0),
+            Some(Value::Integer(i)) if (0..=max).contains(i) => Ok(*i),
+            Some(o) => err(k, format!("expected an integer in 0..={max} (got {o})")),
+        }
+    };
+    let meta = Meta {
+        version: small("version", i64::from(u32::MAX))? as u32,
+        suite: string("suite")?,
+        sync: strings("sync")?,
+        basis: string("basis")?,
+        scalability_type: small("scalability_type", 4)? as u8,
+        kvm_overhead: strings("kvm_overhead")?,
+        hash: String::new(),
     };
     let threads = match t.get("threads") {
         None => None,
@@ -63,26 +124,99 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         Some(Value::Table(h)) => parse_heap(params, h)?,
         Some(o) => return err("heap", format!("expected a table like {{ trim_threshold = \"128KiB\" }} (got {})", type_name(o))),
     };
-    let mut ctx = Ctx { params, objects: IndexMap::new(), stochastic: false };
+    let memory = match t.get("memory") {
+        None => Memory::default(),
+        Some(Value::Table(m)) => parse_memory(params, m)?,
+        Some(o) => return err("memory", format!("expected a table like {{ intensity = 0.3 }} (got {})", type_name(o))),
+    };
+    let qos = match t.get("qos") {
+        None => None,
+        Some(Value::Table(q)) => Some(parse_qos(params, q)?),
+        Some(o) => return err("qos", format!("expected a table like {{ good = \"5ms\", tolerable = \"20ms\" }} (got {})", type_name(o))),
+    };
+    let transform = match t.get("transform") {
+        None => Transform::Keep,
+        Some(Value::Table(x)) => parse_transform(params, x)?,
+        Some(o) => return err("transform", format!("expected a table like {{ spin = \"block\" }} (got {})", type_name(o))),
+    };
+    let mut ctx = Ctx {
+        params,
+        objects: IndexMap::new(),
+        stochastic: false,
+        mem: memory.intensity,
+        used: Vec::new(),
+        pushes: Vec::new(),
+        drains: Vec::new(),
+        draining: Vec::new(),
+    };
     let mut decls = Vec::new();
     match t.get("objects") {
         None => {}
         Some(Value::Table(objs)) => {
             for (oname, ov) in objs {
                 let path = format!("objects.{oname}");
-                let (kind, parties) = parse_object(params, ov, &path)?;
-                ctx.objects.insert(oname.clone(), kind);
-                decls.push(ObjDecl { name: oname.clone(), kind, parties });
+                let mut d = parse_object(params, ov, &path)?;
+                d.name = oname.clone();
+                transform.apply(&mut d);
+                ctx.objects.insert(oname.clone(), d.kind);
+                decls.push(d);
             }
         }
         Some(o) => return err("objects", format!("expected a table of named objects (got {})", type_name(o))),
     }
-    let Some(prog) = t.get("program") else {
-        return err("program", "missing: a workload needs a program (a list of operations)");
+    // One group per `[[groups]]` entry, or one "main" group of n threads for `program`.
+    let group_defs: Vec<(String, CountExpr, &Value, String)> = match (t.get("program"), t.get("groups")) {
+        (Some(_), Some(_)) => return err("groups", "a workload has either a program (every thread runs it) or groups, not both"),
+        (None, None) => return err("program", "missing: a workload needs a program (a list of operations) or groups"),
+        (Some(p), None) => vec![("main".into(), CountExpr::N, p, "program".into())],
+        (None, Some(Value::Array(gs))) if !gs.is_empty() => {
+            let mut out = Vec::new();
+            for (i, g) in gs.iter().enumerate() {
+                let path = format!("groups[{i}]");
+                let gt = sub_table(g, &path, &["name", "threads", "program"])?;
+                let gname = match gt.get("name") {
+                    Some(Value::String(s)) => s.clone(),
+                    None => format!("group{i}"),
+                    Some(o) => return err(&format!("{path}.name"), format!("expected a string (got {})", type_name(o))),
+                };
+                if out.iter().any(|(n, ..): &(String, CountExpr, &Value, String)| *n == gname) {
+                    return err(&format!("{path}.name"), format!("duplicate group name '{gname}'"));
+                }
+                let count = match gt.get("threads") {
+                    None => CountExpr::N,
+                    Some(v) => count_expr(params, v, &format!("{path}.threads"))?,
+                };
+                let prog = gt.get("program").ok_or_else(|| (format!("{path}.program"), "missing".to_string()))?;
+                out.push((gname, count, prog, format!("{path}.program")));
+            }
+            out
+        }
+        (None, Some(o)) => {
+            return err("groups", format!("expected a non-empty list of {{ name, threads, program }} tables (got {})", type_name(o)))
+        }
     };
     let mut instrs = Vec::new();
-    compile_block(&mut ctx, prog, "program", &mut instrs)?;
-    instrs.push(Instr::End);
+    let mut groups = Vec::new();
+    let mut drains: Vec<Vec<ObjId>> = Vec::new();
+    for (gi, (gname, count, prog, path)) in group_defs.into_iter().enumerate() {
+        let entry = instrs.len() as u32;
+        ctx.used.clear();
+        ctx.pushes.clear();
+        ctx.drains.clear();
+        compile_block(&mut ctx, prog, &path, &mut instrs)?;
+        instrs.push(Instr::End);
+        for &o in &ctx.used {
+            if !decls[o as usize].users.contains(&(gi as u32)) {
+                decls[o as usize].users.push(gi as u32);
+            }
+        }
+        let mut pushes = ctx.pushes.clone();
+        pushes.sort_unstable();
+        pushes.dedup();
+        drains.push(ctx.drains.clone());
+        groups.push(Group { name: gname, threads: count, entry, pushes });
+    }
+    check_queues(&decls, &groups, &drains)?;
     Ok(Workload {
         name: name.to_string(),
         description,
@@ -90,9 +224,205 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         threads,
         objects: decls,
         program: Program { instrs },
+        groups,
+        meta,
+        memory,
+        qos,
         stochastic: ctx.stochastic,
         heap,
     })
+}
+
+/// Every queue needs a producer and a consumer, and the stage graph (a group that pushes to a
+/// queue another group drains) must be acyclic: a cycle could never close its queues.
+fn check_queues(decls: &[ObjDecl], groups: &[Group], drains: &[Vec<ObjId>]) -> Result<(), ParseError> {
+    for (q, d) in decls.iter().enumerate().filter(|(_, d)| d.kind == ObjKind::Queue) {
+        let q = q as ObjId;
+        let pushed = groups.iter().any(|g| g.pushes.contains(&q));
+        let drained = drains.iter().any(|ds| ds.contains(&q));
+        if !pushed || !drained {
+            let what = if pushed { "drains" } else { "pushes to" };
+            return err(&format!("objects.{}", d.name), format!("no group {what} queue '{}'", d.name));
+        }
+    }
+    // Depth-first search for a cycle over group → group edges.
+    let edges: Vec<Vec<usize>> =
+        groups.iter().map(|g| (0..groups.len()).filter(|&h| g.pushes.iter().any(|q| drains[h].contains(q))).collect()).collect();
+    fn visit(g: usize, edges: &[Vec<usize>], state: &mut [u8], stack: &mut Vec<usize>) -> Option<Vec<usize>> {
+        state[g] = 1;
+        stack.push(g);
+        for &h in &edges[g] {
+            if state[h] == 1 {
+                let at = stack.iter().position(|&x| x == h).expect("on the stack");
+                let mut cycle = stack[at..].to_vec();
+                cycle.push(h);
+                return Some(cycle);
+            }
+            if state[h] == 0 {
+                if let Some(c) = visit(h, edges, state, stack) {
+                    return Some(c);
+                }
+            }
+        }
+        stack.pop();
+        state[g] = 2;
+        None
+    }
+    let mut state = vec![0u8; groups.len()];
+    for g in 0..groups.len() {
+        if state[g] == 0 {
+            if let Some(cycle) = visit(g, &edges, &mut state, &mut Vec::new()) {
+                let names: Vec<&str> = cycle.iter().map(|&i| groups[i].name.as_str()).collect();
+                let path = if groups.len() > 1 { format!("groups[{}]", cycle[0]) } else { "program".into() };
+                return err(
+                    &path,
+                    format!(
+                        "a cycle in the pipeline stages: {} (a stage would wait for its own output and its queues could never close)",
+                        names.join(" -> ")
+                    ),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A parameter is a value or `{ value, estimate, source }`.
+fn check_param(k: &str, v: &Value) -> Result<(), ParseError> {
+    let Value::Table(t) = v else { return Ok(()) };
+    let path = format!("params.{k}");
+    for key in t.keys() {
+        if !["value", "estimate", "source"].contains(&key.as_str()) {
+            return err(&format!("{path}.{key}"), "unknown field (expected value, estimate, source)");
+        }
+    }
+    if !t.contains_key("value") {
+        return err(&format!("{path}.value"), "missing: a sourced parameter is { value = ..., estimate = ..., source = \"...\" }");
+    }
+    if let Some(e) = t.get("estimate") {
+        if !e.is_bool() {
+            return err(&format!("{path}.estimate"), "expected true or false");
+        }
+        let sourced = t.get("source").and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty());
+        if !sourced {
+            return err(
+                &format!("{path}.source"),
+                "missing: say where the value comes from (paper, code, measurement, or \"estimate: ...\")",
+            );
+        }
+    }
+    if let Some(s) = t.get("source") {
+        if !s.is_str() {
+            return err(&format!("{path}.source"), "expected a string");
+        }
+    }
+    Ok(())
+}
+
+/// A thread count: an integer, or an expression of n like "n", "3n+2", "n/2".
+fn count_expr(params: &toml::Table, v: &Value, path: &str) -> Result<CountExpr, ParseError> {
+    let r = resolve(params, v, path)?;
+    via_param(
+        v,
+        match r {
+            Value::Integer(i) if i >= 1 && i <= i64::from(u32::MAX) => Ok(CountExpr::fixed(i as u32)),
+            Value::String(s) => CountExpr::parse(&s)
+                .ok_or_else(|| (path.to_string(), format!("expected a thread count like 4, \"n\", \"3n+2\" or \"n/2\" (got \"{s}\")"))),
+            o => err(path, format!("expected a thread count like 4, \"n\", \"3n+2\" or \"n/2\" (got {o})")),
+        },
+    )
+}
+
+/// A 0..=1 fraction.
+fn fraction(params: &toml::Table, v: &Value, path: &str) -> Result<f32, ParseError> {
+    let r = resolve(params, v, path)?;
+    via_param(
+        v,
+        match r {
+            Value::Float(f) if (0.0..=1.0).contains(&f) => Ok(f as f32),
+            Value::Integer(i) if (0..=1).contains(&i) => Ok(i as f32),
+            o => err(path, format!("expected a number between 0 and 1 (got {o})")),
+        },
+    )
+}
+
+fn parse_memory(params: &toml::Table, m: &toml::Table) -> Result<Memory, ParseError> {
+    let mut out = Memory::default();
+    for (k, v) in m {
+        let path = format!("memory.{k}");
+        match k.as_str() {
+            "intensity" => out.intensity = fraction(params, v, &path)?,
+            "bandwidth" => out.bandwidth = fraction(params, v, &path)?,
+            "numa" => out.numa = fraction(params, v, &path)?,
+            "sharing" => out.sharing = fraction(params, v, &path)?,
+            "footprint" => out.footprint = size(params, v, &path)?,
+            _ => return err(&path, "unknown field (expected intensity, footprint, bandwidth, numa, sharing)"),
+        }
+    }
+    Ok(out)
+}
+
+fn parse_qos(params: &toml::Table, q: &toml::Table) -> Result<Qos, ParseError> {
+    for k in q.keys() {
+        if k != "good" && k != "tolerable" {
+            return err(&format!("qos.{k}"), "unknown field (expected good, tolerable)");
+        }
+    }
+    let get = |k: &str| q.get(k).ok_or_else(|| (format!("qos.{k}"), "missing".to_string()));
+    let good = duration(params, get("good")?, "qos.good")?;
+    let tolerable = duration(params, get("tolerable")?, "qos.tolerable")?;
+    if good == 0 || tolerable < good {
+        return err("qos.tolerable", format!("expected 0 < good <= tolerable (got good {good} ns, tolerable {tolerable} ns)"));
+    }
+    Ok(Qos { good, tolerable })
+}
+
+/// An application-level mitigation applied to the objects as the workload loads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Transform {
+    Keep,
+    Block,
+    SpinThenBlock(u64),
+}
+
+impl Transform {
+    fn apply(self, d: &mut ObjDecl) {
+        let user_spin = matches!(d.kind, ObjKind::SpinLock) || d.spin.is_some();
+        if !user_spin || self == Transform::Keep {
+            return;
+        }
+        if d.kind == ObjKind::SpinLock {
+            d.kind = ObjKind::Mutex;
+            d.spin = Some(u64::MAX);
+        }
+        d.spin = match self {
+            Transform::Block => None,
+            Transform::SpinThenBlock(b) => d.spin.map(|s| if s == u64::MAX { b } else { s }),
+            Transform::Keep => d.spin,
+        };
+    }
+}
+
+fn parse_transform(params: &toml::Table, x: &toml::Table) -> Result<Transform, ParseError> {
+    for k in x.keys() {
+        if k != "spin" && k != "spin_budget" {
+            return err(&format!("transform.{k}"), "unknown field (expected spin, spin_budget)");
+        }
+    }
+    let budget = match x.get("spin_budget") {
+        None => 50_000,
+        Some(v) => duration(params, v, "transform.spin_budget")?.max(1),
+    };
+    match x.get("spin").map(|v| resolve(params, v, "transform.spin")).transpose()? {
+        None => Ok(Transform::Keep),
+        Some(Value::String(s)) => match s.as_str() {
+            "keep" => Ok(Transform::Keep),
+            "block" => Ok(Transform::Block),
+            "spin_then_block" => Ok(Transform::SpinThenBlock(budget)),
+            o => err("transform.spin", format!("unknown transform '{o}' (expected keep, block or spin_then_block)")),
+        },
+        Some(o) => err("transform.spin", format!("expected \"keep\", \"block\" or \"spin_then_block\" (got {o})")),
+    }
 }
 
 /// The `heap` table: glibc's allocator tunables. Setting any of them turns the dynamic
@@ -145,6 +475,7 @@ fn resolve<'a>(params: &'a toml::Table, v: &'a Value, path: &str) -> Result<Valu
     if let Value::String(s) = v {
         if let Some(p) = s.strip_prefix('$') {
             return match params.get(p) {
+                Some(Value::Table(t)) if t.contains_key("value") => Ok(t["value"].clone()),
                 Some(pv) => Ok(pv.clone()),
                 None => {
                     let known: Vec<&str> = params.keys().map(String::as_str).collect();
@@ -244,35 +575,62 @@ fn dist(ctx: &mut Ctx<'_>, v: &Value, path: &str) -> Result<Dist, ParseError> {
     Ok(d)
 }
 
-fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<(ObjKind, Option<u32>), ParseError> {
-    let kinds = "mutex, spinlock, kspinlock, barrier, spin_barrier, condvar";
+fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, ParseError> {
+    let kinds = "mutex, spinlock, kspinlock, barrier, spin_barrier, condvar, queue";
     let kind_of =
         |s: &str, p: &str| ObjKind::parse(s).ok_or_else(|| (p.to_string(), format!("unknown object kind '{s}' (expected one of {kinds})")));
+    let mut d = ObjDecl { name: String::new(), kind: ObjKind::Mutex, parties: None, spin: None, capacity: None, users: Vec::new() };
     match v {
-        Value::String(s) => Ok((kind_of(s, path)?, None)),
+        Value::String(s) => d.kind = kind_of(s, path)?,
         Value::Table(t) => {
             for k in t.keys() {
-                if k != "kind" && k != "parties" {
-                    return err(&format!("{path}.{k}"), "unknown field (expected kind, parties)");
+                if !["kind", "parties", "spin", "capacity"].contains(&k.as_str()) {
+                    return err(&format!("{path}.{k}"), "unknown field (expected kind, parties, spin, capacity)");
                 }
             }
             let Some(Value::String(ks)) = t.get("kind") else {
                 return err(&format!("{path}.kind"), format!("missing or not a string (expected one of {kinds})"));
             };
-            let kind = kind_of(ks, &format!("{path}.kind"))?;
-            let parties = match t.get("parties") {
-                None => None,
-                Some(p) => {
-                    if !matches!(kind, ObjKind::Barrier | ObjKind::SpinBarrier) {
-                        return err(&format!("{path}.parties"), "only barriers have parties");
-                    }
-                    Some(positive_u32(&resolve(params, p, path)?, &format!("{path}.parties"))?)
+            d.kind = kind_of(ks, &format!("{path}.kind"))?;
+            if let Some(p) = t.get("parties") {
+                if !matches!(d.kind, ObjKind::Barrier | ObjKind::SpinBarrier) {
+                    return err(&format!("{path}.parties"), "only barriers have parties");
                 }
-            };
-            Ok((kind, parties))
+                d.parties = Some(positive_u32(&resolve(params, p, path)?, &format!("{path}.parties"))?);
+            }
+            if let Some(sp) = t.get("spin") {
+                if !matches!(d.kind, ObjKind::Barrier | ObjKind::Mutex) {
+                    return err(&format!("{path}.spin"), "only mutexes and barriers take a spin budget");
+                }
+                let p = format!("{path}.spin");
+                d.spin = match resolve(params, sp, &p)? {
+                    Value::String(s) if s == "forever" => Some(u64::MAX),
+                    _ => match duration(params, sp, &p)? {
+                        0 => None,
+                        ns => Some(ns),
+                    },
+                };
+            }
+            if let Some(c) = t.get("capacity") {
+                if d.kind != ObjKind::Queue {
+                    return err(&format!("{path}.capacity"), "only queues have a capacity");
+                }
+                d.capacity = Some(positive_u32(&resolve(params, c, path)?, &format!("{path}.capacity"))?);
+            }
         }
-        o => err(path, format!("expected an object kind like \"mutex\" or {{ kind = \"barrier\", parties = 4 }} (got {})", type_name(o))),
+        o => {
+            return err(
+                path,
+                format!("expected an object kind like \"mutex\" or {{ kind = \"barrier\", parties = 4 }} (got {})", type_name(o)),
+            )
+        }
     }
+    if d.kind == ObjKind::SpinBarrier {
+        // A spin barrier is a barrier that never stops spinning.
+        d.kind = ObjKind::Barrier;
+        d.spin = Some(u64::MAX);
+    }
+    Ok(d)
 }
 
 fn object(ctx: &Ctx<'_>, v: &Value, path: &str, want: &[ObjKind]) -> Result<ObjId, ParseError> {
@@ -296,7 +654,37 @@ fn object(ctx: &Ctx<'_>, v: &Value, path: &str, want: &[ObjKind]) -> Result<ObjI
     Ok(idx as ObjId)
 }
 
-const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, malloc, free, munmap, madvise, mprotect, membarrier, repeat, single, serial";
+/// [`object`], recording that the group being compiled uses it.
+fn use_object(ctx: &mut Ctx<'_>, v: &Value, path: &str, want: &[ObjKind]) -> Result<ObjId, ParseError> {
+    let o = object(ctx, v, path, want)?;
+    if !ctx.used.contains(&o) {
+        ctx.used.push(o);
+    }
+    Ok(o)
+}
+
+/// A byte-size distribution: a size, `{ fixed = SIZE }` or `{ uniform = [LOW, HIGH] }`.
+fn size_dist(ctx: &mut Ctx<'_>, v: &Value, path: &str) -> Result<Dist, ParseError> {
+    let r = resolve(ctx.params, v, path)?;
+    let Value::Table(t) = &r else { return Ok(Dist::Fixed(size(ctx.params, v, path)?.max(1))) };
+    match t.iter().next() {
+        Some((k, a)) if t.len() == 1 && k == "fixed" => Ok(Dist::Fixed(size(ctx.params, a, &format!("{path}.fixed"))?.max(1))),
+        Some((k, a)) if t.len() == 1 && k == "uniform" => {
+            let p = format!("{path}.uniform");
+            let Some(arr) = a.as_array().filter(|a| a.len() == 2) else { return err(&p, "expected [low, high]") };
+            let lo = size(ctx.params, &arr[0], &format!("{p}[0]"))?.max(1);
+            let hi = size(ctx.params, &arr[1], &format!("{p}[1]"))?;
+            if hi < lo {
+                return err(&p, format!("high ({hi} bytes) is below low ({lo} bytes)"));
+            }
+            ctx.stochastic = true;
+            Ok(Dist::Uniform { lo, hi })
+        }
+        _ => err(path, "expected a size like \"64KiB\", { fixed = SIZE } or { uniform = [LOW, HIGH] }"),
+    }
+}
+
+const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, push, drain, respond, malloc, free, munmap, madvise, mprotect, membarrier, repeat, single, serial, subset";
 
 fn compile_block(ctx: &mut Ctx<'_>, v: &Value, path: &str, out: &mut Vec<Instr>) -> Result<(), ParseError> {
     let Some(ops) = v.as_array() else {
@@ -320,26 +708,87 @@ fn sub_table<'v>(v: &'v Value, path: &str, keys: &[&str]) -> Result<&'v toml::Ta
     Ok(t)
 }
 
+/// Modifiers an operation accepts beside its own key.
+const MODIFIERS: &[(&str, &[&str])] = &[("compute", &["skew", "mem"])];
+
 fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -> Result<(), ParseError> {
-    let Some(t) = op.as_table().filter(|t| t.len() == 1) else {
-        return err(path, format!("expected an operation like {{ compute = \"50us\" }} (one of {OPS})"));
+    let usage = || (path.to_string(), format!("expected an operation like {{ compute = \"50us\" }} (one of {OPS})"));
+    let Some(t) = op.as_table() else { return Err(usage()) };
+    let Some((name, a)) = t.iter().find(|(k, _)| !MODIFIERS.iter().any(|(_, ms)| ms.contains(&k.as_str()))) else {
+        return Err(usage());
     };
-    let (name, a) = t.iter().next().expect("one entry");
+    let allowed: &[&str] = MODIFIERS.iter().find(|(op, _)| op == name).map(|(_, m)| *m).unwrap_or(&[]);
+    for k in t.keys().filter(|k| *k != name) {
+        if !allowed.contains(&k.as_str()) {
+            let what =
+                if allowed.is_empty() { format!("'{name}' takes no modifiers") } else { format!("'{name}' takes {}", allowed.join(", ")) };
+            return err(&format!("{path}.{k}"), format!("unexpected key beside the operation ({what}); one operation per table"));
+        }
+    }
     let p = format!("{path}.{name}");
     use ObjKind as K;
     let instr = match name.as_str() {
-        "compute" => Instr::Compute(dist(ctx, a, &p)?),
+        "compute" => {
+            let skew = t.get("skew").map(|v| fraction(ctx.params, v, &format!("{path}.skew"))).transpose()?.unwrap_or(0.0);
+            let mem = t.get("mem").map(|v| fraction(ctx.params, v, &format!("{path}.mem"))).transpose()?.unwrap_or(ctx.mem);
+            Instr::Compute { dist: dist(ctx, a, &p)?, skew, mem }
+        }
         "sleep" => Instr::Sleep(dist(ctx, a, &p)?),
-        "lock" => Instr::Lock(object(ctx, a, &p, &[K::Mutex])?),
-        "unlock" => Instr::Unlock(object(ctx, a, &p, &[K::Mutex])?),
-        "spin_lock" => Instr::SpinLock(object(ctx, a, &p, &[K::SpinLock])?),
-        "spin_unlock" => Instr::SpinUnlock(object(ctx, a, &p, &[K::SpinLock])?),
-        "kspin_lock" => Instr::KSpinLock(object(ctx, a, &p, &[K::KSpinLock])?),
-        "kspin_unlock" => Instr::KSpinUnlock(object(ctx, a, &p, &[K::KSpinLock])?),
-        "barrier" => Instr::Barrier(object(ctx, a, &p, &[K::Barrier, K::SpinBarrier])?),
-        "cond_signal" => Instr::CondSignal(object(ctx, a, &p, &[K::CondVar])?),
-        "cond_broadcast" => Instr::CondBroadcast(object(ctx, a, &p, &[K::CondVar])?),
-        "malloc" => Instr::Malloc(size(ctx.params, a, &p)?.max(1)),
+        // `lock` and `spin_lock` follow the object's kind, so a transform can turn one into
+        // the other.
+        "lock" | "spin_lock" => match use_object(ctx, a, &p, &[K::Mutex, K::SpinLock])? {
+            o if ctx.objects[o as usize] == K::Mutex => Instr::Lock(o),
+            o => Instr::SpinLock(o),
+        },
+        "unlock" | "spin_unlock" => match use_object(ctx, a, &p, &[K::Mutex, K::SpinLock])? {
+            o if ctx.objects[o as usize] == K::Mutex => Instr::Unlock(o),
+            o => Instr::SpinUnlock(o),
+        },
+        "kspin_lock" => Instr::KSpinLock(use_object(ctx, a, &p, &[K::KSpinLock])?),
+        "kspin_unlock" => Instr::KSpinUnlock(use_object(ctx, a, &p, &[K::KSpinLock])?),
+        "barrier" => Instr::Barrier(use_object(ctx, a, &p, &[K::Barrier, K::SpinBarrier])?),
+        "cond_signal" => Instr::CondSignal(use_object(ctx, a, &p, &[K::CondVar])?),
+        "cond_broadcast" => Instr::CondBroadcast(use_object(ctx, a, &p, &[K::CondVar])?),
+        "push" => {
+            let q = use_object(ctx, a, &p, &[K::Queue])?;
+            ctx.pushes.push(q);
+            Instr::Push(q)
+        }
+        "respond" => {
+            let q = use_object(ctx, a, &p, &[K::Queue])?;
+            if !ctx.draining.contains(&q) {
+                return err(&p, "respond must be inside a drain of the same queue (it records the popped item's response time)");
+            }
+            Instr::Respond(q)
+        }
+        "drain" => {
+            let t = sub_table(a, &p, &["queue", "body"])?;
+            let qv = t.get("queue").ok_or_else(|| (format!("{p}.queue"), "missing".to_string()))?;
+            let q = use_object(ctx, qv, &format!("{p}.queue"), &[K::Queue])?;
+            ctx.drains.push(q);
+            let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
+            let start = out.len();
+            out.push(Instr::DrainPop { queue: q, end: 0 });
+            ctx.draining.push(q);
+            compile_block(ctx, body, &format!("{p}.body"), out)?;
+            ctx.draining.pop();
+            out.push(Instr::DrainEnd { start: start as u32 });
+            out[start] = Instr::DrainPop { queue: q, end: out.len() as u32 };
+            return Ok(());
+        }
+        "subset" => {
+            let t = sub_table(a, &p, &["threads", "body"])?;
+            let tv = t.get("threads").ok_or_else(|| (format!("{p}.threads"), "missing".to_string()))?;
+            let count = count_expr(ctx.params, tv, &format!("{p}.threads"))?;
+            let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
+            let start = out.len();
+            out.push(Instr::OnlyThreads { first: 0, count, end: 0 });
+            compile_block(ctx, body, &format!("{p}.body"), out)?;
+            let end = out.len() as u32;
+            out[start] = Instr::OnlyThreads { first: 0, count, end };
+            return Ok(());
+        }
+        "malloc" => Instr::Malloc(size_dist(ctx, a, &p)?),
         "free" => Instr::Free(count(ctx.params, a, &p)?),
         "munmap" | "madvise" | "mprotect" => {
             let call = match name.as_str() {
@@ -357,8 +806,8 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             let t = sub_table(a, &p, &["cond", "mutex"])?;
             let get = |k: &str| t.get(k).ok_or_else(|| (format!("{p}.{k}"), "missing".to_string()));
             Instr::CondWait {
-                cond: object(ctx, get("cond")?, &format!("{p}.cond"), &[K::CondVar])?,
-                mutex: object(ctx, get("mutex")?, &format!("{p}.mutex"), &[K::Mutex])?,
+                cond: use_object(ctx, get("cond")?, &format!("{p}.cond"), &[K::CondVar])?,
+                mutex: use_object(ctx, get("mutex")?, &format!("{p}.mutex"), &[K::Mutex])?,
             }
         }
         "repeat" => {
@@ -384,7 +833,7 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
             let barrier = if name == "serial" {
                 let b = t.get("barrier").ok_or_else(|| (format!("{p}.barrier"), "missing: serial needs a barrier".to_string()))?;
-                Some(object(ctx, b, &format!("{p}.barrier"), &[K::Barrier, K::SpinBarrier])?)
+                Some(use_object(ctx, b, &format!("{p}.barrier"), &[K::Barrier, K::SpinBarrier])?)
             } else {
                 None
             };
@@ -392,10 +841,11 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
                 out.push(Instr::Barrier(b));
             }
             let start = out.len();
-            out.push(Instr::OnlyThread { thread, end: 0 });
+            let count = CountExpr::fixed(1);
+            out.push(Instr::OnlyThreads { first: thread, count, end: 0 });
             compile_block(ctx, body, &format!("{p}.body"), out)?;
             let end = out.len() as u32;
-            out[start] = Instr::OnlyThread { thread, end };
+            out[start] = Instr::OnlyThreads { first: thread, count, end };
             if let Some(b) = barrier {
                 out.push(Instr::Barrier(b));
             }

@@ -22,6 +22,8 @@ pub enum ObjKind {
     SpinBarrier,
     /// A condition variable used with a mutex; see `docs/workloads.md` for its semantics.
     CondVar,
+    /// A FIFO of timestamped items between threads (pipeline stages, task queues, requests).
+    Queue,
 }
 
 impl ObjKind {
@@ -34,12 +36,13 @@ impl ObjKind {
             ObjKind::Barrier => "barrier",
             ObjKind::SpinBarrier => "spin_barrier",
             ObjKind::CondVar => "condvar",
+            ObjKind::Queue => "queue",
         }
     }
 
     /// Parses a kind name.
     pub fn parse(s: &str) -> Option<ObjKind> {
-        [ObjKind::Mutex, ObjKind::SpinLock, ObjKind::KSpinLock, ObjKind::Barrier, ObjKind::SpinBarrier, ObjKind::CondVar]
+        [ObjKind::Mutex, ObjKind::SpinLock, ObjKind::KSpinLock, ObjKind::Barrier, ObjKind::SpinBarrier, ObjKind::CondVar, ObjKind::Queue]
             .into_iter()
             .find(|k| k.name() == s)
     }
@@ -52,15 +55,114 @@ pub struct ObjDecl {
     pub name: String,
     /// Its kind.
     pub kind: ObjKind,
-    /// Barrier parties (None = every thread of the instance).
+    /// Barrier parties (None = every thread whose program uses it).
     pub parties: Option<u32>,
+    /// User-level spinning before blocking (mutexes and barriers; ns): None blocks at once,
+    /// `Some(u64::MAX)` never blocks (spin barriers).
+    pub spin: Option<u64>,
+    /// Queue capacity (None = unbounded).
+    pub capacity: Option<u32>,
+    /// Groups whose programs use it.
+    pub users: Vec<u32>,
+}
+
+/// A thread count that depends on the run's thread parameter n: `max(1, n·mul/div + add)`,
+/// or exactly `add` when `fixed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountExpr {
+    /// Multiplier of n.
+    pub mul: u32,
+    /// Divisor of n·mul (integer division).
+    pub div: u32,
+    /// Constant added.
+    pub add: i64,
+    /// A constant count (n is not used).
+    pub fixed: bool,
+}
+
+impl CountExpr {
+    /// n itself.
+    pub const N: CountExpr = CountExpr { mul: 1, div: 1, add: 0, fixed: false };
+
+    /// A constant.
+    pub fn fixed(k: u32) -> CountExpr {
+        CountExpr { mul: 0, div: 1, add: i64::from(k), fixed: true }
+    }
+
+    /// Its value for thread parameter `n`.
+    pub fn value(&self, n: u32) -> u32 {
+        if self.fixed {
+            return self.add.max(0) as u32;
+        }
+        let v = (u64::from(n) * u64::from(self.mul) / u64::from(self.div.max(1))) as i64 + self.add;
+        v.clamp(1, i64::from(u32::MAX)) as u32
+    }
+
+    /// Parses `8`, `"n"`, `"3n+2"`, `"n/2"`, `"2n-1"`.
+    pub fn parse(s: &str) -> Option<CountExpr> {
+        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        if let Ok(k) = s.parse::<u32>() {
+            return Some(CountExpr::fixed(k));
+        }
+        let (coef, rest) = s.split_once('n')?;
+        let mul = if coef.is_empty() { 1 } else { coef.parse().ok()? };
+        let (div, rest) = match rest.strip_prefix('/') {
+            Some(r) => {
+                let end = r.find(['+', '-']).unwrap_or(r.len());
+                (r[..end].parse().ok().filter(|&d: &u32| d > 0)?, &r[end..])
+            }
+            None => (1, rest),
+        };
+        let add = if rest.is_empty() { 0 } else { rest.parse::<i64>().ok()? };
+        Some(CountExpr { mul, div, add, fixed: false })
+    }
+}
+
+impl fmt::Display for CountExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.fixed {
+            return write!(f, "{}", self.add);
+        }
+        if self.mul != 1 {
+            write!(f, "{}", self.mul)?;
+        }
+        write!(f, "n")?;
+        if self.div != 1 {
+            write!(f, "/{}", self.div)?;
+        }
+        match self.add {
+            0 => Ok(()),
+            a if a > 0 => write!(f, "+{a}"),
+            a => write!(f, "{a}"),
+        }
+    }
+}
+
+/// A group of threads running the same program (a pipeline stage, a pool, a generator).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    /// Its name.
+    pub name: String,
+    /// How many threads, as a function of n.
+    pub threads: CountExpr,
+    /// Index of its first instruction.
+    pub entry: u32,
+    /// Queues its program pushes to (closed when all its threads have finished).
+    pub pushes: Vec<ObjId>,
 }
 
 /// One compiled instruction.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Instr {
-    /// Compute for a sampled duration.
-    Compute(Dist),
+    /// Compute for a sampled duration, scaled per thread by the skew (see `docs/profiles.md`).
+    Compute {
+        /// Duration.
+        dist: Dist,
+        /// Per-thread imbalance in 0..=1.
+        skew: f32,
+        /// Fraction of the time stalled on memory (recorded for the memory model).
+        mem: f32,
+    },
     /// Sleep (block on a timer) for a sampled duration.
     Sleep(Dist),
     /// Acquire a mutex (block while it is taken).
@@ -100,15 +202,35 @@ pub enum Instr {
         /// Index of the matching `LoopStart`.
         start: u32,
     },
-    /// Run the following block (up to `end`, exclusive) only on thread `thread`.
-    OnlyThread {
-        /// Thread index that runs the block.
-        thread: u32,
+    /// Run the following block (up to `end`, exclusive) only on the threads of the group
+    /// with index in `first .. first + count(n)`.
+    OnlyThreads {
+        /// First thread index that runs the block.
+        first: u32,
+        /// How many run it.
+        count: CountExpr,
         /// Index of the first instruction after the block.
         end: u32,
     },
-    /// `malloc` of this many bytes from the thread's arena (see [`super::heap`]).
-    Malloc(u64),
+    /// `malloc` of a sampled number of bytes from the thread's arena (see [`super::heap`]).
+    Malloc(Dist),
+    /// Append an item to a queue (block while it is full).
+    Push(ObjId),
+    /// Start of a drain loop: pop an item (block while the queue is empty and open); when
+    /// the queue is closed and empty, continue at `end`.
+    DrainPop {
+        /// The queue.
+        queue: ObjId,
+        /// Index of the first instruction after the matching `DrainEnd`.
+        end: u32,
+    },
+    /// End of a drain body: back to the `DrainPop` at `start`.
+    DrainEnd {
+        /// Index of the `DrainPop`.
+        start: u32,
+    },
+    /// Record the response time of the item last popped from the queue.
+    Respond(ObjId),
     /// `free` of the thread's this-many most recent allocations.
     Free(u64),
     /// A memory-management system call that removes or downgrades mappings of this many
@@ -157,34 +279,106 @@ pub struct Workload {
     pub threads: Option<u32>,
     /// Declared objects, indexed by [`ObjId`].
     pub objects: Vec<ObjDecl>,
-    /// The program every thread runs.
+    /// The instructions of every group.
     pub program: Program,
+    /// Its thread groups (one, "main" with n threads, for a plain `program`).
+    pub groups: Vec<Group>,
+    /// Descriptive metadata.
+    pub meta: Meta,
+    /// Memory behaviour (for the memory model).
+    pub memory: Memory,
+    /// Response-time bounds of a server workload.
+    pub qos: Option<Qos>,
     /// Whether any operation draws random durations.
     pub stochastic: bool,
     /// Allocator parameters of its threads' arenas.
     pub heap: super::heap::HeapParams,
 }
 
+/// Descriptive metadata of a workload profile (`docs/profiles.md`).
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize)]
+pub struct Meta {
+    /// Profile version (bumped when the model changes).
+    pub version: u32,
+    /// Suite (`parsec-3.0`, `splash-2x`, `system`, `micro`).
+    pub suite: String,
+    /// Synchronisation mix.
+    pub sync: Vec<String>,
+    /// What the model is built from.
+    pub basis: String,
+    /// Scalability type of the reference (digest §1.4; 0 = not classified).
+    pub scalability_type: u8,
+    /// Overhead classes of the reference.
+    pub kvm_overhead: Vec<String>,
+    /// Content hash of the definition (hex), set by whoever loads it.
+    pub hash: String,
+}
+
+/// Memory behaviour of a workload.
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize)]
+pub struct Memory {
+    /// Default fraction of compute time stalled on memory.
+    pub intensity: f32,
+    /// Resident footprint (bytes).
+    pub footprint: u64,
+    /// 0..1 scores: memory-bandwidth boundness, NUMA sensitivity, data sharing.
+    pub bandwidth: f32,
+    /// NUMA sensitivity.
+    pub numa: f32,
+    /// Data sharing between threads.
+    pub sharing: f32,
+}
+
+/// Response-time bounds (BAS's "good" and "tolerable").
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Qos {
+    /// A good response time (ns).
+    pub good: u64,
+    /// A tolerable response time (ns).
+    pub tolerable: u64,
+}
+
+/// Models a workload can declare.
+pub const MODELS: &[&str] =
+    &["data-parallel", "pipeline", "task-queue", "fork-join", "server", "independent", "cpu-bound", "micro", "daemon"];
+
 impl Workload {
+    /// Threads of an instance for thread parameter `n`.
+    pub fn thread_count(&self, n: u32) -> u32 {
+        self.groups.iter().map(|g| g.threads.value(n)).sum()
+    }
+
+    /// Threads that use object `o` (its default barrier parties).
+    pub fn users(&self, o: ObjId, n: u32) -> u32 {
+        self.objects[o as usize].users.iter().map(|&g| self.groups[g as usize].threads.value(n)).sum()
+    }
+
     /// Checks what depends on the thread count of a run; returns (field, message).
-    pub fn check_threads(&self, threads: u32) -> Result<(), (String, String)> {
-        for o in &self.objects {
+    pub fn check_threads(&self, n: u32) -> Result<(), (String, String)> {
+        let threads = self.thread_count(n);
+        for (i, o) in self.objects.iter().enumerate() {
             if let Some(p) = o.parties {
-                if p > threads {
+                let users = self.users(i as ObjId, n);
+                if p > users {
                     return Err((
                         format!("objects.{}.parties", o.name),
-                        format!("{p} parties but the run has {threads} threads (the barrier would never open)"),
+                        format!("{p} parties but only {users} of the run's {threads} threads use it (the barrier would never open)"),
                     ));
                 }
             }
         }
-        for i in &self.program.instrs {
-            if let Instr::OnlyThread { thread, .. } = i {
-                if *thread >= threads {
-                    return Err((
-                        "program".into(),
-                        format!("a block runs on thread {thread} but the run has {threads} threads (0..{})", threads - 1),
-                    ));
+        for g in &self.groups {
+            let size = g.threads.value(n);
+            let end = self.groups.iter().map(|h| h.entry).filter(|&e| e > g.entry).min().unwrap_or(self.program.instrs.len() as u32);
+            for i in &self.program.instrs[g.entry as usize..end as usize] {
+                if let Instr::OnlyThreads { first, .. } = i {
+                    if *first >= size {
+                        let place = if self.groups.len() > 1 { format!("group '{}'", g.name) } else { "the run".into() };
+                        return Err((
+                            "program".into(),
+                            format!("a block runs on thread {first} but {place} has {size} threads (0..{})", size - 1),
+                        ));
+                    }
                 }
             }
         }

@@ -140,7 +140,7 @@ impl World {
         let instrs = vec![
             Instr::LoopStart { count: u64::MAX, end: 3 },
             Instr::Sleep(Dist::Exp { mean: d.interval.0 as f64 }),
-            Instr::Compute(Dist::Exp { mean: d.run.0 as f64 }),
+            Instr::Compute { dist: Dist::Exp { mean: d.run.0 as f64 }, skew: 0.0, mem: 0.0 },
             Instr::LoopEnd { start: 0 },
             Instr::End,
         ];
@@ -151,6 +151,15 @@ impl World {
             threads: Some(d.count),
             objects: Vec::new(),
             program: Program { instrs },
+            groups: vec![crate::workload::program::Group {
+                name: "main".into(),
+                threads: crate::workload::program::CountExpr::N,
+                entry: 0,
+                pushes: Vec::new(),
+            }],
+            meta: Default::default(),
+            memory: Default::default(),
+            qos: None,
             stochastic: true,
             heap: Default::default(),
         };
@@ -167,31 +176,37 @@ impl World {
         name: String,
         background: bool,
         wl: Arc<crate::workload::Workload>,
-        threads: u32,
+        n: u32,
     ) {
         let inst = self.insts.len() as u32;
         let ncpus = self.kernels[k as usize].cpus.len() as u32;
+        let threads = wl.thread_count(n);
         let objs = wl
             .objects
             .iter()
             .enumerate()
             .map(|(o, d)| {
+                let producers = wl.groups.iter().filter(|g| g.pushes.contains(&(o as u32))).map(|g| g.threads.value(n)).sum();
                 Obj::new(
-                    d.kind,
-                    d.parties.unwrap_or(threads),
+                    d,
+                    wl.users(o as u32, n),
+                    producers,
                     Stream::new(stream_seed(cfg.seed, &[STREAM_OBJECT, u64::from(inst), o as u64])),
                 )
             })
             .collect();
         let mut ids = Vec::new();
-        for i in 0..threads {
+        let slots = wl.groups.iter().enumerate().flat_map(|(g, grp)| (0..grp.threads.value(n)).map(move |j| (g as u32, j, grp.entry)));
+        for (i, (group, idx, entry)) in slots.enumerate() {
+            let i = i as u32;
             let tid = self.threads.len() as u32;
             let task = self.new_task(TaskKind::Thread(tid), k, owner, i % ncpus, 1024);
             self.threads.push(Thread {
                 inst,
-                idx: i,
+                idx,
+                group,
                 task,
-                pc: 0,
+                pc: entry,
                 loops: Vec::new(),
                 act: Act::Fresh,
                 compute_rem: 0,
@@ -205,6 +220,8 @@ impl World {
                 ticket: 0,
                 bgen: 0,
                 pending_lock: None,
+                spin_budget: u64::MAX,
+                item: crate::engine::SimTime::ZERO,
                 stats: ThreadStats::default(),
             });
             ids.push(tid);
@@ -221,6 +238,8 @@ impl World {
             background,
             tlb: Default::default(),
             membarrier: Default::default(),
+            n,
+            responses: Vec::new(),
         });
     }
 }

@@ -65,6 +65,61 @@ pub struct InstanceRecord {
     pub tlb: TlbRecord,
     /// `membarrier` calls of its threads.
     pub membarrier: MembarrierRecord,
+    /// Response times of the requests its threads answered (`respond`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub responses: Option<ResponseRecord>,
+}
+
+/// Response times of a server instance (`respond`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ResponseRecord {
+    /// Requests answered.
+    pub count: u64,
+    /// Requests per second of the instance's run time.
+    pub throughput_rps: f64,
+    /// Mean (µs).
+    pub mean_us: f64,
+    /// Percentiles (µs): 50th, 90th, 95th, 99th, and the maximum.
+    pub p50_us: f64,
+    /// 90th percentile (µs).
+    pub p90_us: f64,
+    /// 95th percentile (µs).
+    pub p95_us: f64,
+    /// 99th percentile (µs).
+    pub p99_us: f64,
+    /// Maximum (µs).
+    pub max_us: f64,
+    /// Fraction answered within the workload's `qos.good` bound (None without `qos`).
+    pub good_frac: Option<f64>,
+    /// Fraction answered within `qos.tolerable`.
+    pub tolerable_frac: Option<f64>,
+}
+
+impl ResponseRecord {
+    /// Summarises response times (ns) of an instance that ran for `run_ns`.
+    pub fn new(samples: &[u64], run_ns: u64, qos: Option<crate::workload::program::Qos>) -> Option<ResponseRecord> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut s = samples.to_vec();
+        s.sort_unstable();
+        let n = s.len();
+        // Nearest-rank percentile.
+        let pct = |p: f64| s[((p / 100.0 * n as f64).ceil() as usize).clamp(1, n) - 1] as f64 / 1e3;
+        let within = |b: u64| s.partition_point(|&x| x <= b) as f64 / n as f64;
+        Some(ResponseRecord {
+            count: n as u64,
+            throughput_rps: n as f64 / (run_ns.max(1) as f64 * 1e-9),
+            mean_us: s.iter().map(|&x| x as f64).sum::<f64>() / n as f64 / 1e3,
+            p50_us: pct(50.0),
+            p90_us: pct(90.0),
+            p95_us: pct(95.0),
+            p99_us: pct(99.0),
+            max_us: s[n - 1] as f64 / 1e3,
+            good_frac: qos.map(|q| within(q.good)),
+            tolerable_frac: qos.map(|q| within(q.tolerable)),
+        })
+    }
 }
 
 /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` calls of one instance.
@@ -383,6 +438,7 @@ impl RunRecord {
                     latency: (&inst.tlb.latency).into(),
                     samples_ns: inst.tlb.samples.clone(),
                 },
+                responses: ResponseRecord::new(&inst.responses, inst.finish.unwrap_or(end).ns(), inst.wl.qos),
                 membarrier: MembarrierRecord {
                     calls: inst.membarrier.shootdowns,
                     local_only: inst.membarrier.local_only,

@@ -1,0 +1,170 @@
+//! The workload language of the benchmark profiles: groups, queues, spin budgets, modifiers,
+//! requests, transforms (docs/profiles.md).
+
+use vcpulab_sim::api::Plan;
+
+use super::{run_inline, run_text};
+
+const NATIVE4: &str = "scenarios = [\"native\"]\nvcpus = [4]";
+
+fn spec_error(workload: &str) -> String {
+    let text = format!("[experiment]\nworkloads = [\"w\"]\nvcpus = [4]\n[workloads.w]\n{workload}\n");
+    match Plan::new(&text, "t.toml", &[]) {
+        Ok(_) => panic!("accepted: {workload}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const PIPELINE: &str = r#"
+description = "reader -> n workers -> writer"
+model = "pipeline"
+params = { items = { value = 200, estimate = true, source = "test" } }
+objects = { raw = { kind = "queue", capacity = 4 }, done = "queue" }
+[[workloads.w.groups]]
+name = "reader"
+threads = 1
+program = [ { repeat = { times = "$items", body = [ { compute = "20us" }, { push = "raw" } ] } } ]
+[[workloads.w.groups]]
+name = "worker"
+threads = "n"
+program = [ { drain = { queue = "raw", body = [ { compute = "100us" }, { push = "done" } ] } } ]
+[[workloads.w.groups]]
+name = "writer"
+threads = 1
+program = [ { drain = { queue = "done", body = [ { compute = "5us" } ] } } ]
+"#;
+
+#[test]
+fn a_pipeline_moves_every_item_through_its_stages_and_ends() {
+    let r = run_inline(NATIVE4, PIPELINE, &[]);
+    let inst = &r[0].run.instances[0];
+    assert_eq!(inst.threads, 6, "1 reader + n=4 workers + 1 writer");
+    // Every item costs the workers 100 µs: 200 items over 4 workers ≥ 5 ms.
+    assert!(r[0].t_native_s > 0.005 && r[0].t_native_s < 0.02, "{}", r[0].t_native_s);
+    assert!(inst.counters.blocks > 0, "a bounded queue makes the reader block");
+    assert_eq!(r[0].workload_version, 0);
+    assert_eq!(r[0].workload_hash.len(), 16);
+}
+
+#[test]
+fn pipeline_errors_name_the_place() {
+    let cyc = r#"objects = { a = "queue", b = "queue" }
+        [[workloads.w.groups]]
+        name = "x"
+        program = [ { push = "a" }, { drain = { queue = "b", body = [] } } ]
+        [[workloads.w.groups]]
+        name = "y"
+        program = [ { drain = { queue = "a", body = [ { push = "b" } ] } } ]"#;
+    let e = spec_error(cyc);
+    assert!(e.contains("cycle in the pipeline stages: x -> y -> x"), "{e}");
+    let e = spec_error("objects = { q = \"queue\" }\nprogram = [ { push = \"q\" } ]");
+    assert!(e.contains("no group drains queue 'q'"), "{e}");
+    let e = spec_error("objects = { q = \"queue\" }\nprogram = [ { respond = \"q\" } ]");
+    assert!(e.contains("inside a drain"), "{e}");
+    let e = spec_error("params = { k = { value = 3, estimate = true } }\nprogram = [ { compute = \"1us\" } ]");
+    assert!(e.contains("params.k.source"), "{e}");
+    let e = spec_error("program = [ { compute = \"1us\", skew = 2.0 } ]");
+    assert!(e.contains("skew") && e.contains("between 0 and 1"), "{e}");
+    let e = spec_error("program = [ { sleep = \"1us\", skew = 0.5 } ]");
+    assert!(e.contains("takes no modifiers"), "{e}");
+    let e = spec_error("[[workloads.w.groups]]\nthreads = \"2q\"\nprogram = []");
+    assert!(e.contains("groups[0].threads"), "{e}");
+    let e = spec_error("model = \"bogus\"\nprogram = []");
+    assert!(e.contains("unknown model"), "{e}");
+    let e = spec_error("objects = { b = { kind = \"barrier\", parties = 9 } }\nprogram = [ { barrier = \"b\" } ]");
+    assert!(e.contains("9 parties"), "{e}");
+}
+
+#[test]
+fn barrier_parties_default_to_the_threads_that_use_it() {
+    let w = r#"objects = { b = "barrier" }
+        [[workloads.w.groups]]
+        name = "pool"
+        threads = "n"
+        program = [ { repeat = { times = 50, body = [ { compute = "100us" }, { barrier = "b" } ] } } ]
+        [[workloads.w.groups]]
+        name = "loner"
+        threads = 1
+        program = [ { compute = "1ms" } ]"#;
+    let r = run_inline(NATIVE4, w, &[]);
+    assert!(r[0].t_native_s < 0.02, "the loner is not a party: {}", r[0].t_native_s);
+}
+
+#[test]
+fn spin_budget_spins_then_blocks() {
+    // Thread 0 arrives 2 ms late at every episode: with a 50 µs budget the others spin 50 µs
+    // and then block; forever-spinning never blocks; no budget blocks at once.
+    let w = |spin: &str| {
+        format!(
+            "objects = {{ b = {{ kind = \"barrier\"{spin} }} }}\n\
+             program = [ {{ repeat = {{ times = 20, body = [ {{ single = {{ body = [ {{ compute = \"2ms\" }} ] }} }}, {{ barrier = \"b\" }} ] }} }} ]"
+        )
+    };
+    let stats = |spin: &str| {
+        let r = run_inline(NATIVE4, &w(spin), &[]);
+        let c = &r[0].run.instances[0].counters;
+        (c.spin_ns, c.blocks)
+    };
+    let (s_budget, b_budget) = stats(", spin = \"50us\"");
+    let (s_forever, b_forever) = stats(", spin = \"forever\"");
+    let (s_block, b_block) = stats("");
+    assert_eq!(s_block, 0);
+    assert_eq!(b_block, 60, "3 waiters × 20 episodes block");
+    assert_eq!(b_forever, 0);
+    assert!(s_forever > 3 * 20 * 1_900_000, "{s_forever}");
+    assert_eq!(b_budget, 60);
+    let budget_spin = 3 * 20 * 50_000;
+    assert!(s_budget >= budget_spin && s_budget < budget_spin + budget_spin / 10, "{s_budget}");
+}
+
+#[test]
+fn transforms_turn_user_spinning_into_blocking() {
+    let spec = "[experiment]\nworkloads = [\"spinbarrier\"]\nscenarios = [\"native\"]\nvcpus = [4]\n\
+                [workloads.spinbarrier.params]\nsteps = 100\n";
+    let keep = run_text(spec, &[]);
+    let block = run_text(spec, &["workloads.spinbarrier.transform.spin=\"block\""]);
+    let stb = run_text(spec, &["workloads.spinbarrier.transform={ spin = \"spin_then_block\", spin_budget = \"5us\" }"]);
+    let c = |r: &Vec<vcpulab_sim::api::ScenarioResult>| r[0].run.instances[0].counters.clone();
+    assert!(c(&keep).spin_ns > 0 && c(&keep).blocks == 0);
+    assert!(c(&block).spin_ns == 0 && c(&block).blocks > 0);
+    assert!(c(&stb).spin_ns > 0 && c(&stb).blocks > 0);
+    assert_ne!(keep[0].workload_hash, block[0].workload_hash, "the hash covers the transform");
+    let e = match Plan::new(spec, "t.toml", &["workloads.spinbarrier.transform.spin=\"never\"".to_string()]) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("transform.spin") && e.contains("unknown transform"), "{e}");
+}
+
+#[test]
+fn servers_record_response_times_and_qos() {
+    let w = r#"model = "server"
+        qos = { good = "1ms", tolerable = "5ms" }
+        objects = { req = "queue", db = "mutex" }
+        [[workloads.w.groups]]
+        name = "clients"
+        threads = 1
+        program = [ { repeat = { times = 400, body = [ { sleep = { exp = "100us" } }, { push = "req" } ] } } ]
+        [[workloads.w.groups]]
+        name = "pool"
+        threads = "n"
+        program = [ { drain = { queue = "req", body = [ { compute = { exp = "150us" } }, { lock = "db" }, { compute = "10us" }, { unlock = "db" }, { respond = "req" } ] } } ]"#;
+    let r = run_inline("scenarios = [\"native\", \"OC\"]\nvcpus = [4]", w, &[]);
+    let m = &r[0].metrics;
+    assert_eq!(m["requests"], 400.0);
+    assert!(m["resp_p50_us"] >= 150.0 * 0.3 && m["resp_p99_us"] >= m["resp_p50_us"], "{m:?}");
+    assert!(m["qos_good_frac"] > 0.9, "{m:?}");
+    let oc = &r[1].metrics;
+    assert!(oc["resp_p99_us"] > m["resp_p99_us"], "overcommit lengthens the tail: {oc:?}");
+}
+
+#[test]
+fn skew_and_subset_shape_per_thread_work() {
+    // skew 1: thread i of 4 computes (1 + (2i/3 - 1)) × 3 ms = 0, 2, 4, 6 ms.
+    let r = run_inline(NATIVE4, "program = [ { compute = \"3ms\", skew = 1.0 } ]", &[]);
+    let ts: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns / 1_000_000).collect();
+    assert_eq!(ts, vec![0, 2, 4, 6]);
+    let r = run_inline(NATIVE4, "program = [ { subset = { threads = \"n/2\", body = [ { compute = \"1ms\" } ] } } ]", &[]);
+    let ts: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns / 1_000).collect();
+    assert_eq!(ts, vec![1000, 1000, 0, 0]);
+}
