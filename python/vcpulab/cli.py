@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from . import __version__, render, report
-from ._vcpulab import Plan, SimulationError, SpecError, VcpulabError, bench, policies, workload_toml, workloads
+from ._vcpulab import (
+    Plan,
+    SimulationError,
+    SpecError,
+    VcpulabError,
+    bench,
+    characterize,
+    policies,
+    workload_toml,
+    workloads,
+)
 from .atomic import AtomicWriter
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
 
@@ -84,6 +94,16 @@ def _override(text: str) -> str:
         return parse_override(text)
     except OverrideSyntaxError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _duration_ms(text: str) -> float:
+    try:
+        value = float(text.removesuffix("ms"))
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of milliseconds (got {text!r})")
+    return value
 
 
 def _seconds(text: str) -> float:
@@ -184,6 +204,27 @@ def build_parser() -> argparse.ArgumentParser:
     show = wl_commands.add_parser("show", help="print a built-in workload's TOML")
     show.add_argument("name", metavar="NAME")
     show.set_defaults(func=cmd_workload_show)
+
+    ch = commands.add_parser(
+        "characterize-sim",
+        help="run a workload natively in the simulator and classify it",
+        description="Run a workload natively (n = CPUs threads on CPUs cores) and report its workload "
+        "parallelism, synchronization frequency and scalability type (digest §1.4), and the rates of "
+        "blocks, TLB shootdowns and call-function IPIs.",
+    )
+    ch.add_argument("workload", metavar="NAME", help="a built-in workload (a unique suffix is enough: dedup)")
+    ch.add_argument("--cpus", type=_int, default=16, metavar="N", help="CPUs and threads (default: 16)")
+    ch.add_argument("--seed", type=_int, default=1, metavar="N", help="random seed (default: 1)")
+    ch.add_argument(
+        "--slice",
+        type=_duration_ms,
+        default=24.0,
+        metavar="MS",
+        help="time slice of the synchronization cut-off, in ms (default: 24, DIS's allocation period)",
+    )
+    ch.add_argument("--set", dest="sets", action="append", default=[], type=_override, metavar="PATH=VALUE")
+    ch.add_argument("--json", action="store_true", help="print the characterization as JSON")
+    ch.set_defaults(func=cmd_characterize)
 
     pol = commands.add_parser(
         "policies",
@@ -324,6 +365,17 @@ def cmd_workloads(args: argparse.Namespace) -> int:
             print(json.dumps(item, ensure_ascii=False))
     else:
         render.stdout_console().print(render.workloads_table(items))
+    return 0
+
+
+def cmd_characterize(args: argparse.Namespace) -> int:
+    if args.cpus < 1:
+        raise CliError(f"--cpus must be at least 1 (got {args.cpus})")
+    result = json.loads(characterize(args.workload, args.cpus, args.seed, int(args.slice * 1e6), list(args.sets)))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        render.stdout_console().print(render.characterization_table(result))
     return 0
 
 

@@ -237,6 +237,40 @@ def workloads_table(items: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def characterization_table(c: Mapping[str, Any]) -> Table:
+    def level(high: bool) -> str:
+        return "high" if high else "low"
+
+    expected = int(c["expected_type"])
+    match = "" if expected == 0 else (" (matches the reference)" if expected == c["scalability_type"] else f" (reference: type {expected})")
+    table = Table(
+        title=f"{c['workload']}: native, {c['cpus']} CPUs, {c['threads']} threads, {c['run_s'] * 1e3:.1f} ms simulated",
+        title_justify="left",
+        show_header=False,
+    )
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_column("class")
+    par = c["parallelism"]
+    table.add_row(
+        "workload parallelism (running threads)", f"{par:.2f} of {c['cpus']}", f"{level(c['high_parallelism'])} (>= 75 %)"
+    )
+    table.add_row(
+        "synchronization (blocks / thread / s)",
+        f"{c['sync_per_thread_s']:.1f}",
+        f"{level(c['high_sync'])} (>= {c['sync_threshold_per_s']:.1f}/s: once per time slice)",
+    )
+    table.add_row("scalability type", str(c["scalability_type"]), Text(match.strip(" ()")))
+    table.add_row("busy-waiting share of busy time", f"{c['spin_frac'] * 100:.1f} %", "")
+    table.add_row("blocks / s", f"{c['blocks_per_s']:,.0f}", "")
+    table.add_row("TLB shootdowns / s", f"{c['shootdowns_per_s']:,.0f}", "")
+    table.add_row("call-function IPIs / s", f"{c['call_ipis_per_s']:,.0f}", "")
+    if c.get("requests_per_s") is not None:
+        table.add_row("requests / s", f"{c['requests_per_s']:,.0f}", "")
+    table.caption = f"profile version {c['version']}, hash {c['hash']}"
+    return table
+
+
 def policies_table(items: Sequence[Mapping[str, Any]]) -> Table:
     table = Table(title="policies (select with the field, e.g. --set vm.tlb=shoot4u)", title_justify="left")
     for name in ("kind", "name", "field", "description"):

@@ -108,6 +108,19 @@ fn workloads<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         .collect()
 }
 
+/// Runs a workload natively and characterizes it (digest §1.4); returns JSON.
+#[pyfunction]
+#[pyo3(signature = (workload, cpus, seed, slice_ns, overrides))]
+fn characterize(py: Python<'_>, workload: String, cpus: u32, seed: u64, slice_ns: u64, overrides: Vec<String>) -> PyResult<String> {
+    use vcpulab_sim::characterize::{characterize as run, CharacterizeError};
+    let r = py.detach(move || run(&workload, cpus, seed, slice_ns, &overrides));
+    match r {
+        Ok(c) => serde_json::to_string(&c).map_err(|e| VcpulabError::new_err(e.to_string())),
+        Err(CharacterizeError::Spec(e)) => Err(SpecError::new_err(e.to_string())),
+        Err(CharacterizeError::Run(e)) => Err(SimulationError::new_err(e.to_string())),
+    }
+}
+
 /// Every pluggable policy implementation (`vcpulab policies`).
 #[pyfunction]
 fn policies<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
@@ -149,6 +162,7 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(workloads, m)?)?;
     m.add_function(wrap_pyfunction!(workload_toml, m)?)?;
     m.add_function(wrap_pyfunction!(policies, m)?)?;
+    m.add_function(wrap_pyfunction!(characterize, m)?)?;
     m.add_function(wrap_pyfunction!(bench_sim, m)?)?;
     Ok(())
 }

@@ -32,6 +32,7 @@
 
 pub mod account;
 pub mod api;
+pub mod characterize;
 pub mod engine;
 pub mod kernel;
 pub mod machine;

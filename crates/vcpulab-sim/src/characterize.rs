@@ -1,0 +1,125 @@
+//! The characterization of a workload run natively (digest §1.4, DIS ch.4): workload
+//! parallelism, synchronization frequency, the scalability type they give, and the rates of
+//! the events that cost most in VMs (`vcpulab characterize-sim`).
+
+use serde::Serialize;
+
+use crate::api::{CellError, Plan, ScenarioResult};
+use crate::spec::SpecError;
+
+/// Parallelism is *high* at or above this fraction of the CPUs (digest §1.4: 75 %).
+pub const HIGH_PARALLELISM: f64 = 0.75;
+
+/// DIS's default allocation period, the "time slice" of the synchronization cut-off (24 ms).
+pub const DEFAULT_SLICE_NS: u64 = 24_000_000;
+
+/// What a native run of a workload shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Characterization {
+    /// Workload name.
+    pub workload: String,
+    /// Profile version and content hash.
+    pub version: u32,
+    /// Content hash of the definition.
+    pub hash: String,
+    /// Scalability type the workload's definition declares (0 = not classified).
+    pub expected_type: u8,
+    /// CPUs (= n, the thread parameter).
+    pub cpus: u32,
+    /// Threads created.
+    pub threads: u32,
+    /// Run time (s).
+    pub run_s: f64,
+    /// Average number of running threads: busy time of the instance / run time.
+    pub parallelism: f64,
+    /// Whether `parallelism` ≥ 75 % of the CPUs.
+    pub high_parallelism: bool,
+    /// Voluntary context switches per thread per second.
+    pub sync_per_thread_s: f64,
+    /// The cut-off: one block per time slice (per second).
+    pub sync_threshold_per_s: f64,
+    /// Whether `sync_per_thread_s` reaches the cut-off.
+    pub high_sync: bool,
+    /// The type these give: 1 high/low, 2 low/high, 3 high/high, 4 low/low.
+    pub scalability_type: u8,
+    /// Share of busy time spent busy-waiting in user mode or on kernel locks.
+    pub spin_frac: f64,
+    /// Blocking operations per second (all threads).
+    pub blocks_per_s: f64,
+    /// TLB shootdowns with remote targets per second.
+    pub shootdowns_per_s: f64,
+    /// Call-function IPIs of shootdowns and membarriers per second.
+    pub call_ipis_per_s: f64,
+    /// Responses per second (server workloads).
+    pub requests_per_s: Option<f64>,
+}
+
+/// The digest §1.4 type of (high parallelism, high synchronization).
+pub fn scalability_type(high_parallelism: bool, high_sync: bool) -> u8 {
+    match (high_parallelism, high_sync) {
+        (true, false) => 1,
+        (false, true) => 2,
+        (true, true) => 3,
+        (false, false) => 4,
+    }
+}
+
+/// Why a characterization failed.
+#[derive(Debug)]
+pub enum CharacterizeError {
+    /// The workload or an override is invalid.
+    Spec(SpecError),
+    /// The run failed.
+    Run(CellError),
+}
+
+impl std::fmt::Display for CharacterizeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CharacterizeError::Spec(e) => write!(f, "{e}"),
+            CharacterizeError::Run(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Runs `workload` natively with n = `cpus` threads on `cpus` cores (seed `seed`, spec
+/// overrides `sets`) and characterizes it with the time slice `slice_ns`.
+pub fn characterize(workload: &str, cpus: u32, seed: u64, slice_ns: u64, sets: &[String]) -> Result<Characterization, CharacterizeError> {
+    let text = format!("[experiment]\nworkloads = [{workload:?}]\nscenarios = [\"native\"]\nvcpus = [{cpus}]\nseeds = [{seed}]\n");
+    let mut plan = Plan::new(&text, "<characterize-sim>", sets).map_err(CharacterizeError::Spec)?;
+    let r = plan.run_cell(0).map_err(CharacterizeError::Run)?;
+    let declared = plan.spec().workloads.iter().find(|w| w.name == workload).map_or(0, |w| w.meta.scalability_type);
+    Ok(of_result(&r, cpus, slice_ns, declared))
+}
+
+/// Characterizes a native scenario result.
+pub fn of_result(r: &ScenarioResult, cpus: u32, slice_ns: u64, expected_type: u8) -> Characterization {
+    let i = &r.run.instances[0];
+    let secs = i.finish_ns.max(1) as f64 * 1e-9;
+    let parallelism = i.busy_ns as f64 / i.finish_ns.max(1) as f64;
+    let high_parallelism = parallelism >= HIGH_PARALLELISM * f64::from(cpus);
+    let sync_per_thread_s = i.counters.nvcsw as f64 / f64::from(i.threads.max(1)) / secs;
+    let sync_threshold_per_s = 1e9 / slice_ns.max(1) as f64;
+    let high_sync = sync_per_thread_s >= sync_threshold_per_s;
+    let spin = i.counters.spin_ns as f64;
+    Characterization {
+        workload: r.workload.clone(),
+        version: r.workload_version,
+        hash: r.workload_hash.clone(),
+        expected_type,
+        cpus,
+        threads: i.threads,
+        run_s: secs,
+        parallelism,
+        high_parallelism,
+        sync_per_thread_s,
+        sync_threshold_per_s,
+        high_sync,
+        scalability_type: scalability_type(high_parallelism, high_sync),
+        spin_frac: if i.busy_ns > 0 { spin / i.busy_ns as f64 } else { 0.0 },
+        blocks_per_s: i.counters.blocks as f64 / secs,
+        shootdowns_per_s: i.tlb.shootdowns as f64 / secs,
+        call_ipis_per_s: (i.tlb.ipis + i.membarrier.ipis) as f64 / secs,
+        requests_per_s: i.responses.as_ref().map(|x| x.throughput_rps),
+    }
+}
