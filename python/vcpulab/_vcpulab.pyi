@@ -28,6 +28,11 @@ class _WorkloadInfo(TypedDict):
     description: str
     model: str
     source: str
+    suite: str
+    sync: list[str]
+    basis: str
+    scalability_type: int
+    version: int
 
 class _PolicyInfo(TypedDict):
     kind: str

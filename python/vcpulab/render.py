@@ -229,11 +229,21 @@ def legend() -> Text:
 
 
 def workloads_table(items: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(title="built-in workloads", title_justify="left")
-    for name in ("name", "model", "description"):
-        table.add_column(name)
+    table = Table(
+        title="built-in workloads (vcpulab workloads show NAME: the full profile with its sources)", title_justify="left"
+    )
+    for name in ("name", "suite", "model", "sync", "type", "description"):
+        table.add_column(name, justify="right" if name == "type" else "left")
     for w in items:
-        table.add_row(Text(str(w["name"])), Text(str(w.get("model", ""))), Text(str(w.get("description", ""))))
+        stype = int(w.get("scalability_type") or 0)
+        table.add_row(
+            Text(str(w["name"])),
+            Text(str(w.get("suite") or "micro")),
+            Text(str(w.get("model", ""))),
+            Text(", ".join(w.get("sync") or [])),
+            str(stype) if stype else "",
+            Text(str(w.get("description", ""))),
+        )
     return table
 
 

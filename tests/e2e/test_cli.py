@@ -142,3 +142,16 @@ def test_bench(cli: RunCli) -> None:
     assert b["events"] > 0 and b["events_per_s"] > 0 and b["sim_per_wall"] > 0
     human = cli("bench", "--seconds", "0.1")
     assert human.code == 0 and "events/s" in human.out
+
+
+def test_characterize_sim_classifies_a_workload(cli: RunCli) -> None:
+    r = cli("characterize-sim", "lock", "--cpus", "4", "--json")
+    assert r.code == 0, r.err
+    (c,) = r.json_lines()
+    assert c["workload"] == "lock" and c["cpus"] == 4 and c["threads"] == 4
+    assert c["scalability_type"] in (1, 2, 3, 4)
+    assert c["high_sync"] and c["sync_per_thread_s"] >= c["sync_threshold_per_s"]
+    table = cli("characterize-sim", "lock", "--cpus", "4")
+    assert table.code == 0 and "scalability type" in table.out
+    bad = cli("characterize-sim", "nosuch")
+    assert bad.code == 2 and "unknown workload 'nosuch'" in bad.err and "Traceback" not in bad.err

@@ -103,6 +103,11 @@ fn workloads<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
             d.set_item("description", w.description)?;
             d.set_item("model", w.model)?;
             d.set_item("source", w.source)?;
+            d.set_item("suite", w.suite)?;
+            d.set_item("sync", w.sync)?;
+            d.set_item("basis", w.basis)?;
+            d.set_item("scalability_type", w.scalability_type)?;
+            d.set_item("version", w.version)?;
             Ok(d)
         })
         .collect()
@@ -140,6 +145,9 @@ fn policies<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
 /// The TOML of a built-in workload.
 #[pyfunction]
 fn workload_toml(name: &str) -> PyResult<&'static str> {
+    if let Err(c) = vcpulab_sim::workload::builtin::resolve_builtin(name) {
+        return Err(SpecError::new_err(format!("workload '{name}' is ambiguous: it can mean {} (write the full name)", c.join(" or "))));
+    }
     builtin_text(name).ok_or_else(|| SpecError::new_err(format!("unknown workload '{name}' (built-ins: {})", builtin_names().join(", "))))
 }
 

@@ -128,6 +128,16 @@ pub struct WorkloadInfo {
     pub description: String,
     /// Model tag.
     pub model: String,
+    /// Suite (`parsec-3.0`, `splash-2x`, `system`; empty for the micro workloads).
+    pub suite: String,
+    /// Synchronisation mix.
+    pub sync: Vec<String>,
+    /// What the model is built from.
+    pub basis: String,
+    /// Scalability type of the reference (0 = not classified).
+    pub scalability_type: u8,
+    /// Profile version.
+    pub version: u32,
     /// Where it comes from.
     pub source: String,
 }
@@ -139,7 +149,17 @@ pub fn builtin_workloads() -> Vec<WorkloadInfo> {
         .map(|(name, text)| {
             let v = toml::Value::Table(toml::from_str(text).expect("built-ins parse (tested)"));
             let w = parse_workload(name, &v).expect("built-ins validate (tested)");
-            WorkloadInfo { name: name.to_string(), description: w.description, model: w.model, source: "builtin".into() }
+            WorkloadInfo {
+                name: name.to_string(),
+                description: w.description,
+                model: w.model,
+                source: "builtin".into(),
+                suite: w.meta.suite,
+                sync: w.meta.sync,
+                basis: w.meta.basis,
+                scalability_type: w.meta.scalability_type,
+                version: w.meta.version,
+            }
         })
         .collect()
 }
