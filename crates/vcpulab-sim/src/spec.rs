@@ -192,6 +192,9 @@ impl Spec {
         overrides::apply_all(&mut doc, &outside)?;
         materialize_builtins(&mut doc, source)?;
         overrides::apply_all(&mut doc, &sets)?;
+        // Overrides of a suite-prefixed workload (`workloads.parsec.dedup.…`) land nested:
+        // fold them into the workload's table.
+        materialize_builtins(&mut doc, source)?;
         let materialized = toml::to_string(&doc).unwrap_or_default();
         let blame = |path: String| overrides::blame(&sets, source, &path);
         let vms_table = doc.remove("vms");
@@ -380,6 +383,25 @@ fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecE
         _ => return Ok(()), // serde reports the problem with its path
     };
     let corunner = doc.get("experiment").and_then(|e| e.get("corunner")).and_then(|c| c.as_str()).map(String::from);
+    // `--set workloads.parsec.dedup.params.x=1` writes a nested table; it means the workload
+    // named "parsec.dedup".
+    if let Some(toml::Value::Table(w)) = doc.get_mut("workloads") {
+        for name in names.iter().chain(corunner.iter()) {
+            let Some((suite, short)) = name.split_once('.') else { continue };
+            let parts = [suite, short];
+            let Some(toml::Value::Table(top)) = w.get_mut(suite) else { continue };
+            let Some(toml::Value::Table(nested)) = top.remove(short) else { continue };
+            if matches!(w.get(parts[0]), Some(toml::Value::Table(t)) if t.is_empty()) {
+                w.remove(parts[0]);
+            }
+            match w.get_mut(name.as_str()) {
+                Some(toml::Value::Table(t)) => merge(t, &nested),
+                _ => {
+                    w.insert(name.clone(), toml::Value::Table(nested));
+                }
+            }
+        }
+    }
     let defined: Vec<String> = match doc.get("workloads") {
         Some(toml::Value::Table(t)) => t.keys().cloned().collect(),
         Some(_) => return Ok(()),

@@ -174,6 +174,7 @@ impl World {
             Act::Spin(on) => {
                 if self.try_finish_spin(t, on) {
                     self.threads[t as usize].act = Act::Fresh;
+                    self.threads[t as usize].spin_budget = u64::MAX;
                     return Step::Again;
                 }
                 let owner = self.leaf_owner(k, cpu, t);

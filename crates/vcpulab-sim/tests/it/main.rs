@@ -5,6 +5,7 @@ mod golden;
 mod invariants;
 mod language;
 mod mechanisms;
+mod profiles;
 mod scenarios;
 
 use vcpulab_sim::api::{Plan, ScenarioResult};
