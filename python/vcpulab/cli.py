@@ -358,14 +358,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_workloads(args: argparse.Namespace) -> int:
-    items = workloads()
-    if args.json:
+def _print_items(items: Sequence[Any], table: Any, as_json: bool) -> int:
+    """Prints ``items`` as JSON Lines, or as the rich table ``table(items)``."""
+    if as_json:
         for item in items:
             print(json.dumps(item, ensure_ascii=False))
     else:
-        render.stdout_console().print(render.workloads_table(items))
+        render.stdout_console().print(table(items))
     return 0
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    return _print_items(workloads(), render.workloads_table, args.json)
 
 
 def cmd_characterize(args: argparse.Namespace) -> int:
@@ -380,13 +384,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
-    items = policies()
-    if args.json:
-        for item in items:
-            print(json.dumps(item, ensure_ascii=False))
-    else:
-        render.stdout_console().print(render.policies_table(items))
-    return 0
+    return _print_items(policies(), render.policies_table, args.json)
 
 
 def cmd_workload_show(args: argparse.Namespace) -> int:

@@ -155,3 +155,8 @@ def test_characterize_sim_classifies_a_workload(cli: RunCli) -> None:
     assert table.code == 0 and "scalability type" in table.out
     bad = cli("characterize-sim", "nosuch")
     assert bad.code == 2 and "unknown workload 'nosuch'" in bad.err and "Traceback" not in bad.err
+    for flags, message in ((["--cpus", "0"], "--cpus must be at least 1"), (["--slice", "soon"], "milliseconds")):
+        bad = cli("characterize-sim", "lock", *flags)
+        assert bad.code == 2 and message in bad.err and "Traceback" not in bad.err, bad.err
+    amb = cli("characterize-sim", "raytrace")
+    assert amb.code == 2 and "ambiguous" in amb.err, amb.err

@@ -192,9 +192,7 @@ impl Spec {
         overrides::apply_all(&mut doc, &outside)?;
         materialize_builtins(&mut doc, source)?;
         overrides::apply_all(&mut doc, &sets)?;
-        // Overrides of a suite-prefixed workload (`workloads.parsec.dedup.…`) land nested:
-        // fold them into the workload's table.
-        materialize_builtins(&mut doc, source)?;
+        fold_suite_tables(&mut doc);
         let materialized = toml::to_string(&doc).unwrap_or_default();
         let blame = |path: String| overrides::blame(&sets, source, &path);
         let vms_table = doc.remove("vms");
@@ -376,6 +374,34 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
 
 /// Copies the TOML of every built-in workload the experiment names (and the spec does not
 /// define itself) into `[workloads.NAME]`.
+/// `--set workloads.parsec.dedup.params.x=1` writes a nested table `workloads.parsec.dedup`;
+/// it means the workload named "parsec.dedup" (of `experiment.workloads` or the co-runner), so
+/// it is merged into that workload's table.
+fn fold_suite_tables(doc: &mut toml::Table) {
+    let experiment = doc.get("experiment");
+    let names: Vec<String> = match experiment.and_then(|e| e.get("workloads")) {
+        Some(toml::Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+        Some(toml::Value::String(s)) => vec![s.clone()],
+        _ => Vec::new(),
+    };
+    let corunner = experiment.and_then(|e| e.get("corunner")).and_then(|c| c.as_str()).map(String::from);
+    let Some(toml::Value::Table(w)) = doc.get_mut("workloads") else { return };
+    for name in names.iter().chain(corunner.iter()) {
+        let Some((suite, short)) = name.split_once('.') else { continue };
+        let Some(toml::Value::Table(top)) = w.get_mut(suite) else { continue };
+        let Some(toml::Value::Table(nested)) = top.remove(short) else { continue };
+        if top.is_empty() {
+            w.remove(suite);
+        }
+        match w.get_mut(name.as_str()) {
+            Some(toml::Value::Table(t)) => merge(t, &nested),
+            _ => {
+                w.insert(name.clone(), toml::Value::Table(nested));
+            }
+        }
+    }
+}
+
 fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecError> {
     let mut names: Vec<String> = match doc.get("experiment").and_then(|e| e.get("workloads")) {
         Some(toml::Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
@@ -383,25 +409,7 @@ fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecE
         _ => return Ok(()), // serde reports the problem with its path
     };
     let corunner = doc.get("experiment").and_then(|e| e.get("corunner")).and_then(|c| c.as_str()).map(String::from);
-    // `--set workloads.parsec.dedup.params.x=1` writes a nested table; it means the workload
-    // named "parsec.dedup".
-    if let Some(toml::Value::Table(w)) = doc.get_mut("workloads") {
-        for name in names.iter().chain(corunner.iter()) {
-            let Some((suite, short)) = name.split_once('.') else { continue };
-            let parts = [suite, short];
-            let Some(toml::Value::Table(top)) = w.get_mut(suite) else { continue };
-            let Some(toml::Value::Table(nested)) = top.remove(short) else { continue };
-            if matches!(w.get(parts[0]), Some(toml::Value::Table(t)) if t.is_empty()) {
-                w.remove(parts[0]);
-            }
-            match w.get_mut(name.as_str()) {
-                Some(toml::Value::Table(t)) => merge(t, &nested),
-                _ => {
-                    w.insert(name.clone(), toml::Value::Table(nested));
-                }
-            }
-        }
-    }
+    fold_suite_tables(doc);
     let defined: Vec<String> = match doc.get("workloads") {
         Some(toml::Value::Table(t)) => t.keys().cloned().collect(),
         Some(_) => return Ok(()),
@@ -411,9 +419,10 @@ fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecE
     names.extend(corunner);
     for (i, name) in names.iter().enumerate() {
         if defined.contains(name) {
-            // A table for a built-in without a program patches the built-in (e.g. its params).
+            // A table for a built-in without a program (or groups) patches the built-in (e.g.
+            // its params).
             let patch = match doc.get("workloads").and_then(|w| w.get(name.as_str())) {
-                Some(toml::Value::Table(t)) if !t.contains_key("program") => t.clone(),
+                Some(toml::Value::Table(t)) if !t.contains_key("program") && !t.contains_key("groups") => t.clone(),
                 _ => continue,
             };
             let Some(text) = builtin_text(name) else { continue };

@@ -236,11 +236,9 @@ impl World {
         self.threads[t as usize].stats.spin_blocks += 1;
         match on {
             SpinOn::Mutex(m) => {
-                let Obj::Mutex { spinners, .. } = self.obj(t, m) else { unreachable!() };
-                spinners.retain(|&s| s != t);
-                self.threads[t as usize].act = Act::Fresh;
                 // Block as a futex waiter; the wake-up retries without spinning.
-                let Obj::Mutex { waiters, .. } = self.obj(t, m) else { unreachable!() };
+                let Obj::Mutex { spinners, waiters, .. } = self.obj(t, m) else { unreachable!() };
+                spinners.retain(|&s| s != t);
                 waiters.push_back(t);
                 self.threads[t as usize].pending_lock = Some(m);
                 self.block_thread(k, cpu, t, BlockOn::Mutex(m));

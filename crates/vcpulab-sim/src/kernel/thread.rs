@@ -283,14 +283,14 @@ impl World {
             self.threads[t as usize].pc = pc + 1;
             let flow = match &wl.program.instrs[pc as usize] {
                 Instr::Compute { dist, skew, .. } => {
-                    let size = wl.groups[self.threads[t as usize].group as usize]
-                        .threads
-                        .value(self.insts[self.threads[t as usize].inst as usize].n);
                     let th = &mut self.threads[t as usize];
                     let mut ns = dist.sample(&mut th.rng);
-                    if *skew > 0.0 && size > 1 {
-                        let f = 1.0 + f64::from(*skew) * (2.0 * f64::from(th.idx) / f64::from(size - 1) - 1.0);
-                        ns = (ns as f64 * f).round() as u64;
+                    if *skew > 0.0 {
+                        let size = wl.groups[th.group as usize].threads.value(self.insts[th.inst as usize].n);
+                        if size > 1 {
+                            let f = 1.0 + f64::from(*skew) * (2.0 * f64::from(th.idx) / f64::from(size - 1) - 1.0);
+                            ns = (ns as f64 * f).round() as u64;
+                        }
                     }
                     match ns {
                         0 => Flow::Continue,

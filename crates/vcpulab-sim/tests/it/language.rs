@@ -168,3 +168,15 @@ fn skew_and_subset_shape_per_thread_work() {
     let ts: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns / 1_000).collect();
     assert_eq!(ts, vec![1000, 1000, 0, 0]);
 }
+
+#[test]
+fn overrides_reach_suite_prefixed_workloads() {
+    // `workloads.parsec.dedup.…` is written as a nested table; it must patch "parsec.dedup"
+    // instead of vanishing.
+    let spec = "[experiment]\nworkloads = [\"splash2x.volrend\"]\nscenarios = [\"native\"]\nvcpus = [4]\n";
+    let keep = run_text(spec, &[]);
+    let block = run_text(spec, &["workloads.splash2x.volrend.transform.spin=\"block\""]);
+    assert_ne!(keep[0].workload_hash, block[0].workload_hash);
+    assert!(keep[0].run.instances[0].counters.spin_ns > 0);
+    assert_eq!(block[0].run.instances[0].counters.spin_ns, 0, "the transform applied");
+}
