@@ -90,8 +90,8 @@ pub struct Thread {
     pub task: TaskId,
     /// Program counter.
     pub pc: u32,
-    /// Remaining iterations of the enclosing loops (innermost last).
-    pub loops: Vec<u64>,
+    /// The enclosing loops (innermost last): (iterations left, iterations done).
+    pub loops: Vec<(u64, u64)>,
     /// Current activity.
     pub act: Act,
     /// Remaining computation (ns).
@@ -282,12 +282,15 @@ impl World {
             let pc = self.threads[t as usize].pc;
             self.threads[t as usize].pc = pc + 1;
             let flow = match &wl.program.instrs[pc as usize] {
-                Instr::Compute { dist, skew, .. } => {
+                Instr::Compute { dist, skew, split, .. } => {
                     let th = &mut self.threads[t as usize];
                     let mut ns = dist.sample(&mut th.rng);
-                    if *skew > 0.0 {
+                    if *skew > 0.0 || *split {
                         let size = wl.groups[th.group as usize].threads.value(self.insts[th.inst as usize].n);
-                        if size > 1 {
+                        if *split {
+                            ns /= u64::from(size);
+                        }
+                        if *skew > 0.0 && size > 1 {
                             let f = 1.0 + f64::from(*skew) * (2.0 * f64::from(th.idx) / f64::from(size - 1) - 1.0);
                             ns = (ns as f64 * f).round() as u64;
                         }
@@ -315,30 +318,42 @@ impl World {
                 Instr::CondWait { cond, mutex } => self.op_cond_wait(k, cpu, t, *cond, *mutex),
                 Instr::CondSignal(c) => self.op_cond_wake(k, cpu, t, *c, false),
                 Instr::CondBroadcast(c) => self.op_cond_wake(k, cpu, t, *c, true),
-                Instr::LoopStart { count, end } => {
+                Instr::LoopStart { count, end, split } => {
                     let th = &mut self.threads[t as usize];
-                    if *count == 0 {
+                    let mut count = *count;
+                    if *split {
+                        let size = u64::from(wl.groups[th.group as usize].threads.value(self.insts[th.inst as usize].n));
+                        count = count / size + u64::from(u64::from(th.idx) < count % size);
+                    }
+                    if count == 0 {
                         th.pc = end + 1;
                     } else {
-                        th.loops.push(*count);
+                        th.loops.push((count, 0));
                     }
                     Flow::Continue
                 }
                 Instr::LoopEnd { start } => {
                     let th = &mut self.threads[t as usize];
                     let top = th.loops.last_mut().expect("loop stack");
-                    *top -= 1;
-                    if *top > 0 {
+                    top.0 -= 1;
+                    top.1 += 1;
+                    if top.0 > 0 {
                         th.pc = start + 1;
                     } else {
                         th.loops.pop();
                     }
                     Flow::Continue
                 }
-                Instr::OnlyThreads { first, count, end } => {
+                Instr::OnlyThreads { first, count, end, rotate } => {
                     let n = self.insts[self.threads[t as usize].inst as usize].n;
                     let th = &mut self.threads[t as usize];
-                    if th.idx < *first || th.idx >= first + count.value(n) {
+                    let mut first = *first;
+                    if *rotate {
+                        let size = u64::from(wl.groups[th.group as usize].threads.value(n));
+                        let iter = th.loops.last().map_or(0, |l| l.1);
+                        first = ((u64::from(first) + iter) % size) as u32;
+                    }
+                    if th.idx < first || th.idx >= first + count.value(n) {
                         th.pc = *end;
                     }
                     Flow::Continue

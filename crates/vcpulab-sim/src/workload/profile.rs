@@ -28,6 +28,8 @@ struct Ctx<'a> {
     drains: Vec<ObjId>,
     /// Queues of the enclosing drain loops (innermost last).
     draining: Vec<ObjId>,
+    /// Depth of enclosing `repeat` loops.
+    loops: u32,
 }
 
 fn err<T>(path: &str, msg: impl Into<String>) -> Result<T, ParseError> {
@@ -148,6 +150,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         pushes: Vec::new(),
         drains: Vec::new(),
         draining: Vec::new(),
+        loops: 0,
     };
     let mut decls = Vec::new();
     match t.get("objects") {
@@ -709,7 +712,11 @@ fn sub_table<'v>(v: &'v Value, path: &str, keys: &[&str]) -> Result<&'v toml::Ta
 }
 
 /// Modifiers an operation accepts beside its own key.
-const MODIFIERS: &[(&str, &[&str])] = &[("compute", &["skew", "mem"])];
+const MODIFIERS: &[(&str, &[&str])] = &[("compute", &["skew", "mem", "split"])];
+
+fn flag(v: &Value, path: &str) -> Result<bool, ParseError> {
+    v.as_bool().ok_or_else(|| (path.to_string(), format!("expected true or false (got {})", type_name(v))))
+}
 
 fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -> Result<(), ParseError> {
     let usage = || (path.to_string(), format!("expected an operation like {{ compute = \"50us\" }} (one of {OPS})"));
@@ -731,7 +738,8 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
         "compute" => {
             let skew = t.get("skew").map(|v| fraction(ctx.params, v, &format!("{path}.skew"))).transpose()?.unwrap_or(0.0);
             let mem = t.get("mem").map(|v| fraction(ctx.params, v, &format!("{path}.mem"))).transpose()?.unwrap_or(ctx.mem);
-            Instr::Compute { dist: dist(ctx, a, &p)?, skew, mem }
+            let split = t.get("split").map(|v| flag(v, &format!("{path}.split"))).transpose()?.unwrap_or(false);
+            Instr::Compute { dist: dist(ctx, a, &p)?, skew, mem, split }
         }
         "sleep" => Instr::Sleep(dist(ctx, a, &p)?),
         // `lock` and `spin_lock` follow the object's kind, so a transform can turn one into
@@ -782,10 +790,10 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             let count = count_expr(ctx.params, tv, &format!("{p}.threads"))?;
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
             let start = out.len();
-            out.push(Instr::OnlyThreads { first: 0, count, end: 0 });
+            out.push(Instr::OnlyThreads { first: 0, count, end: 0, rotate: false });
             compile_block(ctx, body, &format!("{p}.body"), out)?;
             let end = out.len() as u32;
-            out[start] = Instr::OnlyThreads { first: 0, count, end };
+            out[start] = Instr::OnlyThreads { first: 0, count, end, rotate: false };
             return Ok(());
         }
         "malloc" => Instr::Malloc(size_dist(ctx, a, &p)?),
@@ -811,24 +819,33 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             }
         }
         "repeat" => {
-            let t = sub_table(a, &p, &["times", "body"])?;
+            let t = sub_table(a, &p, &["times", "body", "split"])?;
             let times = t.get("times").ok_or_else(|| (format!("{p}.times"), "missing".to_string()))?;
             let count = count(ctx.params, times, &format!("{p}.times"))?;
+            let split = t.get("split").map(|v| flag(v, &format!("{p}.split"))).transpose()?.unwrap_or(false);
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
             let start = out.len();
-            out.push(Instr::LoopStart { count, end: 0 });
+            out.push(Instr::LoopStart { count, end: 0, split });
+            ctx.loops += 1;
             compile_block(ctx, body, &format!("{p}.body"), out)?;
+            ctx.loops -= 1;
             let end = out.len() as u32;
             out.push(Instr::LoopEnd { start: start as u32 });
-            out[start] = Instr::LoopStart { count, end };
+            out[start] = Instr::LoopStart { count, end, split };
             return Ok(());
         }
         "single" | "serial" => {
             let keys: &[&str] = if name == "serial" { &["barrier", "thread", "body"] } else { &["thread", "body"] };
             let t = sub_table(a, &p, keys)?;
-            let thread = match t.get("thread") {
-                None => 0,
-                Some(v) => count(ctx.params, v, &format!("{p}.thread"))? as u32,
+            let (thread, rotate) = match t.get("thread") {
+                None => (0, false),
+                Some(Value::String(s)) if s == "rotate" => {
+                    if ctx.loops == 0 {
+                        return err(&format!("{p}.thread"), "\"rotate\" moves the thread on each iteration of the enclosing repeat, but there is none");
+                    }
+                    (0, true)
+                }
+                Some(v) => (count(ctx.params, v, &format!("{p}.thread"))? as u32, false),
             };
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
             let barrier = if name == "serial" {
@@ -842,10 +859,10 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             }
             let start = out.len();
             let count = CountExpr::fixed(1);
-            out.push(Instr::OnlyThreads { first: thread, count, end: 0 });
+            out.push(Instr::OnlyThreads { first: thread, count, end: 0, rotate });
             compile_block(ctx, body, &format!("{p}.body"), out)?;
             let end = out.len() as u32;
-            out[start] = Instr::OnlyThreads { first: thread, count, end };
+            out[start] = Instr::OnlyThreads { first: thread, count, end, rotate };
             if let Some(b) = barrier {
                 out.push(Instr::Barrier(b));
             }
@@ -883,7 +900,7 @@ mod tests {
         .unwrap();
         assert!(w.stochastic);
         assert_eq!(w.objects.len(), 3);
-        assert_eq!(w.program.instrs.first(), Some(&Instr::LoopStart { count: 3, end: 4 }));
+        assert_eq!(w.program.instrs.first(), Some(&Instr::LoopStart { count: 3, end: 4, split: false }));
         assert_eq!(w.program.instrs.last(), Some(&Instr::End));
         assert!(w.check_threads(1).is_err());
         assert!(w.check_threads(2).is_ok());

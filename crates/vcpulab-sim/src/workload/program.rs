@@ -162,6 +162,9 @@ pub enum Instr {
         skew: f32,
         /// Fraction of the time stalled on memory (recorded for the memory model).
         mem: f32,
+        /// The duration is the work of the whole group, divided evenly among its threads
+        /// (strong scaling: the total stays fixed as n varies).
+        split: bool,
     },
     /// Sleep (block on a timer) for a sampled duration.
     Sleep(Dist),
@@ -196,6 +199,9 @@ pub enum Instr {
         count: u64,
         /// Index of the matching `LoopEnd`.
         end: u32,
+        /// `count` is the group's total: each thread runs its share (`count / size`, the
+        /// remainder going one each to the lowest-indexed threads).
+        split: bool,
     },
     /// End of a loop body; `start` is the index of its `LoopStart`.
     LoopEnd {
@@ -211,6 +217,9 @@ pub enum Instr {
         count: CountExpr,
         /// Index of the first instruction after the block.
         end: u32,
+        /// The first thread moves on by one each iteration of the innermost enclosing loop
+        /// (`first + iteration`, modulo the group size): a rotating serial part.
+        rotate: bool,
     },
     /// `malloc` of a sampled number of bytes from the thread's arena (see [`super::heap`]).
     Malloc(Dist),

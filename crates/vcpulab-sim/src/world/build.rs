@@ -138,9 +138,9 @@ impl World {
             return;
         }
         let instrs = vec![
-            Instr::LoopStart { count: u64::MAX, end: 3 },
+            Instr::LoopStart { count: u64::MAX, end: 3, split: false },
             Instr::Sleep(Dist::Exp { mean: d.interval.0 as f64 }),
-            Instr::Compute { dist: Dist::Exp { mean: d.run.0 as f64 }, skew: 0.0, mem: 0.0 },
+            Instr::Compute { dist: Dist::Exp { mean: d.run.0 as f64 }, skew: 0.0, mem: 0.0, split: false },
             Instr::LoopEnd { start: 0 },
             Instr::End,
         ];

@@ -180,3 +180,40 @@ fn overrides_reach_suite_prefixed_workloads() {
     assert!(keep[0].run.instances[0].counters.spin_ns > 0);
     assert_eq!(block[0].run.instances[0].counters.spin_ns, 0, "the transform applied");
 }
+
+#[test]
+fn split_shares_work_and_iterations_among_the_group() {
+    // 10 ms of compute split over 4 threads; 10 iterations of 1 ms split: 3, 3, 2, 2.
+    let r = run_inline(NATIVE4, "program = [ { compute = \"10ms\", split = true } ]", &[]);
+    let ts: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns / 1_000).collect();
+    assert_eq!(ts, vec![2500; 4]);
+    let r = run_inline(NATIVE4, "program = [ { repeat = { times = 10, split = true, body = [ { compute = \"1ms\" } ] } } ]", &[]);
+    let ts: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns / 1_000).collect();
+    assert_eq!(ts, vec![3000, 3000, 2000, 2000]);
+    // Strong scaling: the same total at every thread count, finished sooner by more threads.
+    let wl = "program = [ { compute = \"16ms\", split = true } ]";
+    let one = run_inline("scenarios = [\"native\"]\nvcpus = [1]", wl, &[]);
+    let four = run_inline(NATIVE4, wl, &[]);
+    let total = |r: &vcpulab_sim::api::ScenarioResult| r.run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns).sum::<u64>();
+    assert_eq!(total(&one[0]), total(&four[0]));
+    assert!(four[0].t_native_s < one[0].t_native_s / 3.0);
+    let e = spec_error("program = [ { compute = \"1ms\", split = 1 } ]");
+    assert!(e.contains("program[0].split") && e.contains("expected true or false"), "{e}");
+}
+
+#[test]
+fn a_rotating_serial_part_visits_every_thread() {
+    let wl = |t: &str| {
+        format!(
+            "objects = {{ b = \"barrier\" }}\nprogram = [ {{ repeat = {{ times = 8, body = [ {{ serial = {{ barrier = \"b\", thread = {t}, body = [ {{ compute = \"1ms\" }} ] }} }} ] }} }} ]"
+        )
+    };
+    let per_thread = |t: &str| -> Vec<u64> {
+        let r = run_inline(NATIVE4, &wl(t), &[]);
+        r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns / 1_000_000).collect()
+    };
+    assert_eq!(per_thread("0"), vec![8, 0, 0, 0]);
+    assert_eq!(per_thread("\"rotate\""), vec![2, 2, 2, 2]);
+    let e = spec_error("objects = { b = \"barrier\" }\nprogram = [ { serial = { barrier = \"b\", thread = \"rotate\", body = [] } } ]");
+    assert!(e.contains("program[0].serial.thread") && e.contains("no"), "{e}");
+}
