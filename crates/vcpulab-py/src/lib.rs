@@ -45,6 +45,7 @@ impl Plan {
                 d.set_item("scenario", c.scenario.name())?;
                 d.set_item("vcpus", c.vcpus)?;
                 d.set_item("threads", c.threads)?;
+                d.set_item("oc_vms", c.oc_vms)?;
                 d.set_item("seed", c.seed)?;
                 d.set_item("variant", &c.variant)?;
                 Ok(d)
@@ -59,27 +60,48 @@ impl Plan {
 
     /// Runs cell `i` (releasing the GIL) and returns its result as JSON text.
     fn run_cell(&mut self, py: Python<'_>, i: usize) -> PyResult<String> {
-        if i >= self.inner.cells().len() {
-            return Err(pyo3::exceptions::PyIndexError::new_err(format!("cell {i} out of range ({} cells)", self.inner.cells().len())));
-        }
+        self.check_index(i)?;
         let inner = &mut self.inner;
-        // The GIL is released while simulating; every few thousand events the run briefly
-        // re-attaches to let Python handle signals, so Ctrl-C stops a long cell promptly.
-        let mut pending: Option<PyErr> = None;
-        let r = py.detach(|| {
-            inner.run_cell_checked(i, &mut || match Python::attach(|py| py.check_signals()) {
-                Ok(()) => false,
-                Err(e) => {
-                    pending = Some(e);
-                    true
-                }
-            })
-        });
-        if let Some(e) = pending {
-            return Err(e);
-        }
-        let r = r.map_err(|e| SimulationError::new_err(e.to_string()))?;
+        let r = interruptible(py, |check| inner.run_cell_checked(i, check))?;
         serde_json::to_string(&r).map_err(|e| VcpulabError::new_err(e.to_string()))
+    }
+
+    /// The simulations cell `i` needs and its content keys, as JSON text (`key`,
+    /// `config_key`, `main`, `base`, `alone`; each job has `key`, `layout`, `count`).
+    fn cell_jobs(&self, i: usize) -> PyResult<String> {
+        self.check_index(i)?;
+        serde_json::to_string(&self.inner.cell_jobs(i)).map_err(|e| VcpulabError::new_err(e.to_string()))
+    }
+
+    /// Simulates the baseline `layout` ("native" or "vms") × `count` of cell `i` (or finds
+    /// it) and returns its summary as JSON text.
+    fn run_job(&mut self, py: Python<'_>, i: usize, layout: &str, count: u32) -> PyResult<String> {
+        self.check_index(i)?;
+        let l = match layout {
+            "native" => vcpulab_sim::scenario::Layout::Native { instances: count },
+            "vms" => vcpulab_sim::scenario::Layout::Vms { vms: count },
+            other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown layout {other:?} (native or vms)"))),
+        };
+        let inner = &mut self.inner;
+        let r = interruptible(py, |check| inner.run_job_checked(i, l, check))?;
+        serde_json::to_string(&r).map_err(|e| VcpulabError::new_err(e.to_string()))
+    }
+
+    /// Records a baseline summary (JSON text from `run_job` or `take_new_summaries`)
+    /// computed elsewhere, so cells paired with job `key` do not simulate it again.
+    fn provide_summary(&mut self, key: &str, summary: &str) -> PyResult<()> {
+        let s: api::RunSummary = serde_json::from_str(summary).map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("bad summary for {key}: {e}")))?;
+        self.inner.provide_summary(key, s);
+        Ok(())
+    }
+
+    /// The baseline summaries simulated since the last call: a list of (key, JSON text).
+    fn take_new_summaries(&mut self) -> PyResult<Vec<(String, String)>> {
+        self.inner
+            .take_new_summaries()
+            .into_iter()
+            .map(|(k, s)| Ok((k, serde_json::to_string(&s).map_err(|e| VcpulabError::new_err(e.to_string()))?)))
+            .collect()
     }
 
     /// The fully materialised spec after overrides (TOML).
@@ -90,6 +112,38 @@ impl Plan {
     fn __len__(&self) -> usize {
         self.inner.cells().len()
     }
+}
+
+impl Plan {
+    fn check_index(&self, i: usize) -> PyResult<()> {
+        let n = self.inner.cells().len();
+        if i >= n {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!("cell {i} out of range ({n} cells)")));
+        }
+        Ok(())
+    }
+}
+
+/// Runs `f` with the GIL released; every few thousand events the simulation briefly
+/// re-attaches to let Python handle signals, so Ctrl-C stops a long run promptly.
+fn interruptible<T: Send>(
+    py: Python<'_>,
+    f: impl Send + FnOnce(&mut dyn FnMut() -> bool) -> Result<T, api::CellError>,
+) -> PyResult<T> {
+    let mut pending: Option<PyErr> = None;
+    let r = py.detach(|| {
+        f(&mut || match Python::attach(|py| py.check_signals()) {
+            Ok(()) => false,
+            Err(e) => {
+                pending = Some(e);
+                true
+            }
+        })
+    });
+    if let Some(e) = pending {
+        return Err(e);
+    }
+    r.map_err(|e| SimulationError::new_err(e.to_string()))
 }
 
 /// The built-in workloads.

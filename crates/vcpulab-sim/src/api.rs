@@ -16,6 +16,9 @@ use crate::workload::profile::parse_workload;
 use crate::world::record::RunRecord;
 use crate::world::RunError;
 
+mod jobs;
+pub use jobs::{CellJobs, JobRef, RunSummary};
+
 /// One cell of the experiment matrix.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Cell {
@@ -27,6 +30,8 @@ pub struct Cell {
     pub vcpus: u32,
     /// Threads per instance.
     pub threads: u32,
+    /// VMs sharing the cores in OC and OC2 (and native instances of OC2's baseline): k.
+    pub oc_vms: u32,
     /// Seed.
     pub seed: u64,
     /// The policy variant (`vm.tlb=pv`, `;`-separated for several keys; empty without
@@ -61,6 +66,8 @@ pub struct ScenarioResult {
     pub vcpus: u32,
     /// Threads per instance.
     pub threads: u32,
+    /// VMs sharing the cores in OC and OC2: k.
+    pub oc_vms: u32,
     /// Seed.
     pub seed: u64,
     /// The policy variant ("" without `experiment.vary`).
@@ -164,16 +171,6 @@ pub fn builtin_workloads() -> Vec<WorkloadInfo> {
         .collect()
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct RunKey {
-    variant: usize,
-    workload: usize,
-    vcpus: u32,
-    threads: u32,
-    seed: u64,
-    layout: Layout,
-}
-
 /// Presentation information of a plan.
 #[derive(Clone, Debug, Serialize)]
 pub struct PlanInfo {
@@ -192,8 +189,18 @@ pub struct Plan {
     /// (label, spec) per policy variant; one unlabeled entry without `experiment.vary`.
     variants: Vec<(String, Spec)>,
     cells: Vec<Cell>,
-    runs: BTreeMap<RunKey, Arc<(RunRecord, f64)>>,
+    /// Full records of recent simulations by job key (bounded: see [`RECENT_RUNS`]).
+    runs: BTreeMap<String, Arc<(RunRecord, f64)>>,
+    /// Insertion order of `runs`, oldest first.
+    run_order: std::collections::VecDeque<String>,
+    /// What a baseline contributes to its cells, by job key (simulated here or provided).
+    summaries: BTreeMap<String, RunSummary>,
+    /// Summaries simulated since the last [`Plan::take_new_summaries`].
+    fresh: Vec<(String, RunSummary)>,
 }
+
+/// How many full run records a plan keeps for reuse (the summaries are kept for all).
+const RECENT_RUNS: usize = 16;
 
 /// Every combination of `vary`'s values as (label, `--set` overrides).
 fn variant_sets(vary: &indexmap::IndexMap<String, Vec<toml::Value>>) -> Vec<(String, Vec<String>)> {
@@ -240,17 +247,27 @@ impl Plan {
         let mut cells = Vec::new();
         for w in &spec.workloads {
             for &vcpus in &spec.experiment.vcpus.0 {
-                let threads = w.threads.or(spec.experiment.threads).unwrap_or(vcpus);
                 for &seed in &spec.experiment.seeds.0 {
                     for &scenario in &spec.experiment.scenarios.0 {
-                        for (label, _) in &variants {
-                            cells.push(Cell { workload: w.name.clone(), scenario, vcpus, threads, seed, variant: label.clone() });
+                        for (label, v) in &variants {
+                            // A variant may change experiment.threads or oc_vms.
+                            let threads = w.threads.or(v.experiment.threads).unwrap_or(vcpus);
+                            let oc_vms = v.experiment.oc_vms;
+                            cells.push(Cell { workload: w.name.clone(), scenario, vcpus, threads, oc_vms, seed, variant: label.clone() });
                         }
                     }
                 }
             }
         }
-        Ok(Plan { spec, variants, cells, runs: BTreeMap::new() })
+        Ok(Plan {
+            spec,
+            variants,
+            cells,
+            runs: BTreeMap::new(),
+            run_order: Default::default(),
+            summaries: BTreeMap::new(),
+            fresh: Vec::new(),
+        })
     }
 
     /// What the CLI needs besides the cells: published values, report settings, variants.
@@ -300,16 +317,35 @@ impl Plan {
         }
     }
 
+    /// The content key of the simulation of `cell` with `layout` (see [`jobs::job_key`]).
+    pub fn job_key(&self, cell: &Cell, layout: Layout) -> String {
+        jobs::job_key(&self.run_config(cell, layout), &cell.workload)
+    }
+
+    /// The simulations cell `i` needs and its content keys.
+    pub fn cell_jobs(&self, i: usize) -> CellJobs {
+        jobs::cell_jobs(self, &self.cells[i])
+    }
+
+    /// Records what the simulation `key` contributes as a baseline, computed elsewhere (by
+    /// another process of a sweep, or stored earlier), so cells paired with it do not
+    /// simulate it again.
+    pub fn provide_summary(&mut self, key: &str, summary: RunSummary) {
+        self.summaries.insert(key.to_string(), summary);
+    }
+
+    /// The baseline summaries simulated since the last call, by job key.
+    pub fn take_new_summaries(&mut self) -> Vec<(String, RunSummary)> {
+        std::mem::take(&mut self.fresh)
+    }
+
+    /// The full record of `cell` with `layout`: reused if recent, else simulated.
     fn run(&mut self, cell: &Cell, layout: Layout, check: &mut dyn FnMut() -> bool) -> Result<Arc<(RunRecord, f64)>, CellError> {
-        let wi = self.spec.workloads.iter().position(|w| w.name == cell.workload).expect("cell workload exists");
-        // Native runs do not depend on VM settings: variants that only change [vm] share them.
-        let vi = self.variant_index(cell);
-        let variant = if matches!(layout, Layout::Native { .. }) && self.native_equivalent(vi) { 0 } else { vi };
-        let key = RunKey { variant, workload: wi, vcpus: cell.vcpus, threads: cell.threads, seed: cell.seed, layout };
+        let cfg = self.run_config(cell, layout);
+        let key = jobs::job_key(&cfg, &cell.workload);
         if let Some(r) = self.runs.get(&key) {
             return Ok(Arc::clone(r));
         }
-        let cfg = self.run_config(cell, layout);
         let start = Instant::now();
         let rec = simulate_run_checked(&cfg, check).map_err(|e: RunError| CellError {
             message: format!(
@@ -323,14 +359,40 @@ impl Plan {
             interrupted: e == RunError::Interrupted,
         })?;
         let r = Arc::new((rec, start.elapsed().as_secs_f64()));
+        let summary = RunSummary::of(&r.0);
+        if self.summaries.insert(key.clone(), summary).is_none() {
+            self.fresh.push((key.clone(), summary));
+        }
+        if self.runs.len() >= RECENT_RUNS {
+            if let Some(old) = self.run_order.pop_front() {
+                self.runs.remove(&old);
+            }
+        }
+        self.run_order.push_back(key.clone());
         self.runs.insert(key, Arc::clone(&r));
         Ok(r)
     }
 
-    /// Whether variant `vi` runs natively exactly like variant 0 (it only changes VM settings).
-    fn native_equivalent(&self, vi: usize) -> bool {
-        let (a, b) = (&self.variants[0].1, &self.variants[vi].1);
-        a.machine == b.machine && a.host == b.host && a.limits == b.limits && a.workloads == b.workloads && a.record == b.record
+    /// The summary of `cell` with `layout`: provided or simulated earlier, else simulated now.
+    fn summary(&mut self, cell: &Cell, layout: Layout, check: &mut dyn FnMut() -> bool) -> Result<RunSummary, CellError> {
+        let key = self.job_key(cell, layout);
+        match self.summaries.get(&key) {
+            Some(s) => Ok(*s),
+            None => Ok(RunSummary::of(&self.run(cell, layout, check)?.0)),
+        }
+    }
+
+    /// Simulates (or finds) the baseline `layout` of cell `i` and returns its summary; a
+    /// sweep uses it for baselines that are no cell's own run (OC2's k native instances, or
+    /// the native and 1-VM runs when those scenarios are not in the matrix).
+    pub fn run_job(&mut self, i: usize, layout: Layout) -> Result<RunSummary, CellError> {
+        self.run_job_checked(i, layout, &mut || false)
+    }
+
+    /// Like [`Plan::run_job`], asking `check` every few thousand events whether to stop.
+    pub fn run_job_checked(&mut self, i: usize, layout: Layout, check: &mut dyn FnMut() -> bool) -> Result<RunSummary, CellError> {
+        let cell = self.cells[i].clone();
+        self.summary(&cell, layout, check)
     }
 
     /// Runs cell `i` (and its baselines, once per plan) and pairs the results.
@@ -341,27 +403,27 @@ impl Plan {
     /// Like [`Plan::run_cell`], asking `check` every few thousand events whether to stop.
     pub fn run_cell_checked(&mut self, i: usize, check: &mut dyn FnMut() -> bool) -> Result<ScenarioResult, CellError> {
         let cell = self.cells[i].clone();
-        let k = self.spec.experiment.oc_vms;
+        let k = cell.oc_vms;
         let main = self.run(&cell, Layout::for_scenario(cell.scenario, k), check)?;
         let base = match Layout::baseline(cell.scenario, k) {
-            Some(l) => Some(self.run(&cell, l, check)?),
+            Some(l) => Some(self.summary(&cell, l, check)?),
             None => None,
         };
         let alone = match cell.scenario {
             Scenario::Native => None,
-            _ => Some(self.run(&cell, Layout::Vms { vms: 1 }, check)?),
+            _ => Some(self.summary(&cell, Layout::Vms { vms: 1 }, check)?),
         };
         let (rec, wall) = (&main.0, main.1);
         let virt = cell.scenario != Scenario::Native;
         let (t_native, c_native) = match &base {
-            Some(b) => (b.0.mean_time_s(), b.0.cycles_per_instance_ns()),
+            Some(b) => (b.mean_time_s, b.cycles_per_instance_ns),
             None => (rec.mean_time_s(), rec.cycles_per_instance_ns()),
         };
         let (t_virt, c_virt) = (rec.mean_time_s(), rec.cycles_per_instance_ns());
         let o = virt.then(|| overhead(t_native, c_native, t_virt, c_virt, Layout::gamma_ratio(cell.scenario, k)));
         let ws = alone.map(|a| {
             let times: Vec<f64> = rec.measured().map(|i| i.finish_ns as f64).collect();
-            weighted_speedup(a.0.measured().next().map_or(0, |i| i.finish_ns) as f64, &times)
+            weighted_speedup(a.first_finish_ns as f64, &times)
         });
         let mut exits = BTreeMap::new();
         let mut host_by = BTreeMap::new();
@@ -390,6 +452,7 @@ impl Plan {
             scenario: cell.scenario,
             vcpus: cell.vcpus,
             threads: cell.threads,
+            oc_vms: cell.oc_vms,
             seed: cell.seed,
             variant: cell.variant.clone(),
             t_native_s: t_native,

@@ -362,8 +362,14 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
         if values.is_empty() {
             return Err((format!("vary.\"{key}\""), "expected at least one value".into()));
         }
-        if key.starts_with("experiment.") {
-            return Err((format!("vary.\"{key}\""), "the experiment's axes cannot be varied; vary settings such as vm.tlb".into()));
+        if key.starts_with("experiment.") && !VARIABLE_EXPERIMENT_FIELDS.contains(&key.as_str()) {
+            return Err((
+                format!("vary.\"{key}\""),
+                format!(
+                    "the experiment's axes cannot be varied (list them instead); of [experiment] only {} can be, besides settings such as vm.tlb",
+                    VARIABLE_EXPERIMENT_FIELDS.join(", ")
+                ),
+            ));
         }
     }
     if e.oc_vms < 2 {
@@ -371,6 +377,10 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
     }
     Ok(())
 }
+
+/// The `[experiment]` fields `vary` accepts: they shape a run without being an axis.
+pub const VARIABLE_EXPERIMENT_FIELDS: [&str; 4] =
+    ["experiment.oc_vms", "experiment.corunner", "experiment.corunner_threads", "experiment.threads"];
 
 /// Copies the TOML of every built-in workload the experiment names (and the spec does not
 /// define itself) into `[workloads.NAME]`.

@@ -3,6 +3,7 @@
 mod examples;
 mod golden;
 mod invariants;
+mod jobs;
 mod language;
 mod mechanisms;
 mod profiles;
