@@ -21,6 +21,12 @@ fn version() -> &'static str {
     vcpulab_sim::VERSION
 }
 
+/// The simulator version and its source fingerprint: `0.1.0+1a2b3c4d5e6f`.
+#[pyfunction]
+fn build_id() -> String {
+    vcpulab_sim::build_id()
+}
+
 /// A validated experiment: its cells and the runs done so far (baselines are reused).
 #[pyclass(module = "vcpulab._vcpulab")]
 struct Plan {
@@ -221,6 +227,7 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SimulationError", py.get_type::<SimulationError>())?;
     m.add_class::<Plan>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(build_id, m)?)?;
     m.add_function(wrap_pyfunction!(workloads, m)?)?;
     m.add_function(wrap_pyfunction!(workload_toml, m)?)?;
     m.add_function(wrap_pyfunction!(policies, m)?)?;

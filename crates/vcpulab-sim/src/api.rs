@@ -493,6 +493,11 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("tlb_latency_p99_bucket_us".into(), t.latency.p99_ns as f64 / 1e3);
         }
         m.insert("tlb_wait_ms".into(), i.counters.tlb_wait_ns as f64 / 1e6);
+        // Digest §1.4 inputs (see `characterize`): average running threads, and voluntary
+        // context switches per thread per second.
+        let secs = i.finish_ns.max(1) as f64 * 1e-9;
+        m.insert("parallelism".into(), i.busy_ns as f64 / i.finish_ns.max(1) as f64);
+        m.insert("sync_per_thread_s".into(), i.counters.nvcsw as f64 / f64::from(i.threads.max(1)) / secs);
         if let Some(r) = &i.responses {
             m.insert("requests".into(), r.count as f64);
             m.insert("throughput_rps".into(), r.throughput_rps);

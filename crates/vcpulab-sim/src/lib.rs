@@ -45,3 +45,12 @@ pub mod world;
 
 /// The version of the simulator (recorded with every result).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Fingerprint of the simulator's source (computed by `build.rs`): two builds with the same
+/// fingerprint simulate identically.
+pub const MODEL_HASH: &str = env!("VCPULAB_MODEL_HASH");
+
+/// `VERSION+MODEL_HASH`: what results record, and part of every stored result's key.
+pub fn build_id() -> String {
+    format!("{VERSION}+{MODEL_HASH}")
+}

@@ -189,8 +189,10 @@ impl World {
             }
             if self.events > self.limits.max_events {
                 return Err(RunError::Limit(format!(
-                    "more than {} events (limits.max_events) at virtual time {}",
-                    self.limits.max_events, t
+                    "more than {} events (limits.max_events) at virtual time {} ({})",
+                    self.limits.max_events,
+                    t,
+                    self.describe_threads()
                 )));
             }
             debug_assert!(t >= self.now, "time went backwards");

@@ -90,7 +90,7 @@ fn job_ref(cfg: &RunConfig, name: &str) -> JobRef {
 pub(super) fn job_key(cfg: &RunConfig, name: &str) -> String {
     #[derive(Serialize)]
     struct View<'a> {
-        simulator: &'static str,
+        simulator: String,
         workload: &'a str,
         workload_hash: &'a str,
         threads: u32,
@@ -111,7 +111,7 @@ pub(super) fn job_key(cfg: &RunConfig, name: &str) -> String {
         Layout::Vms { vms } => ("vms", vms, true),
     };
     let view = View {
-        simulator: env!("CARGO_PKG_VERSION"),
+        simulator: crate::build_id(),
         workload: name,
         workload_hash: &cfg.workload.meta.hash,
         threads: cfg.threads,

@@ -69,7 +69,7 @@ impl World {
         }
     }
 
-    /// Interrupts, then the reschedule point, then queued overhead.
+    /// Interrupts, then queued overhead, then the reschedule point.
     fn step_common(&mut self, k: KernelId, cpu: u32) -> Option<Step> {
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
         if kc.pending != 0 {
@@ -77,10 +77,9 @@ impl World {
             self.handle_irqs(k, cpu, p);
             return Some(Step::Again);
         }
-        if kc.need_resched {
-            self.schedule(k, cpu);
-            return Some(Step::Again);
-        }
+        // Queued kernel work (exit handling, a context switch, an interrupt handler) runs to
+        // its end before the reschedule point: the kernel is not preempted inside it, so a
+        // reschedule requested meanwhile takes effect once, afterwards.
         if let Some(w) = kc.kwork.front() {
             if w.rem == 0 {
                 let then = kc.kwork.pop_front().and_then(|w| w.then);
@@ -91,6 +90,10 @@ impl World {
             }
             let rem = if k == HOST { Rem::HostWork } else { Rem::GuestWork(k, cpu) };
             return Some(Step::Leaf(Leaf { attr: w.attr, rem, thread: None }));
+        }
+        if kc.need_resched {
+            self.schedule(k, cpu);
+            return Some(Step::Again);
         }
         None
     }
