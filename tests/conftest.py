@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,9 +45,14 @@ class Result:
 RunCli = Callable[..., Result]
 
 
-def run_cli(*args: object, cwd: Path | None = None, timeout: float = 600) -> Result:
+def run_cli(*args: object, cwd: Path | None = None, timeout: float = 600, env_extra: dict[str, str] | None = None) -> Result:
     env = dict(os.environ)
     env.pop("VCPULAB_DEBUG", None)
+    if cwd is None:
+        # `vcpulab run SPEC` stores into results/<spec name> under the working directory: keep
+        # each call's store apart, and out of the repository.
+        env["VCPULAB_RESULTS"] = tempfile.mkdtemp(prefix="vcpulab-results-")
+    env.update(env_extra or {})
     proc = subprocess.run(
         vcpulab_command() + [str(a) for a in args],
         cwd=cwd,

@@ -7,6 +7,7 @@ code: 2 for a bad spec or bad usage, 3 when a simulation cannot complete, 130 on
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -16,7 +17,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from . import __version__, render, report
+from . import __version__, analysis, render, report
 from ._vcpulab import (
     Plan,
     SimulationError,
@@ -30,6 +31,18 @@ from ._vcpulab import (
 )
 from .atomic import AtomicWriter
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
+from .store import ResultsStore, StoreError, result_from_row
+from .sweep import (
+    CellFailed,
+    InlineExecutor,
+    OnlyError,
+    SpecPayload,
+    make_executor,
+    parse_only,
+    plan_sweep,
+    run_sweep,
+    select_cells,
+)
 
 EXIT_USAGE = 2
 EXIT_SIMULATION = 3
@@ -178,6 +191,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-o", "--out", metavar="FILE", help="also write the JSON Lines to FILE (all or nothing)")
     run.add_argument(
+        "--results",
+        metavar="DIR",
+        help="results directory (Parquet + DuckDB); default: results/<spec name> for a SPEC file "
+        "($VCPULAB_RESULTS/<spec name> when set), none for a run from flags alone. Cells already stored "
+        "there are not run again.",
+    )
+    run.add_argument("--no-store", action="store_true", help="do not store results (run every cell)")
+    run.add_argument(
+        "-j", "--jobs", type=_int, metavar="N", help="local worker processes (default: all cores; 1 runs in this process)"
+    )
+    run.add_argument("--cluster", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://HOST:8786")
+    run.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="FILTER",
+        help="run only matching cells: FIELD=VALUE[,FIELD=VALUE...], values of one field separated by |, "
+        "e.g. 'workload=dedup,vcpus=16|32' (fields: workload, scenario, vcpus, threads, oc_vms, seed, variant)",
+    )
+    run.add_argument(
         "--cdf-out",
         metavar="FILE",
         help='with [report] cdf = "tlb_latency": write every latency sample and its CDF to FILE (CSV),'
@@ -226,6 +259,56 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--json", action="store_true", help="print the characterization as JSON")
     ch.set_defaults(func=cmd_characterize)
 
+    q = commands.add_parser(
+        "query",
+        help="run DuckDB SQL over a results directory",
+        description="Run SQL over stored results: the views 'runs' (one row per cell) and 'baselines'. "
+        "Schema: docs/results.md, or `vcpulab query RESULTS 'DESCRIBE runs'`.",
+    )
+    q.add_argument("results", metavar="RESULTS", help="results directory")
+    q.add_argument("sql", metavar="SQL", help="a SQL query, e.g. \"SELECT workload, avg(delta_eta_t) FROM runs GROUP BY 1\"")
+    q.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format (default: table)")
+    q.set_defaults(func=cmd_query)
+
+    sm = commands.add_parser(
+        "summary",
+        help="means and 95%% confidence intervals per configuration",
+        description="Per configuration (workload, variant, scenario, vCPUs, threads, k): the number of "
+        "repetitions (seeds) and the mean of each metric with its confidence interval (Student t).",
+    )
+    sm.add_argument("results", metavar="RESULTS", help="results directory")
+    sm.add_argument(
+        "--metric",
+        dest="metrics",
+        action="extend",
+        type=_names,
+        metavar="NAME",
+        help=f"metric column(s) (default: {', '.join(analysis.SUMMARY_METRICS)})",
+    )
+    sm.add_argument("--confidence", type=float, default=0.95, metavar="P", help="confidence level (default: 0.95)")
+    sm.add_argument("--json", action="store_true", help="print JSON Lines")
+    sm.set_defaults(func=cmd_summary)
+
+    cat = commands.add_parser(
+        "categorize",
+        help="TPDS overhead categories and scalability types of stored results",
+        description="Classify each (workload, variant, vCPUs) of stored results into the TPDS overhead "
+        "categories (negligible, high guest, high host, high overcommit; needs UC, and OC2 for the last) "
+        "and the digest §1.4 scalability type (needs the native cell). Thresholds: docs/results.md.",
+    )
+    cat.add_argument("results", metavar="RESULTS", help="results directory")
+    defaults = analysis.Thresholds()
+    for name, help_text in (
+        ("negligible", "|δη_t| below this in UC and OC2 is negligible"),
+        ("guest", "guest part of UC's extra cycles above this is high guest overhead"),
+        ("host", "host part of UC's extra cycles above this is high host overhead"),
+        ("overcommit", "δη_t in OC or OC2 above UC's by more than this is high overcommit overhead"),
+    ):
+        cat.add_argument(f"--{name}", type=float, default=getattr(defaults, name), metavar="X", help=f"{help_text} (default: {getattr(defaults, name)})")
+    cat.add_argument("--slice", type=_duration_ms, default=defaults.slice_ms, metavar="MS", help="time slice of the sync cut-off (default: 24)")
+    cat.add_argument("--json", action="store_true", help="print JSON Lines")
+    cat.set_defaults(func=cmd_categorize)
+
     pol = commands.add_parser(
         "policies",
         help="list the pluggable policies",
@@ -245,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
+    return make_payload(args)[0]
+
+
+def make_payload(args: argparse.Namespace) -> tuple[Plan, SpecPayload]:
+    """The validated plan of the flags and spec, and what rebuilds it in another process."""
     selection = Selection(
         workloads=args.workloads, scenarios=args.scenarios, vcpus=args.vcpus, seeds=args.seeds, threads=args.threads
     )
@@ -255,7 +343,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         loaded, overrides = selection.spec(), list(args.sets)
     else:
         raise CliError(f"{args.command} needs a SPEC file or --workload NAME")
-    return Plan(loaded.text, loaded.source, overrides)
+    return Plan(loaded.text, loaded.source, overrides), SpecPayload(loaded.text, loaded.source, tuple(overrides))
 
 
 def _read_spec(path: str) -> SpecSource:
@@ -268,35 +356,189 @@ def _read_spec(path: str) -> SpecSource:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    plan = make_plan(args)
+    plan, payload = make_payload(args)
     info = report.parse_info(plan.info())
     cdf_out = _cdf_out(args.cdf_out, info)
+    if args.jobs is not None and args.jobs < 1:
+        raise CliError(f"--jobs must be at least 1 (got {args.jobs})")
+    if args.jobs is not None and args.cluster:
+        raise CliError("--jobs and --cluster exclude each other (the cluster's workers run the cells)")
     cells = plan.cells()
-    results: list[dict[str, Any]] = []
-    with _open_out(args.out) as out, render.progress(len(cells), sys.stderr.isatty()) as step:
-        for i, cell in enumerate(cells):
-            step(render.cell_label(cell))
-            result = json.loads(plan.run_cell(i))
-            line = json.dumps(result, ensure_ascii=False)
-            if out is not None:
-                out.write(line + "\n")
-            if args.json:
-                print(line, flush=True)
-            results.append(result)
-    written = _write_cdf(cdf_out, results) if cdf_out is not None else []
+    try:
+        selected = select_cells(cells, parse_only(args.only))
+    except OnlyError as e:
+        raise CliError(str(e)) from None
+    if not selected:
+        raise CliError(f"--only {' '.join(args.only)}: no cell of the experiment matches (see `vcpulab validate`)")
+    if args.out is not None:
+        _check_writable(args.out)
+    results_dir = _results_dir(args)
+    spec_text = plan.spec_toml()
+    spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
+    store = ResultsStore(results_dir) if results_dir is not None else None
+    emit = _InOrder(selected, sys.stdout if args.json else None)
+    with (store.writer() if store is not None else nullcontext()) as writer:
+        stored_keys = store.keys() if store is not None else set()
+        known = store.baselines() if store is not None else {}
+        sweep = plan_sweep(plan, selected, stored_keys, known)
+        if writer is not None:
+            writer.save_spec(spec_hash, spec_text)
+        if store is not None and sweep.stored:
+            rows = store.rows(sweep.jobs[i]["key"] for i in sweep.stored)
+            for i in sweep.stored:
+                emit.add(i, result_from_row(rows[sweep.jobs[i]["key"]]))
+        units = sum(len(t.cells) if t.kind == "cell" else 1 for t in sweep.tasks)
+        executor = make_executor(args.jobs, args.cluster) if sweep.tasks else InlineExecutor()
+        interactive = sys.stderr.isatty()
+        if sweep.stored and interactive:
+            sys.stderr.write(f"vcpulab: {len(sweep.stored)} of {len(selected)} cells already stored in {results_dir}\n")
+
+        def on_result(i: int, r: dict[str, Any]) -> None:
+            emit.add(i, r)
+            done(render.cell_label(cells[i]))
+
+        try:
+            with render.sweep_progress(units, interactive, executor.workers) as done:
+                report_ = run_sweep(
+                    plan,
+                    payload,
+                    sweep,
+                    executor,
+                    writer,
+                    spec_hash=spec_hash,
+                    on_result=on_result,
+                    on_baseline=lambda t: done(f"baseline of {render.cell_label(cells[t.cells[0]])}"),
+                )
+        except CellFailed as e:
+            kept = f"; {e.stored} finished cells are stored in {results_dir} (run again to continue)" if writer else ""
+            raise CliError(f"{e}{kept}", EXIT_SIMULATION) from None
+        except KeyboardInterrupt:
+            kept = f" (finished cells are stored in {results_dir}; run the same command again to continue)" if writer else ""
+            raise CliError(f"interrupted{kept}", EXIT_INTERRUPTED) from None
+        if writer is not None and report_.ran:
+            writer.compact()
+    results = emit.results
+    ordered = [results[i] for i in selected]
+    if args.out is not None:
+        with AtomicWriter(args.out) as out:
+            for r in ordered:
+                out.write(json.dumps(r, ensure_ascii=False) + "\n")
+    written = _write_cdf(cdf_out, ordered) if cdf_out is not None else []
     if not args.json:
         console = render.stdout_console()
-        console.print(render.results_table(results, info.columns))
+        console.print(render.results_table(ordered, info.columns))
         console.print(render.legend())
         if info.published:
-            settings = tomllib.loads(plan.spec_toml())
+            settings = tomllib.loads(spec_text)
             console.print()
-            console.print(render.published_table(report.compare_published(info.published, results, settings)))
+            console.print(render.published_table(report.compare_published(info.published, ordered, settings)))
         if info.cdf == "tlb_latency":
             console.print()
-            console.print(render.cdf_table(results, [report.cdf_summary(r) for r in results]))
+            console.print(render.cdf_table(ordered, [report.cdf_summary(r) for r in ordered]))
         if written:
             console.print(f"wrote {', '.join(written)}", style="dim", highlight=False)
+        if results_dir is not None:
+            ran, kept_n = report_.ran, len(sweep.stored)
+            console.print(
+                f"results: {results_dir} ({ran} cells run, {kept_n} already stored); "
+                f"query with `vcpulab summary {results_dir}` or `vcpulab query {results_dir} SQL`",
+                style="dim",
+                highlight=False,
+            )
+    return 0
+
+
+class _InOrder:
+    """Collects results arriving in any order; with a stream, prints each one as JSON as soon
+    as every cell before it (in the plan's order) has been printed."""
+
+    def __init__(self, order: Sequence[int], stream: TextIO | None) -> None:
+        self.order = list(order)
+        self.stream = stream
+        self.results: dict[int, dict[str, Any]] = {}
+        self._next = 0
+
+    def add(self, i: int, result: dict[str, Any]) -> None:
+        self.results[i] = result
+        while self._next < len(self.order) and self.order[self._next] in self.results:
+            if self.stream is not None:
+                self.stream.write(json.dumps(self.results[self.order[self._next]], ensure_ascii=False) + "\n")
+                self.stream.flush()
+            self._next += 1
+
+
+def _results_dir(args: argparse.Namespace) -> str | None:
+    """Where results go: --results, else results/<spec stem> for a spec file, else nowhere."""
+    if args.no_store:
+        if args.results:
+            raise CliError("--results and --no-store exclude each other")
+        return None
+    if args.results:
+        return str(args.results)
+    if args.spec is not None:
+        return os.path.join(os.environ.get("VCPULAB_RESULTS") or "results", Path(args.spec).stem)
+    return None
+
+
+def _open_store(path: str) -> ResultsStore:
+    try:
+        return ResultsStore.open_existing(path)
+    except StoreError as e:
+        raise CliError(str(e)) from None
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    import duckdb
+
+    con = _open_store(args.results).connect()
+    try:
+        cur = con.execute(args.sql)
+    except duckdb.Error as e:
+        raise CliError(f"query failed: {e}") from None
+    if cur.description is None:
+        return 0
+    columns = [d[0] for d in cur.description]
+    rows = cur.fetchall()
+    if args.format == "json":
+        for row in rows:
+            print(json.dumps(dict(zip(columns, row, strict=True)), ensure_ascii=False, default=str))
+    elif args.format == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(columns)
+        w.writerows(rows)
+    else:
+        render.stdout_console().print(render.query_table(columns, rows))
+    return 0
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    if not 0 < args.confidence < 1:
+        raise CliError(f"--confidence must be between 0 and 1 (got {args.confidence})")
+    metrics = args.metrics or list(analysis.SUMMARY_METRICS)
+    try:
+        rows = analysis.summary(_open_store(args.results), metrics, args.confidence)
+    except KeyError as e:
+        raise CliError(str(e.args[0])) from None
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+        return 0
+    render.stdout_console().print(render.summary_table(rows, metrics, args.confidence))
+    return 0
+
+
+def cmd_categorize(args: argparse.Namespace) -> int:
+    th = analysis.Thresholds(
+        negligible=args.negligible, guest=args.guest, host=args.host, overcommit=args.overcommit, slice_ms=args.slice
+    )
+    rows = analysis.categorize(_open_store(args.results), th)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+        return 0
+    render.stdout_console().print(render.categories_table(rows))
     return 0
 
 
@@ -322,13 +564,6 @@ def _write_cdf(path: Path, results: Sequence[dict[str, Any]]) -> list[str]:
         return [str(path), str(png)]
     sys.stderr.write(f"vcpulab: note: matplotlib is not installed; skipped the plot '{png}' (pip install matplotlib)\n")
     return [str(path)]
-
-
-def _open_out(path: str | None) -> AtomicWriter | nullcontext[None]:
-    if path is None:
-        return nullcontext()
-    _check_writable(path)
-    return AtomicWriter(path)
 
 
 def _check_writable(path: str) -> None:
@@ -423,7 +658,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise CliError("missing command (run, validate, workloads, bench); see 'vcpulab --help'")
+            raise CliError("missing command (run, summary, query, validate, workloads, ...); see 'vcpulab --help'")
         code: int = args.func(args)
         sys.stdout.flush()
         return code
@@ -433,6 +668,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(e, EXIT_USAGE)
     except (SimulationError, VcpulabError) as e:
         return _fail(e, EXIT_SIMULATION)
+    except StoreError as e:
+        return _fail(e, EXIT_USAGE)
+    except ConnectionError as e:
+        return _fail(e, EXIT_USAGE)
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:

@@ -11,7 +11,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -354,3 +361,91 @@ def progress(total: int, enabled: bool) -> Iterator[Callable[[str], None]]:
 
         yield step
         bar.update(task, completed=total)
+
+
+@contextmanager
+def sweep_progress(total: int, enabled: bool, workers: int) -> Iterator[Callable[[str], None]]:
+    """A progress bar with an ETA over ``total`` simulations run by ``workers`` workers;
+    yields ``done(label)``, called as each one finishes."""
+    if not enabled or total == 0:
+        yield lambda _label: None
+        return
+    bar = Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        redirect_stdout=sys.stdout.isatty(),
+        redirect_stderr=False,
+    )
+    with bar:
+        task = bar.add_task(f"{workers} worker{'s' if workers != 1 else ''}", total=total)
+
+        def done(label: str) -> None:
+            bar.update(task, advance=1, description=label)
+
+        yield done
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def query_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    """The rows of a SQL query."""
+    table = Table(show_edge=False, pad_edge=False)
+    for c in columns:
+        table.add_column(c, overflow="fold")
+    for row in rows:
+        table.add_row(*(_cell(v) for v in row))
+    return table
+
+
+def _estimate(metric: str, mean: float | None, ci: float | None) -> str:
+    fmt = fmt_pct if metric.startswith("delta_eta") else fmt_number
+    if mean is None:
+        return DASH
+    if ci is None:
+        return fmt(mean)
+    if metric.startswith("delta_eta"):
+        return f"{fmt(mean)} ± {ci * 100:.1f}"
+    return f"{fmt(mean)} ± {fmt_number(ci)}"
+
+
+def summary_table(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str], confidence: float) -> Table:
+    """Means ± confidence-interval half-widths per configuration."""
+    table = Table(title=f"mean ± {confidence:.0%} confidence half-width over repetitions", show_edge=False, pad_edge=False)
+    for c in ("workload", "variant", "scenario", "vCPUs", "threads", "k", "n"):
+        table.add_column(c, justify="right" if c in ("vCPUs", "threads", "k", "n") else "left")
+    for m in metrics:
+        table.add_column(m, justify="right")
+    for r in rows:
+        table.add_row(
+            r["workload"], r["variant"] or DASH, r["scenario"], str(r["vcpus"]), str(r["threads"]), str(r["oc_vms"]),
+            str(r["repetitions"]), *(_estimate(m, r[m], r[f"{m}_ci"]) for m in metrics),
+        )  # fmt: skip
+    return table
+
+
+def categories_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """TPDS overhead categories and scalability types."""
+    table = Table(show_edge=False, pad_edge=False)
+    for c in ("workload", "variant", "vCPUs", "δη_t UC", "guest part", "host part", "δη_t OC", "δη_t OC2",
+              "categories", "parallelism", "sync/thread/s", "type"):  # fmt: skip
+        table.add_column(c, justify="left" if c in ("workload", "variant", "categories") else "right")
+    for r in rows:
+        table.add_row(
+            r["workload"], r["variant"] or DASH, str(r["vcpus"]), fmt_pct(r["dt_uc"]), fmt_pct(r["guest_part"]),
+            fmt_pct(r["host_part"]), fmt_pct(r["dt_oc"]), fmt_pct(r["dt_oc2"]), ", ".join(r["categories"]) or DASH,
+            fmt_number(r["parallelism"]), fmt_number(r["sync_per_thread_s"]),
+            DASH if r["scalability_type"] is None else str(r["scalability_type"]),
+        )  # fmt: skip
+    return table

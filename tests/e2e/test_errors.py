@@ -121,7 +121,10 @@ def test_bad_input(case: Case, cli: RunCli, tmp_path: Path) -> None:
     assert "Traceback" not in r.err
     assert case.needle in lines[0]
     assert not out.exists()
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no temp file left
+    # No temp file left; a run that failed part-way keeps what finished in its results store.
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert not [p for p in after if p.name.endswith(".tmp")]
+    assert [p for p in after if p.parts[0] != "results"] == before
 
 
 @pytest.mark.parametrize(
@@ -184,6 +187,8 @@ def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path: Path) -> None:
     started = time.monotonic()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert err.splitlines() == ["vcpulab: error: interrupted"]
+    assert len(err.splitlines()) == 1 and err.startswith("vcpulab: error: interrupted"), err
+    assert "run the same command again to continue" in err
     assert time.monotonic() - started < 60
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.toml"]
+    # No partial --out file; the cells that finished are in the results store.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.toml", "results"]

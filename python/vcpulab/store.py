@@ -1,0 +1,358 @@
+"""The results store: a directory of Parquet files, committed through an append-only manifest,
+queried with DuckDB. The layout and the schema are documented in ``docs/results.md``.
+
+::
+
+    RESULTS/
+      manifest.jsonl          the commit log: which part files hold committed rows
+      runs/part-*.parquet     one row per cell (every metric and counter, keys, versions)
+      baselines/part-*.parquet  one row per simulation: what a baseline contributes to cells
+      specs/<hash>.toml       every materialised spec that wrote here
+      .lock                   held by the sweep writing (one writer at a time)
+
+A part file is written to a temporary name, synced and renamed, then a line naming it is
+appended to ``manifest.jsonl`` and synced: a part counts only once that line is complete, so
+a crash at any point leaves the store as it was before the part (an orphan file is removed by
+the next writer). Compaction merges the parts of a table into one the same way and commits
+the replacement in one manifest line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = "vcpulab-results"
+FORMAT_VERSION = 1
+TABLES = ("runs", "baselines")
+
+
+class StoreError(Exception):
+    """A results directory that cannot be used (not a store, locked, unreadable)."""
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _column(name: str) -> str:
+    """A key of a result map as a SQL-friendly column name fragment: ``MSR-write`` → ``msr_write``."""
+    return re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower()
+
+
+# Columns of a run row that come straight from the result object, in order.
+SCALARS = (
+    "workload",
+    "workload_version",
+    "workload_hash",
+    "scenario",
+    "vcpus",
+    "threads",
+    "oc_vms",
+    "seed",
+    "variant",
+    "t_native_s",
+    "t_virt_s",
+    "delta_eta_r",
+    "delta_eta_t",
+    "omega",
+    "weighted_speedup",
+    "c_native_ns",
+    "c_virt_ns",
+    "guest_ns",
+    "host_ns",
+    "events",
+    "duration_s",
+    "wall_s",
+)
+
+
+def run_row(result: Mapping[str, Any], *, key: str, config_key: str, spec_hash: str, version: str) -> dict[str, Any]:
+    """Flattens a result object into one row: identification, the scalar results, then
+    ``exit_<reason>``, ``host_ns_<reason>``, ``ns_<layer>_<cause>`` and every metric under
+    its own name; ``result_json`` keeps the result (without ``run``) and ``run_json`` the full
+    scenario record."""
+    row: dict[str, Any] = {
+        "key": key,
+        "config_key": config_key,
+        "spec_hash": spec_hash,
+        "vcpulab_version": version,
+    }
+    for name in SCALARS:
+        row[name] = result.get(name)
+    flat: dict[str, Any] = {}
+    for reason, n in result.get("exits", {}).items():
+        flat[f"exit_{_column(reason)}"] = n
+    for reason, ns in result.get("host_ns_by_reason", {}).items():
+        flat[f"host_ns_{_column(reason)}"] = ns
+    for layer, causes in result.get("breakdown", {}).items():
+        for cause, ns in causes.items():
+            flat[f"ns_{_column(layer)}_{_column(cause)}"] = ns
+    for name, value in result.get("metrics", {}).items():
+        flat[_column(name)] = value
+    clash = set(flat) & set(row)
+    if clash:  # a new metric named like a fixed column: a bug of ours, not of the user
+        raise RuntimeError(f"result fields clash with fixed columns: {sorted(clash)}")
+    row.update(sorted(flat.items()))
+    rest = {k: v for k, v in result.items() if k != "run"}
+    row["result_json"] = json.dumps(rest, ensure_ascii=False, sort_keys=True)
+    row["run_json"] = json.dumps(result.get("run"), ensure_ascii=False, sort_keys=True)
+    return row
+
+
+def result_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The result object back from a stored row."""
+    result: dict[str, Any] = json.loads(row["result_json"])
+    result["run"] = json.loads(row["run_json"])
+    return result
+
+
+@dataclass
+class _Manifest:
+    parts: dict[str, list[str]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    lines: int = 0
+
+
+def _read_manifest(path: Path) -> _Manifest:
+    m = _Manifest()
+    if not path.exists():
+        return m
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    lines = text.split("\n")
+    complete = lines[:-1] if not text.endswith("\n") else lines  # a torn last line never counted
+    for number, line in enumerate(complete, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise StoreError(f"{path}:{number}: not a JSON line (the manifest is damaged)") from None
+        op = rec.get("op")
+        if op == "format":
+            if rec.get("format") != FORMAT or rec.get("version") != FORMAT_VERSION:
+                raise StoreError(f"{path}: unsupported store format {rec.get('format')!r} version {rec.get('version')!r}")
+        elif op == "add":
+            m.parts[rec["table"]].append(rec["file"])
+        elif op == "replace":
+            gone = set(rec["files"])
+            m.parts[rec["table"]] = [p for p in m.parts[rec["table"]] if p not in gone] + [rec["file"]]
+        else:
+            raise StoreError(f"{path}:{number}: unknown manifest operation {op!r}")
+        m.lines += 1
+    return m
+
+
+class ResultsStore:
+    """A results directory. Reading needs no lock; :meth:`writer` takes the directory's lock."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.manifest_path = self.root / "manifest.jsonl"
+
+    # --- reading ----------------------------------------------------------------------------
+
+    @classmethod
+    def open_existing(cls, root: str | os.PathLike[str]) -> ResultsStore:
+        """A store that must exist (for query and summary)."""
+        store = cls(root)
+        if not store.root.is_dir():
+            raise StoreError(f"'{root}' is not a directory (run `vcpulab run SPEC --results {root}` first)")
+        if not store.manifest_path.exists():
+            raise StoreError(f"'{root}' is not a vcpulab results directory (no manifest.jsonl)")
+        return store
+
+    def parts(self, table: str) -> list[Path]:
+        """The committed part files of ``table``."""
+        return [self.root / p for p in _read_manifest(self.manifest_path).parts[table]]
+
+    def connect(self) -> Any:
+        """An in-memory DuckDB connection with the views ``runs`` and ``baselines`` over the
+        committed parts (an empty table when there are none)."""
+        import duckdb
+
+        con = duckdb.connect(":memory:")
+        for table in TABLES:
+            files = [str(p) for p in self.parts(table)]
+            if files:
+                listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listed}], union_by_name = true)")
+            else:
+                con.execute(f"CREATE VIEW {table} AS SELECT NULL::VARCHAR AS key WHERE false")
+        return con
+
+    def keys(self) -> set[str]:
+        """Keys of the stored cells."""
+        return {k for (k,) in self._scan("runs", "key")}
+
+    def baselines(self) -> dict[str, str]:
+        """Stored simulation summaries: job key → summary JSON."""
+        return {k: s for k, s in self._scan("baselines", "key, summary_json")}
+
+    def rows(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The stored rows (``result_json``, ``run_json``) of ``keys``."""
+        wanted = list(keys)
+        if not wanted or not self.parts("runs"):
+            return {}
+        con = self.connect()
+        con.execute("CREATE TEMP TABLE wanted(key VARCHAR)")
+        con.executemany("INSERT INTO wanted VALUES (?)", [(k,) for k in wanted])
+        cur = con.execute(
+            "SELECT r.key, any_value(r.result_json), any_value(r.run_json) FROM runs r JOIN wanted USING (key) GROUP BY r.key"
+        )
+        return {k: {"result_json": res, "run_json": run} for k, res, run in cur.fetchall()}
+
+    def _scan(self, table: str, columns: str) -> list[tuple[Any, ...]]:
+        if not self.manifest_path.exists() or not self.parts(table):
+            return []
+        rows: list[tuple[Any, ...]] = self.connect().execute(f"SELECT {columns} FROM {table}").fetchall()
+        return rows
+
+    # --- writing ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[StoreWriter]:
+        """Creates the store if needed, takes its lock (one writer at a time), removes what an
+        earlier crash left uncommitted, and yields a :class:`StoreWriter`."""
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"cannot use '{self.root}' as a results directory: it is a file")
+        if self.root.is_dir() and any(self.root.iterdir()) and not self.manifest_path.exists():
+            raise StoreError(
+                f"'{self.root}' exists and is not a vcpulab results directory (no manifest.jsonl); "
+                "choose an empty or new directory"
+            )
+        for sub in ("runs", "baselines", "specs"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        lock = open(self.root / ".lock", "a+")
+        try:
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreError(f"'{self.root}' is being written by another vcpulab process (lock {self.root / '.lock'})") from None
+            if not self.manifest_path.exists():
+                self._append_line({"op": "format", "format": FORMAT, "version": FORMAT_VERSION})
+            self._truncate_torn_line()
+            self._remove_orphans()
+            yield StoreWriter(self)
+        finally:
+            lock.close()
+
+    def _append_line(self, rec: Mapping[str, Any]) -> None:
+        with open(self.manifest_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _truncate_torn_line(self) -> None:
+        data = self.manifest_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with open(self.manifest_path, "r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+                os.fsync(f.fileno())
+
+    def _remove_orphans(self) -> None:
+        committed = {p for parts in _read_manifest(self.manifest_path).parts.values() for p in parts}
+        for table in TABLES:
+            for path in (self.root / table).iterdir():
+                if f"{table}/{path.name}" not in committed:
+                    path.unlink()
+
+
+class StoreWriter:
+    """Appends parts to a locked store."""
+
+    def __init__(self, store: ResultsStore) -> None:
+        self.store = store
+
+    def _write_part(self, table: str, rows: Sequence[Mapping[str, Any]]) -> str:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        name = f"{table}/part-{uuid.uuid4().hex[:16]}.parquet"
+        target = self.store.root / name
+        fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        try:
+            pq.write_table(pa.Table.from_pylist(list(rows)), tmp, compression="zstd")
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+                os.chmod(f.fileno(), 0o666 & ~_umask())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _sync_dir(target.parent)
+        return name
+
+    def append(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Commits ``rows`` to ``table`` as one new part (nothing when empty)."""
+        if not rows:
+            return
+        name = self._write_part(table, rows)
+        self.store._append_line({"op": "add", "table": table, "file": name, "rows": len(rows)})
+
+    def add_baselines(self, summaries: Iterable[tuple[str, str]], version: str) -> None:
+        """Commits simulation summaries (job key, summary JSON)."""
+        self.append("baselines", [{"key": k, "summary_json": s, "vcpulab_version": version} for k, s in summaries])
+
+    def save_spec(self, spec_hash: str, text: str) -> None:
+        """Keeps the materialised spec that produced rows (once per hash)."""
+        path = self.store.root / "specs" / f"{spec_hash}.toml"
+        if path.exists():
+            return
+        from .atomic import AtomicWriter
+
+        with AtomicWriter(path) as f:
+            f.write(text)
+
+    def compact(self) -> None:
+        """Merges each table's parts into one part (rows with the same key kept once) and
+        rewrites the manifest to the current state."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        store = self.store
+        for table in TABLES:
+            parts = store.parts(table)
+            if len(parts) <= 1:
+                continue
+            merged = pa.concat_tables([pq.read_table(p) for p in parts], promote_options="default")
+            seen: set[str] = set()
+            keep = []
+            for i, k in enumerate(merged.column("key").to_pylist()):
+                if k not in seen:
+                    seen.add(k)
+                    keep.append(i)
+            name = self._write_part(table, merged.take(keep).to_pylist())
+            files = [f"{table}/{p.name}" for p in parts]
+            store._append_line({"op": "replace", "table": table, "files": files, "file": name})
+            for p in parts:
+                p.unlink(missing_ok=True)
+        # The log now folds to one part per table: rewrite it as such (atomically).
+        state = _read_manifest(store.manifest_path)
+        from .atomic import AtomicWriter
+
+        with AtomicWriter(store.manifest_path) as f:
+            f.write(json.dumps({"format": FORMAT, "op": "format", "version": FORMAT_VERSION}, sort_keys=True) + "\n")
+            for table in TABLES:
+                for p in state.parts[table]:
+                    f.write(json.dumps({"file": p, "op": "add", "table": table}, sort_keys=True) + "\n")

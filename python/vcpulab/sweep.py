@@ -1,0 +1,408 @@
+"""Running an experiment's cells as a sweep: on all local cores, on a Dask cluster, or inline;
+skipping what the results store already holds, storing each result as soon as it exists.
+
+Work is split into **tasks**, each one simulation:
+
+- a *cell task* runs a cell's own simulation and pairs it with its baseline and 1-VM
+  reference, which it receives as summaries (it never re-simulates them);
+- a *baseline task* runs a simulation that is a dependency but no selected cell's own run
+  (OC2's k native instances; the native or 1-VM run when that scenario is not selected).
+
+A cell task becomes ready once the summaries of its dependencies are known (from the store, or
+from a finished task), so every baseline runs once and is shared by all the cells paired with
+it, whichever process or machine runs them. Each simulation is a pure function of its
+configuration, so the results do not depend on the executor, the number of workers or the
+order of completion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ._vcpulab import Plan, VcpulabError
+from ._vcpulab import version as _version
+from .store import StoreWriter, run_row
+
+# --- the work -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecPayload:
+    """What a worker needs to rebuild the plan: spec text, its source name, overrides."""
+
+    text: str
+    source: str
+    overrides: tuple[str, ...]
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for part in (self.text, self.source, *self.overrides):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Task:
+    """One simulation: the own run of ``cells`` (``kind == "cell"``: cells that share their
+    own run, such as OC and OC2 with the same k) or a baseline of cell ``cells[0]``."""
+
+    kind: str
+    cells: tuple[int, ...]
+    key: str
+    layout: str = ""
+    count: int = 0
+    deps: tuple[str, ...] = ()
+
+
+@dataclass
+class Outcome:
+    """What a task returns: each cell's result (cell tasks) and every summary it simulated."""
+
+    task: Task
+    results: list[tuple[int, str]]
+    summaries: list[tuple[str, str]]
+
+
+_PLANS: dict[str, Plan] = {}
+
+
+def _plan_for(payload: SpecPayload) -> Plan:
+    plan = _PLANS.get(payload.digest)
+    if plan is None:
+        _PLANS.clear()  # one experiment per worker at a time
+        plan = Plan(payload.text, payload.source, list(payload.overrides))
+        _PLANS[payload.digest] = plan
+    return plan
+
+
+class TaskFailed(Exception):
+    """A simulation failed in a worker (a plain, picklable carrier of the simulator's message)."""
+
+
+def execute(payload: SpecPayload, task: Task, provided: dict[str, str]) -> Outcome:
+    """Runs one task (in whatever process the executor chose)."""
+    try:
+        return _execute(payload, task, provided)
+    except VcpulabError as e:
+        # The native module's exceptions do not survive pickling between processes.
+        raise TaskFailed(str(e)) from None
+
+
+def _execute(payload: SpecPayload, task: Task, provided: dict[str, str]) -> Outcome:
+    plan = _plan_for(payload)
+    for key, summary in provided.items():
+        plan.provide_summary(key, summary)
+    results = []
+    if task.kind == "cell":
+        results = [(i, plan.run_cell(i)) for i in task.cells]
+    else:
+        plan.run_job(task.cells[0], task.layout, task.count)
+    return Outcome(task, results, plan.take_new_summaries())
+
+
+# --- executors ------------------------------------------------------------------------------
+
+
+class Executor(Protocol):
+    """Runs tasks somewhere; finished ones come back through :meth:`next_done`."""
+
+    workers: int
+
+    def submit(self, payload: SpecPayload, task: Task, provided: dict[str, str]) -> None: ...
+    def next_done(self, timeout: float) -> tuple[Task, Outcome | BaseException] | None: ...
+    def close(self, cancel: bool) -> None: ...
+
+
+class InlineExecutor:
+    """Runs each task in this process when asked for the next result (``--jobs 1``)."""
+
+    workers = 1
+
+    def __init__(self) -> None:
+        self._pending: deque[tuple[SpecPayload, Task, dict[str, str]]] = deque()
+
+    def submit(self, payload: SpecPayload, task: Task, provided: dict[str, str]) -> None:
+        self._pending.append((payload, task, provided))
+
+    def next_done(self, timeout: float) -> tuple[Task, Outcome | BaseException] | None:
+        if not self._pending:
+            return None
+        payload, task, provided = self._pending.popleft()
+        try:
+            return task, execute(payload, task, provided)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            return task, e
+
+    def close(self, cancel: bool) -> None:
+        self._pending.clear()
+
+
+def _ignore_sigint() -> None:
+    # Workers leave Ctrl-C to the parent, which stops them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class LocalExecutor:
+    """A pool of worker processes on this machine (default: one per core)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        ctx = multiprocessing.get_context("forkserver")
+        self._pool = ctx.Pool(workers, initializer=_ignore_sigint)
+        self._done: queue.Queue[tuple[Task, Outcome | BaseException]] = queue.Queue()
+
+    def submit(self, payload: SpecPayload, task: Task, provided: dict[str, str]) -> None:
+        self._pool.apply_async(
+            execute,
+            (payload, task, provided),
+            callback=lambda out: self._done.put((task, out)),
+            error_callback=lambda exc: self._done.put((task, exc)),
+        )
+
+    def next_done(self, timeout: float) -> tuple[Task, Outcome | BaseException] | None:
+        try:
+            return self._done.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self, cancel: bool) -> None:
+        if cancel:
+            self._pool.terminate()
+        else:
+            self._pool.close()
+        self._pool.join()
+
+
+class DaskExecutor:
+    """Tasks on a Dask distributed cluster (``--cluster tcp://HOST:8786``). The workers need
+    vcpulab installed (the same version: results carry it)."""
+
+    def __init__(self, address: str) -> None:
+        try:
+            from distributed import Client
+        except ImportError as e:  # pragma: no cover - dask is a dependency
+            raise RuntimeError("--cluster needs dask[distributed] (pip install 'dask[distributed]')") from e
+        try:
+            self._client = Client(address, timeout="10s", set_as_default=False)
+        except OSError as e:
+            raise ConnectionError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+        info = self._client.scheduler_info()
+        self.workers = max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
+        self._done: queue.Queue[tuple[Task, Outcome | BaseException]] = queue.Queue()
+        self._futures: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, payload: SpecPayload, task: Task, provided: dict[str, str]) -> None:
+        fut = self._client.submit(execute, payload, task, provided, pure=False, retries=0)
+        with self._lock:
+            self._futures[fut.key] = fut
+
+        def done(f: Any) -> None:
+            with self._lock:
+                self._futures.pop(f.key, None)
+            try:
+                self._done.put((task, f.result()))
+            except BaseException as e:  # the task's own error, or its cancellation
+                self._done.put((task, e))
+
+        fut.add_done_callback(done)
+
+    def next_done(self, timeout: float) -> tuple[Task, Outcome | BaseException] | None:
+        try:
+            return self._done.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self, cancel: bool) -> None:
+        with self._lock:
+            futures = list(self._futures.values())
+        if cancel and futures:
+            self._client.cancel(futures)
+        self._client.close()
+
+
+def make_executor(jobs: int | None, cluster: str | None) -> Executor:
+    if cluster:
+        return DaskExecutor(cluster)
+    workers = jobs if jobs is not None else (os.cpu_count() or 1)
+    if workers <= 1:
+        return InlineExecutor()
+    return LocalExecutor(workers)
+
+
+# --- the sweep ------------------------------------------------------------------------------
+
+
+class CellFailed(Exception):
+    """A simulation of the sweep failed; the results finished before it are stored."""
+
+    def __init__(self, message: str, stored: int) -> None:
+        super().__init__(message)
+        self.stored = stored
+
+
+@dataclass
+class SweepPlan:
+    """Which cells to run and which tasks that takes."""
+
+    cells: list[int]
+    jobs: dict[int, dict[str, Any]]
+    stored: list[int]
+    tasks: list[Task]
+    known: dict[str, str] = field(default_factory=dict)
+
+
+def plan_sweep(plan: Plan, selected: Sequence[int], stored_keys: set[str], baselines: dict[str, str]) -> SweepPlan:
+    """Tasks for the selected cells that are not stored yet."""
+    jobs = {i: json.loads(plan.cell_jobs(i)) for i in selected}
+    todo = [i for i in selected if jobs[i]["key"] not in stored_keys]
+    stored = [i for i in selected if jobs[i]["key"] in stored_keys]
+    by_main: dict[str, list[int]] = {}
+    for i in todo:
+        by_main.setdefault(jobs[i]["main"]["key"], []).append(i)
+    tasks: list[Task] = []
+    extra: dict[str, Task] = {}
+    for main, group in by_main.items():
+        deps = []
+        for i in group:
+            for role in ("base", "alone"):
+                job = jobs[i][role]
+                if job is None or job["key"] in baselines or job["key"] == main:
+                    continue
+                deps.append(job["key"])
+                if job["key"] not in by_main and job["key"] not in extra:
+                    extra[job["key"]] = Task("baseline", (i,), job["key"], job["layout"], job["count"])
+        tasks.append(Task("cell", tuple(group), main, deps=tuple(dict.fromkeys(deps))))
+    # Baselines first, then cells in plan order (native cells before the ones they feed).
+    return SweepPlan(cells=list(selected), jobs=jobs, stored=stored, tasks=[*extra.values(), *tasks], known=dict(baselines))
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did."""
+
+    ran: int = 0
+    skipped: int = 0
+    baselines: int = 0
+    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+def run_sweep(
+    plan: Plan,
+    payload: SpecPayload,
+    sweep: SweepPlan,
+    executor: Executor,
+    writer: StoreWriter | None,
+    *,
+    spec_hash: str,
+    on_result: Callable[[int, dict[str, Any]], None] = lambda i, r: None,
+    on_baseline: Callable[[Task], None] = lambda t: None,
+) -> SweepReport:
+    """Runs ``sweep``'s tasks on ``executor``; every finished cell is stored (and passed to
+    ``on_result``) before the next result is awaited. Raises :class:`CellFailed` on the first
+    failed simulation (after cancelling the rest) and lets KeyboardInterrupt through (after
+    stopping the workers); what finished before either is stored."""
+    version = _version()
+    known = dict(sweep.known)
+    report = SweepReport(skipped=len(sweep.stored))
+    waiting = list(sweep.tasks)
+    in_flight = 0
+    limit = max(2, 2 * executor.workers)
+    cancel = True
+    try:
+        while waiting or in_flight:
+            ready = [t for t in waiting if all(d in known for d in t.deps)]
+            for t in ready[: max(0, limit - in_flight)]:
+                waiting.remove(t)
+                executor.submit(payload, t, {d: known[d] for d in t.deps})
+                in_flight += 1
+            if in_flight == 0:
+                missing = sorted({d for t in waiting for d in t.deps if d not in known})
+                raise RuntimeError(f"sweep stalled: no task can start (missing baselines {missing[:3]})")
+            done = executor.next_done(timeout=0.2)
+            if done is None:
+                continue
+            in_flight -= 1
+            task, outcome = done
+            if isinstance(outcome, BaseException):
+                raise CellFailed(_describe(plan, task, outcome), report.ran) from outcome
+            new = [(k, s) for k, s in outcome.summaries if k not in known]
+            known.update(outcome.summaries)
+            results = [(i, json.loads(text)) for i, text in outcome.results]
+            rows = []
+            for i, result in results:
+                job = sweep.jobs[i]
+                rows.append(run_row(result, key=job["key"], config_key=job["config_key"], spec_hash=spec_hash, version=version))
+            if writer is not None:
+                # Summaries first: a stored cell's baselines are always stored too.
+                writer.add_baselines(new, version)
+                writer.append("runs", rows)
+            if task.kind != "cell":
+                report.baselines += 1
+                on_baseline(task)
+            for i, result in results:
+                report.ran += 1
+                report.results[i] = result
+                on_result(i, result)
+        cancel = False
+    finally:
+        executor.close(cancel=cancel)
+    return report
+
+
+def _describe(plan: Plan, task: Task, exc: BaseException) -> str:
+    message = str(exc).strip() or type(exc).__name__
+    if task.kind == "cell":
+        return message
+    c = plan.cells()[task.cells[0]]
+    return f"baseline ({task.layout} ×{task.count}) of workload '{c['workload']}' vcpus {c['vcpus']} seed {c['seed']}: {message}"
+
+
+# --- selecting cells ------------------------------------------------------------------------
+
+CELL_FIELDS = ("workload", "scenario", "vcpus", "threads", "oc_vms", "seed", "variant")
+
+
+class OnlyError(ValueError):
+    """A malformed ``--only`` filter."""
+
+
+def parse_only(texts: Iterable[str]) -> dict[str, set[str]]:
+    """``"workload=dedup,vcpus=16|32"`` (repeatable) → field → accepted values. Different
+    fields must all match; values of one field (``|``-separated, or repeated) are
+    alternatives."""
+    want: dict[str, set[str]] = {}
+    for text in texts:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, eq, values = part.partition("=")
+            name = name.strip()
+            if not eq or not values.strip():
+                raise OnlyError(f"--only: expected FIELD=VALUE (got {part!r})")
+            if name not in CELL_FIELDS:
+                raise OnlyError(f"--only: unknown field {name!r} (expected one of {', '.join(CELL_FIELDS)})")
+            want.setdefault(name, set()).update(v.strip() for v in values.split("|"))
+    return want
+
+
+def select_cells(cells: Sequence[dict[str, Any]], want: dict[str, set[str]]) -> list[int]:
+    """Indices of the cells matching ``want`` (scenario names case-insensitively)."""
+
+    def norm(name: str, value: Any) -> str:
+        return str(value).lower() if name == "scenario" else str(value)
+
+    wanted = {k: {norm(k, v) for v in vs} for k, vs in want.items()}
+    return [i for i, c in enumerate(cells) if all(norm(k, c[k]) in vs for k, vs in wanted.items())]
