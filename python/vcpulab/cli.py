@@ -426,8 +426,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     written = _write_cdf(cdf_out, ordered) if cdf_out is not None else []
     if not args.json:
         console = render.stdout_console()
-        console.print(render.results_table(ordered, info.columns))
-        console.print(render.legend())
+        if len(ordered) > render.MANY_CELLS:
+            console.print(render.overview_table(ordered))
+            console.print(
+                f"{len(ordered)} cells: per-cell figures with --json, or from the results directory "
+                "(vcpulab summary / query)",
+                style="dim",
+                highlight=False,
+            )
+        else:
+            console.print(render.results_table(ordered, info.columns))
+            console.print(render.legend())
         if info.published:
             settings = tomllib.loads(spec_text)
             console.print()

@@ -449,3 +449,38 @@ def categories_table(rows: Sequence[Mapping[str, Any]]) -> Table:
             DASH if r["scalability_type"] is None else str(r["scalability_type"]),
         )  # fmt: skip
     return table
+
+
+# Above this many cells `vcpulab run` prints the matrix overview instead of one row per cell.
+MANY_CELLS = 60
+
+
+def overview_table(results: Sequence[Mapping[str, Any]], metric: str = "delta_eta_t") -> Table:
+    """A large sweep at a glance: one row per workload (and variant), one column per
+    (scenario, vCPUs), each cell the mean of ``metric`` over the seeds."""
+    from statistics import fmean
+
+    cols: dict[tuple[str, int], None] = {}
+    cells: dict[tuple[str, str], dict[tuple[str, int], list[float]]] = {}
+    for r in results:
+        if r["scenario"] == "native":
+            continue
+        col = (r["scenario"], r["vcpus"])
+        cols.setdefault(col)
+        row = cells.setdefault((r["workload"], r.get("variant") or ""), {})
+        if r.get(metric) is not None:
+            row.setdefault(col, []).append(r[metric])
+    order = {"UC": 0, "OC": 1, "OC2": 2}
+    columns = sorted(cols, key=lambda c: (order.get(c[0], 3), c[1]))
+    name = {"delta_eta_t": "δη_t", "delta_eta_r": "δη_r"}.get(metric, metric)
+    table = Table(title=f"{name}, mean over seeds, per scenario and vCPU count", title_justify="left")
+    table.add_column("workload")
+    if any(v for _, v in cells):
+        table.add_column("variant")
+    for scen, vcpus in columns:
+        table.add_column(f"{scen} {vcpus}", justify="right")
+    fmt = fmt_pct if metric.startswith("delta_eta") else fmt_number
+    for (workload, variant), row in cells.items():
+        key = [workload, variant or DASH] if any(v for _, v in cells) else [workload]
+        table.add_row(*key, *(fmt(fmean(row[c])) if row.get(c) else DASH for c in columns))
+    return table

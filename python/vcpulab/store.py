@@ -8,13 +8,16 @@ queried with DuckDB. The layout and the schema are documented in ``docs/results.
       runs/part-*.parquet     one row per cell (every metric and counter, keys, versions)
       baselines/part-*.parquet  one row per simulation: what a baseline contributes to cells
       specs/<hash>.toml       every materialised spec that wrote here
+      journal.jsonl           rows finished but not yet committed as a part
       .lock                   held by the sweep writing (one writer at a time)
 
-A part file is written to a temporary name, synced and renamed, then a line naming it is
-appended to ``manifest.jsonl`` and synced: a part counts only once that line is complete, so
-a crash at any point leaves the store as it was before the part (an orphan file is removed by
-the next writer). Compaction merges the parts of a table into one the same way and commits
-the replacement in one manifest line.
+A finished row is appended to the journal at once; every couple of seconds (and at the end of
+a sweep, also after an error or Ctrl-C) the journaled rows become a Parquet part: written to a
+temporary name, synced and renamed, then a line naming it is appended to ``manifest.jsonl``
+and synced. A part counts only once that line is complete, so a crash at any point leaves the
+committed store as it was (an orphan file is removed, and the journal committed, by the next
+writer). Compaction merges the parts of a table into one the same way and commits the
+replacement in one manifest line.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import os
 import re
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -252,7 +256,12 @@ class ResultsStore:
                 self._append_line({"op": "format", "format": FORMAT, "version": FORMAT_VERSION})
             self._truncate_torn_line()
             self._remove_orphans()
-            yield StoreWriter(self)
+            writer = StoreWriter(self)
+            try:
+                yield writer
+            finally:
+                # Also on errors and Ctrl-C: every finished row is committed.
+                writer.close()
         finally:
             lock.close()
 
@@ -278,10 +287,79 @@ class ResultsStore:
 
 
 class StoreWriter:
-    """Appends parts to a locked store."""
+    """Adds rows to a locked store.
 
-    def __init__(self, store: ResultsStore) -> None:
+    Rows are first appended to ``journal.jsonl`` (one JSON line each, written through to the
+    OS at once, so a killed process keeps every row it finished), then committed in batches
+    as Parquet parts by :meth:`flush` (at most every ``flush_every`` seconds, and at the end).
+    The next writer commits whatever a crashed one left in the journal; rows whose key is
+    already committed are dropped, so replaying a journal twice is harmless.
+    """
+
+    def __init__(self, store: ResultsStore, flush_every: float = 2.0) -> None:
         self.store = store
+        self.flush_every = flush_every
+        self.journal_path = store.root / "journal.jsonl"
+        self._pending: dict[str, list[Mapping[str, Any]]] = {t: [] for t in TABLES}
+        self._last_flush = time.monotonic()
+        self._recover()
+        self._journal = open(self.journal_path, "a", encoding="utf-8")
+
+    def close(self) -> None:
+        """Commits what is pending and closes the journal."""
+        try:
+            self.flush()
+        finally:
+            self._journal.close()
+
+    def _recover(self) -> None:
+        if not self.journal_path.exists():
+            return
+        text = self.journal_path.read_text(encoding="utf-8")
+        for line in text.split("\n")[:-1]:  # the last piece is "" or a torn line
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            self._pending[rec["table"]].append(rec["row"])
+        self.flush(force=True)
+
+    def append(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Adds ``rows`` to ``table``: journaled now, committed by the next :meth:`flush`."""
+        for row in rows:
+            self._journal.write(json.dumps({"table": table, "row": row}, ensure_ascii=False) + "\n")
+            self._pending[table].append(row)
+        self._journal.flush()
+        if time.monotonic() - self._last_flush >= self.flush_every:
+            self.flush()
+
+    def add_baselines(self, summaries: Iterable[tuple[str, str]], version: str) -> None:
+        """Adds simulation summaries (job key, summary JSON)."""
+        self.append("baselines", [{"key": k, "summary_json": s, "vcpulab_version": version} for k, s in summaries])
+
+    def flush(self, force: bool = False) -> None:
+        """Commits the journaled rows as one part per table, then empties the journal."""
+        self._last_flush = time.monotonic()
+        if not force and not any(self._pending.values()):
+            return
+        committed: dict[str, set[str]] = {}
+        for table in TABLES:
+            rows = self._pending[table]
+            if not rows:
+                continue
+            have = committed.setdefault(table, {k for (k,) in self.store._scan(table, "key")})
+            fresh: list[Mapping[str, Any]] = []
+            for row in rows:
+                if row["key"] not in have:
+                    have.add(row["key"])
+                    fresh.append(row)
+            if fresh:
+                name = self._write_part(table, fresh)
+                self.store._append_line({"op": "add", "table": table, "file": name, "rows": len(fresh)})
+            self._pending[table] = []
+        with open(self.journal_path, "w", encoding="utf-8") as f:
+            f.flush()
+            os.fsync(f.fileno())
 
     def _write_part(self, table: str, rows: Sequence[Mapping[str, Any]]) -> str:
         import pyarrow as pa
@@ -303,17 +381,6 @@ class StoreWriter:
         _sync_dir(target.parent)
         return name
 
-    def append(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Commits ``rows`` to ``table`` as one new part (nothing when empty)."""
-        if not rows:
-            return
-        name = self._write_part(table, rows)
-        self.store._append_line({"op": "add", "table": table, "file": name, "rows": len(rows)})
-
-    def add_baselines(self, summaries: Iterable[tuple[str, str]], version: str) -> None:
-        """Commits simulation summaries (job key, summary JSON)."""
-        self.append("baselines", [{"key": k, "summary_json": s, "vcpulab_version": version} for k, s in summaries])
-
     def save_spec(self, spec_hash: str, text: str) -> None:
         """Keeps the materialised spec that produced rows (once per hash)."""
         path = self.store.root / "specs" / f"{spec_hash}.toml"
@@ -330,6 +397,7 @@ class StoreWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        self.flush()
         store = self.store
         for table in TABLES:
             parts = store.parts(table)

@@ -512,6 +512,15 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
                 m.insert("qos_met".into(), f64::from(u8::from(g >= 0.97 && t >= 0.99)));
             }
         }
+        // Consolidation (BAS, digest §7): over every measured instance (all VMs in OC/OC2).
+        let served: Vec<&crate::world::record::ResponseRecord> = rec.measured().filter_map(|x| x.responses.as_ref()).collect();
+        if !served.is_empty() {
+            m.insert("throughput_rps_total".into(), served.iter().map(|r| r.throughput_rps).sum());
+            if served.iter().all(|r| r.good_frac.is_some()) {
+                let met = served.iter().filter(|r| r.good_frac.unwrap_or(0.0) >= 0.97 && r.tolerable_frac.unwrap_or(0.0) >= 0.99);
+                m.insert("qos_met_instances".into(), met.count() as f64);
+            }
+        }
         if i.membarrier.calls > 0 {
             m.insert("membarriers".into(), i.membarrier.calls as f64);
             m.insert("membarrier_latency_mean_us".into(), i.membarrier.latency.mean_ns / 1e3);

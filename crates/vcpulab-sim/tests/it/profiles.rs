@@ -44,3 +44,35 @@ fn known_behaviours_show_in_the_counters() {
     let quiet = run("parsec.swaptions");
     assert!(quiet.shootdowns_per_s < 1.0 && quiet.spin_frac < 0.01);
 }
+
+#[test]
+fn strong_scaled_profiles_speed_up_and_every_profile_runs_at_small_n() {
+    use vcpulab_sim::api::Plan;
+    let time = |name: &str, n: u32| {
+        let text = format!("[experiment]\nworkloads = [{name:?}]\nscenarios = [\"native\"]\nvcpus = [{n}]\n");
+        let mut plan = Plan::new(&text, "t.toml", &[]).unwrap();
+        plan.run_cell(0).unwrap_or_else(|e| panic!("{name} at n = {n}: {e}")).t_native_s
+    };
+    // Every library profile (system ones included) runs at a thread count other than its
+    // calibration point; the long co-runners (matmul, sysbench) are left to the type test.
+    for (name, _) in BUILTINS.iter().filter(|(n, _)| n.contains('.') || ["dbench", "ebizzy", "hackbench", "kernbench", "server"].contains(n)) {
+        assert!(time(name, 4) > 0.0);
+    }
+    // Strong scaling: a fixed total of work, so 16 threads beat 4 by a margin set by the type.
+    for (name, min) in [("parsec.swaptions", 3.5), ("splash2x.radix", 3.0), ("splash2x.cholesky", 0.95), ("kernbench", 2.5)] {
+        let s = time(name, 4) / time(name, 16);
+        assert!(s > min, "{name}: T(4)/T(16) = {s:.2}");
+    }
+}
+
+#[test]
+fn the_balanced_fork_join_beats_the_imbalanced_one_beside_cpu_hogs() {
+    // DIS ch.4 (digest §5): with equal slices per vCPU, the vCPU doing every sequential unit
+    // is the bottleneck; rotating the sequential unit removes it.
+    use vcpulab_sim::api::Plan;
+    let text = "[experiment]\nworkloads = [\"forkjoin_imbalanced\", \"forkjoin_balanced\"]\nscenarios = [\"OC\"]\nvcpus = [8]\noc_vms = 4\ncorunner = \"cpuhog\"\n";
+    let mut plan = Plan::new(text, "t.toml", &[]).unwrap();
+    let imb = plan.run_cell(0).unwrap().t_virt_s.unwrap();
+    let bal = plan.run_cell(1).unwrap().t_virt_s.unwrap();
+    assert!(bal < 0.8 * imb, "balanced {bal:.3} s vs imbalanced {imb:.3} s");
+}
