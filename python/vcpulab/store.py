@@ -370,7 +370,11 @@ class StoreWriter:
         fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=target.parent)
         os.close(fd)
         try:
-            pq.write_table(pa.Table.from_pylist(list(rows)), tmp, compression="zstd")
+            # Rows differ in their columns (a metric only some workloads have): the part has
+            # the union, in first-seen order, NULL where a row lacks one.
+            columns = list(dict.fromkeys(k for row in rows for k in row))
+            table = pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
+            pq.write_table(table, tmp, compression="zstd")
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
                 os.chmod(f.fileno(), 0o666 & ~_umask())

@@ -24,15 +24,18 @@ from vcpulab.sweep import (
 )
 from vcpulab.sweep import parse_only as _parse_only
 
-FOUR = ["native", "UC", "OC", "OC2"]
+FOUR = ("native", "UC", "OC", "OC2")
 
 
 def parse_only(*texts: str) -> dict[str, set[str]]:
     return _parse_only(list(texts))
 
 
-def small_plan(scenarios: list[str] = FOUR, seeds: list[int] = [1], workloads: list[str] = ["lock"]) -> vcpulab.Plan:  # noqa: B006
-    return vcpulab.plan({"experiment": {"workloads": workloads, "scenarios": scenarios, "vcpus": [2], "seeds": seeds}})
+def small_plan(
+    scenarios: tuple[str, ...] = FOUR, seeds: tuple[int, ...] = (1,), workloads: tuple[str, ...] = ("lock",)
+) -> vcpulab.Plan:
+    experiment = {"workloads": list(workloads), "scenarios": list(scenarios), "vcpus": [2], "seeds": list(seeds)}
+    return vcpulab.plan({"experiment": experiment})
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ def real_results() -> list[dict[str, Any]]:
     """Results of real cells of two workloads (their counters and metrics differ)."""
     out = []
     for wl in ("lock", "heapchurn"):
-        p = small_plan(workloads=[wl])
+        p = small_plan(workloads=(wl,))
         out += [json.loads(p.run_cell(i)) for i in range(len(p.cells()))]
     return out
 
@@ -140,13 +143,6 @@ def test_run_row_of_real_results_round_trips(real_results: list[dict[str, Any]])
                 assert row[f"ns_{sql_name(layer)}_{sql_name(cause)}"] == ns
 
 
-FROM_PYLIST_BUG = (
-    "store.py StoreWriter._write_part builds a part with pa.Table.from_pylist(rows), which takes "
-    "its columns from the first row only: columns that only later rows of the same part have "
-    "(exit_*/host_ns_* after a native cell, workload-specific metrics) are silently dropped"
-)
-
-
 def stored_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
     """Every stored run row by key, NULL columns left out."""
     cur = store.connect().execute("SELECT * FROM runs")
@@ -175,7 +171,6 @@ def test_rows_with_the_same_columns_survive_parquet_exactly(tmp_path: Path, real
         assert stored[row["key"]] == {"result_json": row["result_json"], "run_json": row["run_json"]}
 
 
-@pytest.mark.xfail(strict=True, reason=FROM_PYLIST_BUG)
 def test_a_batch_of_different_cells_keeps_every_column(tmp_path: Path, real_results: list[dict[str, Any]]) -> None:
     # A sweep stores many cells at once (a task's cells, or a batch of finished cells): a native
     # cell has no exit counters, lock and heapchurn have different metrics.
@@ -187,7 +182,6 @@ def test_a_batch_of_different_cells_keeps_every_column(tmp_path: Path, real_resu
     assert stored_records(store) == {r["key"]: non_null(r) for r in rows}
 
 
-@pytest.mark.xfail(strict=True, reason=FROM_PYLIST_BUG)
 def test_append_keeps_the_columns_of_every_row(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path / "r")
     with store.writer() as w:
@@ -352,7 +346,8 @@ def test_compaction_keeps_one_part_per_table_and_the_same_rows(
         con = store.connect()
         cur = con.execute("SELECT DISTINCT * FROM runs")
         names = sorted(d[0] for d in cur.description)
-        return names, sorted(map(repr, cur.fetchall())), con.execute("SELECT DISTINCT * FROM baselines ORDER BY key").fetchall()
+        base = con.execute("SELECT DISTINCT * FROM baselines ORDER BY key").fetchall()
+        return names, sorted(map(repr, cur.fetchall())), base
 
     before = snapshot()
     assert stored_records(store) == {r["key"]: non_null(r) for r in rows}
@@ -492,13 +487,14 @@ def test_parse_only_errors(text: str, message: str) -> None:
 
 def test_select_cells() -> None:
     plan = vcpulab.plan(
-        {"experiment": {"workloads": ["lock", "ep"], "scenarios": FOUR, "vcpus": [2, 4], "seeds": [1, 2]}}
+        {"experiment": {"workloads": ["lock", "ep"], "scenarios": list(FOUR), "vcpus": [2, 4], "seeds": [1, 2]}}
     )
     cells = plan.cells()
     assert len(cells) == 32
 
     def sel(*texts: str) -> list[tuple[Any, ...]]:
-        return [(cells[i]["workload"], cells[i]["scenario"], cells[i]["vcpus"], cells[i]["seed"]) for i in select_cells(cells, parse_only(*texts))]
+        picked = select_cells(cells, parse_only(*texts))
+        return [(cells[i]["workload"], cells[i]["scenario"], cells[i]["vcpus"], cells[i]["seed"]) for i in picked]
 
     assert select_cells(cells, {}) == list(range(32))
     got = sel("workload=lock,vcpus=4")
@@ -525,7 +521,7 @@ def jobs(plan: vcpulab.Plan) -> list[dict[str, Any]]:
 
 
 def test_plan_sweep_all_scenarios_needs_only_the_oc2_baseline() -> None:
-    plan = small_plan(seeds=[1, 2])
+    plan = small_plan(seeds=(1, 2))
     cells = plan.cells()
     j = jobs(plan)
     sweep = plan_sweep(plan, range(len(cells)), set(), {})
@@ -541,11 +537,12 @@ def test_plan_sweep_all_scenarios_needs_only_the_oc2_baseline() -> None:
     for t in baselines:
         assert t.key == j[t.cells[0]]["base"]["key"] and t.deps == ()
     # OC and OC2 (same k) share their own run: one task; native and UC one each.
-    assert [tuple(cells[i]["scenario"] for i in t.cells) for t in cell_tasks] == [("native",), ("UC",), ("OC", "OC2")] * 2
+    scenarios = [tuple(cells[i]["scenario"] for i in t.cells) for t in cell_tasks]
+    assert scenarios == [("native",), ("UC",), ("OC", "OC2")] * 2
     for t in cell_tasks:
         assert all(j[i]["main"]["key"] == t.key for i in t.cells)
         assert len(set(t.deps)) == len(t.deps) and t.key not in t.deps
-        expected = {j[i][role]["key"] for i in t.cells for role in ("base", "alone") if j[i][role] is not None} - {t.key}
+        expected = {j[i][r]["key"] for i in t.cells for r in ("base", "alone") if j[i][r] is not None} - {t.key}
         assert set(t.deps) == expected
     native, uc, oc = cell_tasks[:3]
     assert native.deps == () and uc.deps == (native.key,)
@@ -555,17 +552,21 @@ def test_plan_sweep_all_scenarios_needs_only_the_oc2_baseline() -> None:
 
 
 def test_plan_sweep_oc2_alone_needs_its_baseline_and_reference() -> None:
-    plan = small_plan(scenarios=["OC2"])
+    plan = small_plan(scenarios=("OC2",))
     j = jobs(plan)[0]
     sweep = plan_sweep(plan, [0], set(), {})
-    assert [(t.kind, t.layout, t.count) for t in sweep.tasks] == [("baseline", "native", 2), ("baseline", "vms", 1), ("cell", "", 0)]
+    assert [(t.kind, t.layout, t.count) for t in sweep.tasks] == [
+        ("baseline", "native", 2),
+        ("baseline", "vms", 1),
+        ("cell", "", 0),
+    ]
     base, alone, cell = sweep.tasks
     assert (base.key, alone.key) == (j["base"]["key"], j["alone"]["key"])
     assert cell.cells == (0,) and cell.key == j["main"]["key"] and cell.deps == (base.key, alone.key)
 
 
 def test_plan_sweep_uc_alone_needs_the_native_run() -> None:
-    plan = small_plan(scenarios=["UC"])
+    plan = small_plan(scenarios=("UC",))
     j = jobs(plan)[0]
     sweep = plan_sweep(plan, [0], set(), {})
     assert [(t.kind, t.layout, t.count, t.key) for t in sweep.tasks] == [
@@ -583,7 +584,12 @@ def test_plan_sweep_selection_decides_what_is_a_baseline() -> None:
     native = next(i for i, c in enumerate(cells) if c["scenario"] == "native")
     sweep = plan_sweep(plan, [native, oc2], set(), {})
     # The native cell is selected; OC2's 2-native and 1-VM runs are not any selected cell's own run.
-    assert [(t.kind, t.layout, t.count) for t in sweep.tasks] == [("baseline", "native", 2), ("baseline", "vms", 1), ("cell", "", 0), ("cell", "", 0)]
+    assert [(t.kind, t.layout, t.count) for t in sweep.tasks] == [
+        ("baseline", "native", 2),
+        ("baseline", "vms", 1),
+        ("cell", "", 0),
+        ("cell", "", 0),
+    ]
     assert [t.cells for t in sweep.tasks[2:]] == [(native,), (oc2,)]
     assert sweep.tasks[3].deps == (j[oc2]["base"]["key"], j[oc2]["alone"]["key"])
 
@@ -629,7 +635,9 @@ def test_run_sweep_inline_matches_simulate_and_stores_everything(tmp_path: Path)
     store = ResultsStore(tmp_path / "r")
     seen: list[int] = []
     with store.writer() as w:
-        report = run_sweep(plan, payload, sweep, InlineExecutor(), w, spec_hash="h", on_result=lambda i, r: seen.append(i))
+        report = run_sweep(
+            plan, payload, sweep, InlineExecutor(), w, spec_hash="h", on_result=lambda i, r: seen.append(i)
+        )
     assert report.ran == 4 and report.skipped == 0
     assert report.baselines == sum(t.kind == "baseline" for t in sweep.tasks) > 0
     assert sorted(seen) == selected
