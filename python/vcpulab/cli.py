@@ -375,8 +375,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     results_dir = _results_dir(args)
     spec_text = plan.spec_toml()
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
+    payload = SpecPayload(payload.text, payload.source, payload.overrides, spec_hash)
     store = ResultsStore(results_dir) if results_dir is not None else None
     emit = _InOrder(selected, sys.stdout if args.json else None)
+    # Workers are started first, before DuckDB and the progress bar start threads here.
+    executor = make_executor(args.jobs, args.cluster)
+    try:
+        return _sweep_and_show(args, plan, payload, info, cdf_out, cells, selected, results_dir, store, emit, executor)
+    finally:
+        executor.close(cancel=True)  # a no-op after the sweep closed it
+
+
+def _sweep_and_show(
+    args: argparse.Namespace,
+    plan: Plan,
+    payload: SpecPayload,
+    info: report.PlanInfo,
+    cdf_out: Path | None,
+    cells: list[dict[str, Any]],
+    selected: list[int],
+    results_dir: str | None,
+    store: ResultsStore | None,
+    emit: _InOrder,
+    executor: Any,
+) -> int:
+    spec_text = plan.spec_toml()
+    spec_hash = payload.spec_hash
     with (store.writer() if store is not None else nullcontext()) as writer:
         stored_keys = store.keys() if store is not None else set()
         known = store.baselines() if store is not None else {}
@@ -386,15 +410,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         if store is not None and sweep.stored:
             rows = store.rows(sweep.jobs[i]["key"] for i in sweep.stored)
             for i in sweep.stored:
-                emit.add(i, result_from_row(rows[sweep.jobs[i]["key"]]))
+                emit.add(i, rows[sweep.jobs[i]["key"]])
         units = sum(len(t.cells) if t.kind == "cell" else 1 for t in sweep.tasks)
-        executor = make_executor(args.jobs, args.cluster) if sweep.tasks else InlineExecutor()
+        if not sweep.tasks:
+            executor.close(cancel=False)
+            executor = InlineExecutor()
         interactive = sys.stderr.isatty()
         if sweep.stored and interactive:
             sys.stderr.write(f"vcpulab: {len(sweep.stored)} of {len(selected)} cells already stored in {results_dir}\n")
 
-        def on_result(i: int, r: dict[str, Any]) -> None:
-            emit.add(i, r)
+        def on_result(i: int, row: dict[str, Any]) -> None:
+            emit.add(i, row)
             done(render.cell_label(cells[i]))
 
         try:
@@ -405,7 +431,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                     sweep,
                     executor,
                     writer,
-                    spec_hash=spec_hash,
                     on_result=on_result,
                     on_baseline=lambda t: done(f"baseline of {render.cell_label(cells[t.cells[0]])}"),
                 )
@@ -417,8 +442,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"interrupted{kept}", EXIT_INTERRUPTED) from None
         if writer is not None and report_.ran:
             writer.compact()
-    results = emit.results
-    ordered = [results[i] for i in selected]
+    rows = [emit.rows[i] for i in selected]
+    many = len(rows) > render.MANY_CELLS and not args.json and args.out is None and not info.published and cdf_out is None
+    # Large sweeps show an overview made from the rows' columns; everything else needs the
+    # result objects back.
+    ordered = [] if many else [result_from_row(r) for r in rows]
     if args.out is not None:
         with AtomicWriter(args.out) as out:
             for r in ordered:
@@ -426,10 +454,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     written = _write_cdf(cdf_out, ordered) if cdf_out is not None else []
     if not args.json:
         console = render.stdout_console()
-        if len(ordered) > render.MANY_CELLS:
-            console.print(render.overview_table(ordered))
+        if len(rows) > render.MANY_CELLS:
+            console.print(render.overview_table(rows))
             console.print(
-                f"{len(ordered)} cells: per-cell figures with --json, or from the results directory "
+                f"{len(rows)} cells: per-cell figures with --json, or from the results directory "
                 "(vcpulab summary / query)",
                 style="dim",
                 highlight=False,
@@ -458,20 +486,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 class _InOrder:
-    """Collects results arriving in any order; with a stream, prints each one as JSON as soon
-    as every cell before it (in the plan's order) has been printed."""
+    """Collects stored rows arriving in any order; with a stream, prints each cell's result
+    object as JSON as soon as every cell before it (in the plan's order) has been printed."""
 
     def __init__(self, order: Sequence[int], stream: TextIO | None) -> None:
         self.order = list(order)
         self.stream = stream
-        self.results: dict[int, dict[str, Any]] = {}
+        self.rows: dict[int, dict[str, Any]] = {}
         self._next = 0
 
-    def add(self, i: int, result: dict[str, Any]) -> None:
-        self.results[i] = result
-        while self._next < len(self.order) and self.order[self._next] in self.results:
+    def add(self, i: int, row: dict[str, Any]) -> None:
+        self.rows[i] = row
+        while self._next < len(self.order) and self.order[self._next] in self.rows:
             if self.stream is not None:
-                self.stream.write(json.dumps(self.results[self.order[self._next]], ensure_ascii=False) + "\n")
+                result = result_from_row(self.rows[self.order[self._next]])
+                self.stream.write(json.dumps(result, ensure_ascii=False) + "\n")
                 self.stream.flush()
             self._next += 1
 

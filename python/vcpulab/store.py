@@ -213,7 +213,7 @@ class ResultsStore:
         return {k: s for k, s in self._scan("baselines", "key, summary_json")}
 
     def rows(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The stored rows (``result_json``, ``run_json``) of ``keys``."""
+        """The stored rows of ``keys`` (every column), by key."""
         wanted = list(keys)
         if not wanted or not self.parts("runs"):
             return {}
@@ -221,9 +221,10 @@ class ResultsStore:
         con.execute("CREATE TEMP TABLE wanted(key VARCHAR)")
         con.executemany("INSERT INTO wanted VALUES (?)", [(k,) for k in wanted])
         cur = con.execute(
-            "SELECT r.key, any_value(r.result_json), any_value(r.run_json) FROM runs r JOIN wanted USING (key) GROUP BY r.key"
+            "SELECT * FROM runs WHERE key IN (SELECT key FROM wanted) QUALIFY row_number() OVER (PARTITION BY key) = 1"
         )
-        return {k: {"result_json": res, "run_json": run} for k, res, run in cur.fetchall()}
+        columns = [d[0] for d in cur.description]
+        return {row[0]: dict(zip(columns, row, strict=True)) for row in cur.fetchall()}
 
     def _scan(self, table: str, columns: str) -> list[tuple[Any, ...]]:
         if not self.manifest_path.exists() or not self.parts(table):

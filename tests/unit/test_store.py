@@ -168,7 +168,7 @@ def test_rows_with_the_same_columns_survive_parquet_exactly(tmp_path: Path, real
     assert stored_records(store) == {r["key"]: non_null(r) for r in same}
     stored = store.rows(r["key"] for r in same)
     for row in same:
-        assert stored[row["key"]] == {"result_json": row["result_json"], "run_json": row["run_json"]}
+        assert stored[row["key"]] == row  # every column, exactly
 
 
 def test_a_batch_of_different_cells_keeps_every_column(tmp_path: Path, real_results: list[dict[str, Any]]) -> None:
@@ -241,7 +241,9 @@ def test_new_store_layout_and_reads(tmp_path: Path, real_results: list[dict[str,
     assert store.baselines() == {"b1": '{"x":1}', "b2": '{"x":2.5}'}
     got = store.rows(["k1", "k5", "no-such-key"])
     assert set(got) == {"k1", "k5"}
-    assert got["k1"] == {"result_json": rows[1]["result_json"], "run_json": rows[1]["run_json"]}
+    assert {k: got["k1"][k] for k in ("key", "result_json", "run_json")} == {
+        k: rows[1][k] for k in ("key", "result_json", "run_json")
+    }
     assert store.rows([]) == {}
     # open_existing accepts it; reading needs no lock.
     assert ResultsStore.open_existing(root).keys() == store.keys()
@@ -629,21 +631,22 @@ def test_run_sweep_inline_matches_simulate_and_stores_everything(tmp_path: Path)
 
     loaded = load_spec(spec, None)
     plan = vcpulab.Plan(loaded.text, loaded.source, [])
-    payload = SpecPayload(loaded.text, loaded.source, ())
+    payload = SpecPayload(loaded.text, loaded.source, (), "h")
     selected = list(range(len(plan.cells())))
     sweep = plan_sweep(plan, selected, set(), {})
     store = ResultsStore(tmp_path / "r")
     seen: list[int] = []
     with store.writer() as w:
         report = run_sweep(
-            plan, payload, sweep, InlineExecutor(), w, spec_hash="h", on_result=lambda i, r: seen.append(i)
+            plan, payload, sweep, InlineExecutor(), w, on_result=lambda i, r: seen.append(i)
         )
     assert report.ran == 4 and report.skipped == 0
     assert report.baselines == sum(t.kind == "baseline" for t in sweep.tasks) > 0
     assert sorted(seen) == selected
     expected = vcpulab.simulate(spec)
     strip = lambda r: {k: v for k, v in r.items() if k != "wall_s"}  # noqa: E731
-    assert [strip(report.results[i]) for i in selected] == [strip(r) for r in expected]
+    assert [strip(result_from_row(report.rows[i])) for i in selected] == [strip(r) for r in expected]
+    assert {report.rows[i]["spec_hash"] for i in selected} == {"h"}
     j = jobs(plan)
     assert store.keys() == {x["key"] for x in j}
     stored = store.rows(x["key"] for x in j)
