@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from ._vcpulab import Plan, VcpulabError
 from ._vcpulab import build_id as _version
-from .store import StoreWriter, run_row
+from .store import StoreWriter, journal_line, run_row
 
 # --- the work -------------------------------------------------------------------------------
 
@@ -79,6 +79,8 @@ class Outcome:
     task: Task
     rows: list[tuple[int, dict[str, Any]]]
     summaries: list[tuple[str, str]]
+    # Each row as its journal line (encoded here too, off the storing process).
+    lines: list[str] = field(default_factory=list)
 
 
 _PLANS: dict[str, Plan] = {}
@@ -118,7 +120,7 @@ def _execute(payload: SpecPayload, task: Task, provided: dict[str, str]) -> Outc
             rows.append((i, run_row(result, key=key, config_key=config_key, spec_hash=payload.spec_hash, version=version)))
     else:
         plan.run_job(task.cells[0], task.layout, task.count)
-    return Outcome(task, rows, plan.take_new_summaries())
+    return Outcome(task, rows, plan.take_new_summaries(), [journal_line("runs", row) for _, row in rows])
 
 
 # --- executors ------------------------------------------------------------------------------
@@ -376,7 +378,7 @@ def run_sweep(
             if writer is not None:
                 # Summaries first: a stored cell's baselines are always stored too.
                 writer.add_baselines(new, version)
-                writer.append("runs", [row for _, row in outcome.rows])
+                writer.append("runs", [row for _, row in outcome.rows], outcome.lines)
             if task.kind != "cell":
                 report.baselines += 1
                 on_baseline(task)
