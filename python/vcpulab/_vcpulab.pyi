@@ -8,6 +8,7 @@ __all__ = [
     "SpecError",
     "VcpulabError",
     "bench",
+    "build_id",
     "version",
     "workload_toml",
     "workloads",
@@ -20,6 +21,7 @@ class _Cell(TypedDict):
     scenario: str  # "native" | "UC" | "OC" | "OC2"
     vcpus: int
     threads: int
+    oc_vms: int
     seed: int
     variant: str  # "" without experiment.vary, else e.g. "vm.tlb=pv" or "a=1;b=2"
 
@@ -41,6 +43,8 @@ class _PolicyInfo(TypedDict):
     description: str
 
 def version() -> str: ...
+def build_id() -> str:
+    """``version+fingerprint of the simulator's source``: what stored results record and key on."""
 
 class VcpulabError(Exception):
     """Base class of every error raised by the simulator."""
@@ -65,6 +69,16 @@ class Plan:
         """Run cell ``i`` and return its result object as JSON text (IndexError if out of range)."""
     def spec_toml(self) -> str:
         """The fully materialised spec, after overrides."""
+    def cell_jobs(self, i: int) -> str:
+        """JSON text: ``key``, ``config_key`` and the jobs ``main``, ``base``, ``alone`` (each
+        ``{"key", "layout", "count"}`` or null) of cell ``i``."""
+    def run_job(self, i: int, layout: str, count: int) -> str:
+        """Simulate (or find) baseline ``layout`` ("native" | "vms") × ``count`` of cell ``i``;
+        its summary as JSON text."""
+    def provide_summary(self, key: str, summary: str) -> None:
+        """Record a summary computed elsewhere so cells paired with job ``key`` reuse it."""
+    def take_new_summaries(self) -> list[tuple[str, str]]:
+        """(job key, summary JSON) simulated since the last call."""
     def __len__(self) -> int: ...
 
 def workloads() -> list[_WorkloadInfo]: ...
