@@ -42,6 +42,11 @@ def estimate(n: int, mean: float | None, sd: float | None, confidence: float = 0
     return Estimate(n, mean, None)
 
 
+def _columns(con: Any) -> set[str]:
+    """The columns of the ``runs`` view."""
+    return {r[0] for r in con.execute("DESCRIBE runs").fetchall()}
+
+
 def _order_by() -> str:
     # Scenarios in their natural order, not alphabetically.
     scen = "CASE scenario WHEN 'native' THEN 0 WHEN 'UC' THEN 1 WHEN 'OC' THEN 2 WHEN 'OC2' THEN 3 ELSE 4 END"
@@ -51,7 +56,7 @@ def _order_by() -> str:
 def summary(store: ResultsStore, metrics: Sequence[str] = SUMMARY_METRICS, confidence: float = 0.95) -> list[dict[str, Any]]:
     """One row per configuration: its repetitions and, per metric, mean and CI half-width."""
     con = store.connect()
-    have = {r[0] for r in con.execute("DESCRIBE runs").fetchall()}
+    have = _columns(con)
     missing = [m for m in metrics if m not in have]
     if missing:
         raise KeyError(f"no column {', '.join(map(repr, missing))} in the results (see `vcpulab query RESULTS 'DESCRIBE runs'`)")
@@ -106,7 +111,7 @@ def categorize(store: ResultsStore, th: Thresholds = Thresholds()) -> list[dict[
       and at least one voluntary switch per thread per ``slice_ms``.
     """
     con = store.connect()
-    have = {r[0] for r in con.execute("DESCRIBE runs").fetchall()}
+    have = _columns(con)
     if "seed" not in have:
         return []
     key = "workload, variant, vcpus, threads"

@@ -330,40 +330,6 @@ def cell_label(cell: Mapping[str, Any]) -> str:
 
 
 @contextmanager
-def progress(total: int, enabled: bool) -> Iterator[Callable[[str], None]]:
-    """A progress bar over ``total`` runs on stderr; yields ``step(label)``, called before each run.
-
-    When stdout is a terminal too, prints to stdout are routed above the bar.
-    """
-    if not enabled:
-        yield lambda _label: None
-        return
-    bar = Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        redirect_stdout=sys.stdout.isatty(),
-        redirect_stderr=False,
-    )
-    with bar:
-        task = bar.add_task("", total=total)
-        started = False
-
-        def step(label: str) -> None:
-            nonlocal started
-            if started:
-                bar.advance(task)
-            started = True
-            bar.update(task, description=label)
-
-        yield step
-        bar.update(task, completed=total)
-
-
-@contextmanager
 def sweep_progress(total: int, enabled: bool, workers: int) -> Iterator[Callable[[str], None]]:
     """A progress bar with an ETA over ``total`` simulations run by ``workers`` workers;
     yields ``done(label)``, called as each one finishes."""

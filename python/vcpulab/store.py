@@ -307,6 +307,8 @@ class StoreWriter:
         self.flush_every = flush_every
         self.journal_path = store.root / "journal.jsonl"
         self._pending: dict[str, list[Mapping[str, Any]]] = {t: [] for t in TABLES}
+        # Keys committed so far, per table: read once, then kept up to date by flush.
+        self._committed = {t: {k for (k,) in store._scan(t, "key")} for t in TABLES}
         self._last_flush = time.monotonic()
         self._recover()
         self._journal = open(self.journal_path, "a", encoding="utf-8")
@@ -349,12 +351,11 @@ class StoreWriter:
         self._last_flush = time.monotonic()
         if not force and not any(self._pending.values()):
             return
-        committed: dict[str, set[str]] = {}
         for table in TABLES:
             rows = self._pending[table]
             if not rows:
                 continue
-            have = committed.setdefault(table, {k for (k,) in self.store._scan(table, "key")})
+            have = self._committed[table]
             fresh: list[Mapping[str, Any]] = []
             for row in rows:
                 if row["key"] not in have:

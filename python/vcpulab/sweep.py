@@ -167,10 +167,24 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-class LocalExecutor:
+class _ResultQueue:
+    """Finished tasks, put by the executor's callback threads, taken by the sweep."""
+
+    def __init__(self) -> None:
+        self._done: queue.Queue[tuple[Task, Outcome | BaseException]] = queue.Queue()
+
+    def next_done(self, timeout: float) -> tuple[Task, Outcome | BaseException] | None:
+        try:
+            return self._done.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+class LocalExecutor(_ResultQueue):
     """A pool of worker processes on this machine (default: one per core)."""
 
     def __init__(self, workers: int) -> None:
+        super().__init__()
         self.workers = workers
         # Fork (where the platform has it): workers start at once with the module loaded. The
         # pool is created before the sweep opens DuckDB or starts any thread (see cmd_run).
@@ -178,7 +192,6 @@ class LocalExecutor:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         ctx = multiprocessing.get_context(method)
         self._pool = ctx.Pool(workers, initializer=_ignore_sigint)
-        self._done: queue.Queue[tuple[Task, Outcome | BaseException]] = queue.Queue()
 
     def submit(self, payload: SpecPayload, task: Task, provided: dict[str, str]) -> None:
         self._pool.apply_async(
@@ -188,12 +201,6 @@ class LocalExecutor:
             error_callback=lambda exc: self._done.put((task, exc)),
         )
 
-    def next_done(self, timeout: float) -> tuple[Task, Outcome | BaseException] | None:
-        try:
-            return self._done.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
     def close(self, cancel: bool) -> None:
         if cancel:
             self._pool.terminate()
@@ -202,11 +209,12 @@ class LocalExecutor:
         self._pool.join()
 
 
-class DaskExecutor:
+class DaskExecutor(_ResultQueue):
     """Tasks on a Dask distributed cluster (``--cluster tcp://HOST:8786``). The workers need
     vcpulab installed (the same version: results carry it)."""
 
     def __init__(self, address: str) -> None:
+        super().__init__()
         try:
             from distributed import Client
         except ImportError as e:  # pragma: no cover - dask is a dependency
@@ -217,7 +225,6 @@ class DaskExecutor:
             raise ConnectionError(f"cannot reach the Dask scheduler at {address}: {e}") from None
         info = self._client.scheduler_info()
         self.workers = max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
-        self._done: queue.Queue[tuple[Task, Outcome | BaseException]] = queue.Queue()
         self._futures: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -235,12 +242,6 @@ class DaskExecutor:
                 self._done.put((task, e))
 
         fut.add_done_callback(done)
-
-    def next_done(self, timeout: float) -> tuple[Task, Outcome | BaseException] | None:
-        try:
-            return self._done.get(timeout=timeout)
-        except queue.Empty:
-            return None
 
     def close(self, cancel: bool) -> None:
         with self._lock:

@@ -505,20 +505,18 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("resp_p50_us".into(), r.p50_us);
             m.insert("resp_p95_us".into(), r.p95_us);
             m.insert("resp_p99_us".into(), r.p99_us);
-            if let (Some(g), Some(t)) = (r.good_frac, r.tolerable_frac) {
+            if let (Some(g), Some(t), Some(met)) = (r.good_frac, r.tolerable_frac, r.meets_qos()) {
                 m.insert("qos_good_frac".into(), g);
                 m.insert("qos_tolerable_frac".into(), t);
-                // BAS: 97 % of requests within "good" and 99 % within "tolerable".
-                m.insert("qos_met".into(), f64::from(u8::from(g >= 0.97 && t >= 0.99)));
+                m.insert("qos_met".into(), f64::from(u8::from(met)));
             }
         }
         // Consolidation (BAS, digest §7): over every measured instance (all VMs in OC/OC2).
         let served: Vec<&crate::world::record::ResponseRecord> = rec.measured().filter_map(|x| x.responses.as_ref()).collect();
         if !served.is_empty() {
             m.insert("throughput_rps_total".into(), served.iter().map(|r| r.throughput_rps).sum());
-            if served.iter().all(|r| r.good_frac.is_some()) {
-                let met = served.iter().filter(|r| r.good_frac.unwrap_or(0.0) >= 0.97 && r.tolerable_frac.unwrap_or(0.0) >= 0.99);
-                m.insert("qos_met_instances".into(), met.count() as f64);
+            if let Some(met) = served.iter().map(|r| r.meets_qos()).collect::<Option<Vec<bool>>>() {
+                m.insert("qos_met_instances".into(), met.iter().filter(|&&x| x).count() as f64);
             }
         }
         if i.membarrier.calls > 0 {

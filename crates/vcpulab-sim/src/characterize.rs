@@ -96,9 +96,10 @@ pub fn characterize(workload: &str, cpus: u32, seed: u64, slice_ns: u64, sets: &
 pub fn of_result(r: &ScenarioResult, cpus: u32, slice_ns: u64, expected_type: u8) -> Characterization {
     let i = &r.run.instances[0];
     let secs = i.finish_ns.max(1) as f64 * 1e-9;
-    let parallelism = i.busy_ns as f64 / i.finish_ns.max(1) as f64;
+    // The §1.4 inputs are metrics of every run (`mechanism_metrics`).
+    let parallelism = r.metrics["parallelism"];
     let high_parallelism = parallelism >= HIGH_PARALLELISM * f64::from(cpus);
-    let sync_per_thread_s = i.counters.nvcsw as f64 / f64::from(i.threads.max(1)) / secs;
+    let sync_per_thread_s = r.metrics["sync_per_thread_s"];
     let sync_threshold_per_s = 1e9 / slice_ns.max(1) as f64;
     let high_sync = sync_per_thread_s >= sync_threshold_per_s;
     let spin = i.counters.spin_ns as f64;

@@ -96,6 +96,12 @@ pub struct ResponseRecord {
 }
 
 impl ResponseRecord {
+    /// BAS's QoS rule (digest §7): 97 % of requests within "good" and 99 % within
+    /// "tolerable". None without a `qos` table.
+    pub fn meets_qos(&self) -> Option<bool> {
+        Some(self.good_frac? >= 0.97 && self.tolerable_frac? >= 0.99)
+    }
+
     /// Summarises response times (ns) of an instance that ran for `run_ns`.
     pub fn new(samples: &[u64], run_ns: u64, qos: Option<crate::workload::program::Qos>) -> Option<ResponseRecord> {
         if samples.is_empty() {
