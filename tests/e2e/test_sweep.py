@@ -549,6 +549,8 @@ VARY_VCPUS = 'vcpus = [2]\nvary = { "experiment.vcpus" = [[2], [4]] }'
         (SMALL, ("--only", "vcpus"), "FIELD=VALUE"),
         (SMALL.replace("vcpus = [2]", VARY_VCPUS), (), "experiment.vcpus"),
         (SMALL, ("-j", "0"), "--jobs"),
+        (SMALL, ("-j", "2", "--cluster", "tcp://127.0.0.1:9"), "exclude each other"),
+        (SMALL, ("--cluster", "tcp://127.0.0.1:9"), "cannot reach the Dask scheduler"),
     ],
     ids=[
         "unknown-field",
@@ -560,6 +562,8 @@ VARY_VCPUS = 'vcpus = [2]\nvary = { "experiment.vcpus" = [[2], [4]] }'
         "only-without-value",
         "vary-vcpus",
         "zero-jobs",
+        "jobs-and-cluster",
+        "unreachable-cluster",
     ],
 )
 @pytest.mark.parametrize("where", [(), ("--results", "out")], ids=["default-results", "results-dir"])
@@ -579,3 +583,18 @@ def test_a_foreign_results_directory_is_left_alone(tmp_path: Path) -> None:
     line = one_line_error(vcpulab("run", "spec.toml", "--results", "mine", cwd=tmp_path))
     assert "mine" in line and "not a vcpulab results directory" in line
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
+
+
+def test_bad_flags_of_the_reading_commands_and_of_the_store(tmp_path: Path) -> None:
+    (tmp_path / "spec.toml").write_text(SMALL)
+    ok(vcpulab("run", "spec.toml", "--results", "store", cwd=tmp_path))
+    for args, needle in [
+        (("summary", "store", "--confidence", "2"), "--confidence"),
+        (("summary", "store", "--metric", "no_such_metric"), "no_such_metric"),
+        (("categorize", "store", "--slice", "0"), "--slice"),
+        (("run", "spec.toml", "--results", "store", "--no-store"), "exclude each other"),
+        (("run", "spec.toml", "--results", "spec.toml"), "it is a file"),
+    ]:
+        line = one_line_error(vcpulab(*args, cwd=tmp_path))
+        assert needle in line, (args, line)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml", "store"]
