@@ -101,3 +101,21 @@ fn deterministic_workloads_ignore_the_seed_for_threads() {
     let r = run_inline("scenarios = [\"native\"]\nvcpus = [2]\nthreads = 2\nseeds = [1, 2]\n", prog, &[]);
     assert_eq!(r[0].run.duration_ns, r[1].run.duration_ns);
 }
+
+#[test]
+fn directed_yields_do_not_queue_context_switches_without_bound() {
+    // Regression (found by `time_is_conserved`): two preempted vCPUs of different VMs on one
+    // core, each the target of the other VM's PLE yields. When a reschedule could happen
+    // before the core had run its queued context switch, switches piled up faster than they
+    // ran and the run never ended. The reschedule point now follows queued kernel work.
+    let prog = "objects = { m = \"mutex\" }\nprogram = [ { repeat = { times = 5, body = [ { malloc = \"100KiB\" }, { malloc = \"100KiB\" }, { compute = \"2us\" }, { free = 2 }, { single = { body = [ { compute = \"100us\" } ] } }, { single = { body = [ { compute = \"100us\" } ] } } ] } } ]\n";
+    let sets = [
+        "guest.idle=\"haltpoll\"",
+        "guest.tlb_lazy_skip=false",
+        "vm.halt_poll.enabled=false",
+        "vm.ple.window_policy=\"fixed\"",
+        "limits.max_events=3000000",
+    ];
+    let r = run_inline("scenarios = [\"OC\"]\nvcpus = [3]\nthreads = 4\nseeds = [909]\n", prog, &sets);
+    assert!(r[0].events < 3_000_000);
+}
