@@ -31,7 +31,7 @@ from ._vcpulab import (
 )
 from .atomic import AtomicWriter
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
-from .store import ResultsStore, StoreError, result_from_row
+from .store import COMPACT_ABOVE, ResultsStore, StoreError, result_from_row
 from .sweep import (
     CellFailed,
     InlineExecutor,
@@ -441,7 +441,7 @@ def _sweep_and_show(
             kept = f" (finished cells are stored in {results_dir}; run the same command again to continue)" if writer else ""
             raise CliError(f"interrupted{kept}", EXIT_INTERRUPTED) from None
         if writer is not None and report_.ran:
-            writer.compact()
+            writer.compact(above=COMPACT_ABOVE)
     rows = [emit.rows[i] for i in selected]
     many = len(rows) > render.MANY_CELLS and not args.json and args.out is None and not info.published and cdf_out is None
     # Large sweeps show an overview made from the rows' columns; everything else needs the

@@ -38,6 +38,9 @@ from typing import Any
 FORMAT = "vcpulab-results"
 FORMAT_VERSION = 1
 TABLES = ("runs", "baselines")
+# A sweep merges a table's parts once it has more than this many (each sweep adds a part every
+# couple of seconds); `vcpulab` queries read any number of parts.
+COMPACT_ABOVE = 32
 
 
 class StoreError(Exception):
@@ -403,18 +406,22 @@ class StoreWriter:
         with AtomicWriter(path) as f:
             f.write(text)
 
-    def compact(self) -> None:
-        """Merges each table's parts into one part (rows with the same key kept once) and
-        rewrites the manifest to the current state."""
+    def compact(self, above: int = 1) -> None:
+        """Merges the parts of each table that has more than ``above`` of them into one part
+        (rows with the same key kept once), then rewrites the manifest to the current state.
+        A sweep compacts with ``above = COMPACT_ABOVE``: rewriting the whole store after every
+        sweep would cost time in proportion to everything stored so far."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         self.flush()
         store = self.store
+        merged_any = False
         for table in TABLES:
             parts = store.parts(table)
-            if len(parts) <= 1:
+            if len(parts) <= max(1, above):
                 continue
+            merged_any = True
             merged = pa.concat_tables([pq.read_table(p) for p in parts], promote_options="default")
             seen: set[str] = set()
             keep = []
@@ -427,7 +434,9 @@ class StoreWriter:
             store._append_line({"op": "replace", "table": table, "files": files, "file": name})
             for p in parts:
                 p.unlink(missing_ok=True)
-        # The log now folds to one part per table: rewrite it as such (atomically).
+        if not merged_any:
+            return
+        # The log now folds to its current parts: rewrite it as such (atomically).
         state = _read_manifest(store.manifest_path)
         from .atomic import AtomicWriter
 

@@ -393,6 +393,29 @@ def test_compaction_of_a_single_part_keeps_it(tmp_path: Path, real_results: list
     assert [(rec["op"], rec["table"]) for rec in manifest_lines(root)[1:]] == [("add", "runs")]
 
 
+def test_compaction_above_a_part_count_leaves_smaller_tables_alone(
+    tmp_path: Path, real_results: list[dict[str, Any]]
+) -> None:
+    root = tmp_path / "r"
+    store = ResultsStore(root)
+    rows = rows_of(real_results)
+    for row in rows:
+        with store.writer() as w:
+            w.append("runs", [row])
+    with store.writer() as w:
+        w.add_baselines([("b", "{}")], "test")
+    n = len(rows)
+    assert n >= 3 and len(store.parts("runs")) == n
+    before = manifest_lines(root)
+    with store.writer() as w:
+        w.compact(above=n)  # not more than `above` parts: nothing to do, the manifest untouched
+    assert len(store.parts("runs")) == n and manifest_lines(root) == before
+    with store.writer() as w:
+        w.compact(above=n - 1)  # runs has more: merged; baselines has one part: kept
+    assert len(store.parts("runs")) == 1 and len(store.parts("baselines")) == 1
+    assert store.keys() == {r["key"] for r in rows}
+
+
 def test_one_writer_at_a_time(tmp_path: Path) -> None:
     root = tmp_path / "r"
     with ResultsStore(root).writer() as w:
