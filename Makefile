@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # maturin installs into the environment named by VIRTUAL_ENV.
 DEVELOP := PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -q
 
-.PHONY: demo test bench install build-dev build-release clean
+.PHONY: demo test bench install native build-dev build-release clean
 
 demo: install
 	$(BIN)/vcpulab run examples/quickstart.toml
@@ -28,9 +28,14 @@ bench: install
 	cargo bench -p vcpulab-sim
 	$(BIN)/vcpulab bench
 
-# Optimised native module installed (editable Python sources) into .venv, with test tools.
-install: $(BIN)/maturin
+# Optimised native module installed (editable Python sources) into .venv, with test tools;
+# and the native programs and LD_PRELOAD libraries of the bridge commands.
+install: $(BIN)/maturin native
 	$(DEVELOP) --release -E test
+
+# The pathology workloads and the tracer (C, gcc): target/native/{bin,lib}.
+native:
+	$(MAKE) -s -C tracer
 
 # Debug build of the native module into .venv: compiles faster, runs much slower.
 build-dev: $(BIN)/maturin

@@ -87,3 +87,11 @@ def policies() -> list[_PolicyInfo]: ...
 def characterize(workload: str, cpus: int, seed: int, slice_ns: int, overrides: list[str]) -> str:
     """Run ``workload`` natively with n = ``cpus`` and characterize it; JSON text."""
 def bench(seconds: float) -> str: ...
+
+class PerfCounters:
+    """Linux perf counters on process ``pid`` and every thread and child it starts, enabled
+    at its next ``exec`` (attach while it waits before the exec)."""
+
+    def __init__(self, pid: int, events: list[str]) -> None: ...
+    def read(self) -> dict[str, int | str]:
+        """Event → count, or → the reason (a str) it is unavailable here."""

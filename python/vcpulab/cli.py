@@ -30,6 +30,8 @@ from ._vcpulab import (
     workloads,
 )
 from .atomic import AtomicWriter
+from .bridge import commands as bridge_commands
+from .bridge.launch import LaunchError
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
 from .store import COMPACT_ABOVE, ResultsStore, StoreError, result_from_row
 from .sweep import (
@@ -96,6 +98,13 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
+
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})")
+    return value
 
 
 def _names(text: str) -> list[str]:
@@ -258,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--set", dest="sets", action="append", default=[], type=_override, metavar="PATH=VALUE")
     ch.add_argument("--json", action="store_true", help="print the characterization as JSON")
     ch.set_defaults(func=cmd_characterize)
+
+    bridge_commands.add_commands(commands, _positive_int, _duration_ms)
 
     q = commands.add_parser(
         "query",
@@ -708,6 +719,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(e, EXIT_SIMULATION)
     except StoreError as e:
         return _fail(e, EXIT_USAGE)
+    except LaunchError as e:
+        return _fail(e, e.code)
     except ConnectionError as e:
         return _fail(e, EXIT_USAGE)
     except KeyboardInterrupt:

@@ -23,10 +23,10 @@ import multiprocessing
 import os
 import queue
 import signal
-from concurrent.futures import Future, ProcessPoolExecutor
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 

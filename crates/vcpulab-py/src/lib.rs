@@ -96,7 +96,8 @@ impl Plan {
     /// Records a baseline summary (JSON text from `run_job` or `take_new_summaries`)
     /// computed elsewhere, so cells paired with job `key` do not simulate it again.
     fn provide_summary(&mut self, key: &str, summary: &str) -> PyResult<()> {
-        let s: api::RunSummary = serde_json::from_str(summary).map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("bad summary for {key}: {e}")))?;
+        let s: api::RunSummary =
+            serde_json::from_str(summary).map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("bad summary for {key}: {e}")))?;
         self.inner.provide_summary(key, s);
         Ok(())
     }
@@ -132,10 +133,7 @@ impl Plan {
 
 /// Runs `f` with the GIL released; every few thousand events the simulation briefly
 /// re-attaches to let Python handle signals, so Ctrl-C stops a long run promptly.
-fn interruptible<T: Send>(
-    py: Python<'_>,
-    f: impl Send + FnOnce(&mut dyn FnMut() -> bool) -> Result<T, api::CellError>,
-) -> PyResult<T> {
+fn interruptible<T: Send>(py: Python<'_>, f: impl Send + FnOnce(&mut dyn FnMut() -> bool) -> Result<T, api::CellError>) -> PyResult<T> {
     let mut pending: Option<PyErr> = None;
     let r = py.detach(|| {
         f(&mut || match Python::attach(|py| py.check_signals()) {
@@ -219,6 +217,34 @@ fn bench_sim(py: Python<'_>, seconds: f64) -> PyResult<String> {
     serde_json::to_string(&r).map_err(|e| VcpulabError::new_err(e.to_string()))
 }
 
+/// Linux perf counters on a process and everything it starts (`vcpulab-measure`): attach
+/// while the process waits before its `exec`; counting starts at the `exec`.
+#[pyclass(module = "vcpulab._vcpulab", unsendable)]
+struct PerfCounters {
+    inner: vcpulab_measure::PerfCounters,
+}
+
+#[pymethods]
+impl PerfCounters {
+    #[new]
+    fn new(pid: i32, events: Vec<String>) -> Self {
+        let names: Vec<&str> = events.iter().map(String::as_str).collect();
+        PerfCounters { inner: vcpulab_measure::PerfCounters::attach(pid, &names) }
+    }
+
+    /// Event name → count, or → the reason (a str) it is unavailable here.
+    fn read<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (name, count) in self.inner.read() {
+            match count {
+                vcpulab_measure::EventCount::Count(n) => d.set_item(name, n)?,
+                vcpulab_measure::EventCount::Unavailable(why) => d.set_item(name, why)?,
+            }
+        }
+        Ok(d)
+    }
+}
+
 #[pymodule]
 fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -226,6 +252,7 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SpecError", py.get_type::<SpecError>())?;
     m.add("SimulationError", py.get_type::<SimulationError>())?;
     m.add_class::<Plan>()?;
+    m.add_class::<PerfCounters>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(build_id, m)?)?;
     m.add_function(wrap_pyfunction!(workloads, m)?)?;

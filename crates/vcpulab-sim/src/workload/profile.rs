@@ -841,7 +841,10 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
                 None => (0, false),
                 Some(Value::String(s)) if s == "rotate" => {
                     if ctx.loops == 0 {
-                        return err(&format!("{p}.thread"), "\"rotate\" moves the thread on each iteration of the enclosing repeat, but there is none");
+                        return err(
+                            &format!("{p}.thread"),
+                            "\"rotate\" moves the thread on each iteration of the enclosing repeat, but there is none",
+                        );
                     }
                     (0, true)
                 }

@@ -55,7 +55,9 @@ fn strong_scaled_profiles_speed_up_and_every_profile_runs_at_small_n() {
     };
     // Every library profile (system ones included) runs at a thread count other than its
     // calibration point; the long co-runners (matmul, sysbench) are left to the type test.
-    for (name, _) in BUILTINS.iter().filter(|(n, _)| n.contains('.') || ["dbench", "ebizzy", "hackbench", "kernbench", "server"].contains(n)) {
+    for (name, _) in
+        BUILTINS.iter().filter(|(n, _)| n.contains('.') || ["dbench", "ebizzy", "hackbench", "kernbench", "server"].contains(n))
+    {
         assert!(time(name, 4) > 0.0);
     }
     // Strong scaling: a fixed total of work, so 16 threads beat 4 by a margin set by the type.
