@@ -474,14 +474,16 @@ static uint32_t jt_take(uintptr_t h) {
 
 /* ---------------------------------------------------------------- process lifecycle */
 
+/* 0: a valid header; -1: not (yet) complete; -2: not a vtrace file of this version. */
 static int check_header(int fd) {
     unsigned char h[VT_HEADER_LEN];
     ssize_t k = pread(fd, h, sizeof h, 0);
-    if (k != (ssize_t)sizeof h) return -1;
-    if (memcmp(h, VT_MAGIC, 8) != 0) {
+    if (k < 0) return -1;
+    if (memcmp(h, VT_MAGIC, k < 8 ? (size_t)k : 8) != 0) {
         vt_log("VTRACE_OUT exists and is not a vtrace file", 0);
         return -2;
     }
+    if (k < (ssize_t)sizeof h) return -1;
     if (h[8] != VT_VERSION || h[9] != 0) {
         vt_log("VTRACE_OUT was written with another format version", 0);
         return -2;
