@@ -139,148 +139,63 @@ pub enum LockMode {
 /// for the pthread calls); `wait_ns` is return time minus call time; `hold_ns` is the time
 /// since the matching acquisition (None when the tracer did not see it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[allow(missing_docs)]
+#[allow(missing_docs)] // the fields: see above
 pub enum Event {
     /// The process started (always the first record of its first thread).
-    ProcessStart {
-        pid: u32,
-    },
+    ProcessStart { pid: u32 },
     /// The thread started.
-    ThreadStart {
-        tid: u32,
-        parent: Option<u32>,
-        seq: Option<u32>,
-        handle: u64,
-    },
+    ThreadStart { tid: u32, parent: Option<u32>, seq: Option<u32>, handle: u64 },
     /// The thread ended (also the thread that called `exit`).
     ThreadExit,
     /// `pthread_create`; `child` is the tid of the thread with this `seq` (filled by the reader).
-    ThreadCreate {
-        seq: u32,
-        ret: i32,
-        handle: u64,
-        child: Option<u32>,
-    },
+    ThreadCreate { seq: u32, ret: i32, handle: u64, child: Option<u32> },
     /// `pthread_join`; `tid` is None when the tracer could not tell which thread it was.
-    ThreadJoin {
-        tid: Option<u32>,
-        ret: i32,
-        handle: u64,
-        wait_ns: u64,
-    },
+    ThreadJoin { tid: Option<u32>, ret: i32, handle: u64, wait_ns: u64 },
     /// `exec*`: `ret` 0 is written (and flushed) just before the call; a failed call adds one
     /// with its errno.
-    Exec {
-        ret: i32,
-    },
-    MutexLock {
-        addr: u64,
-        mode: LockMode,
-        wait_ns: u64,
-        ret: i32,
-    },
-    MutexUnlock {
-        addr: u64,
-        hold_ns: Option<u64>,
-    },
-    SpinLock {
-        addr: u64,
-        mode: LockMode,
-        wait_ns: u64,
-        ret: i32,
-    },
-    SpinUnlock {
-        addr: u64,
-        hold_ns: Option<u64>,
-    },
-    RwReadLock {
-        addr: u64,
-        mode: LockMode,
-        wait_ns: u64,
-        ret: i32,
-    },
-    RwWriteLock {
-        addr: u64,
-        mode: LockMode,
-        wait_ns: u64,
-        ret: i32,
-    },
-    RwUnlock {
-        addr: u64,
-        hold_ns: Option<u64>,
-    },
-    BarrierInit {
-        addr: u64,
-        count: u32,
-        ret: i32,
-    },
+    Exec { ret: i32 },
+    /// `pthread_mutex_lock` (`trylock`: [`LockMode::Try`], `timedlock`: [`LockMode::Timed`]).
+    MutexLock { addr: u64, mode: LockMode, wait_ns: u64, ret: i32 },
+    /// `pthread_mutex_unlock`, recorded at the call.
+    MutexUnlock { addr: u64, hold_ns: Option<u64> },
+    /// `pthread_spin_lock` / `pthread_spin_trylock`.
+    SpinLock { addr: u64, mode: LockMode, wait_ns: u64, ret: i32 },
+    /// `pthread_spin_unlock`, recorded at the call.
+    SpinUnlock { addr: u64, hold_ns: Option<u64> },
+    /// `pthread_rwlock_rdlock` and its try/timed variants.
+    RwReadLock { addr: u64, mode: LockMode, wait_ns: u64, ret: i32 },
+    /// `pthread_rwlock_wrlock` and its try/timed variants.
+    RwWriteLock { addr: u64, mode: LockMode, wait_ns: u64, ret: i32 },
+    /// `pthread_rwlock_unlock`, recorded at the call.
+    RwUnlock { addr: u64, hold_ns: Option<u64> },
+    /// `pthread_barrier_init` with `count` parties.
+    BarrierInit { addr: u64, count: u32, ret: i32 },
     /// `ret` is -1 (`PTHREAD_BARRIER_SERIAL_THREAD`) for one thread per opening, else 0.
-    BarrierWait {
-        addr: u64,
-        wait_ns: u64,
-        ret: i32,
-    },
-    CondWait {
-        cond: u64,
-        mutex: u64,
-        timed: bool,
-        wait_ns: u64,
-        ret: i32,
-    },
-    CondSignal {
-        cond: u64,
-    },
-    CondBroadcast {
-        cond: u64,
-    },
-    Malloc {
-        size: u64,
-        ptr: u64,
-    },
-    Free {
-        ptr: u64,
-    },
-    Calloc {
-        nmemb: u64,
-        size: u64,
-        ptr: u64,
-    },
-    Realloc {
-        old: u64,
-        size: u64,
-        ptr: u64,
-    },
+    BarrierWait { addr: u64, wait_ns: u64, ret: i32 },
+    /// `pthread_cond_wait` / `pthread_cond_timedwait` (`timed`); the mutex is held again at `t`.
+    CondWait { cond: u64, mutex: u64, timed: bool, wait_ns: u64, ret: i32 },
+    /// `pthread_cond_signal`.
+    CondSignal { cond: u64 },
+    /// `pthread_cond_broadcast`.
+    CondBroadcast { cond: u64 },
+    /// `malloc(size)` returned `ptr`.
+    Malloc { size: u64, ptr: u64 },
+    /// `free(ptr)` (never NULL).
+    Free { ptr: u64 },
+    /// `calloc(nmemb, size)` returned `ptr`.
+    Calloc { nmemb: u64, size: u64, ptr: u64 },
+    /// `realloc(old, size)` returned `ptr`.
+    Realloc { old: u64, size: u64, ptr: u64 },
     /// `memalign`, `aligned_alloc`, `posix_memalign`.
-    Memalign {
-        align: u64,
-        size: u64,
-        ptr: u64,
-    },
+    Memalign { align: u64, size: u64, ptr: u64 },
     /// `mmap`: `addr` is the result (`u64::MAX` = `MAP_FAILED`).
-    Mmap {
-        addr: u64,
-        len: u64,
-        prot: i32,
-        flags: i32,
-        fd: i32,
-    },
-    Munmap {
-        addr: u64,
-        len: u64,
-        ret: i32,
-    },
-    Madvise {
-        addr: u64,
-        len: u64,
-        advice: i32,
-        ret: i32,
-    },
-    Mprotect {
-        addr: u64,
-        len: u64,
-        prot: i32,
-        ret: i32,
-    },
+    Mmap { addr: u64, len: u64, prot: i32, flags: i32, fd: i32 },
+    /// `munmap`.
+    Munmap { addr: u64, len: u64, ret: i32 },
+    /// `madvise` with its advice (`MADV_DONTNEED` = 4).
+    Madvise { addr: u64, len: u64, advice: i32, ret: i32 },
+    /// `mprotect` with its new protection.
+    Mprotect { addr: u64, len: u64, prot: i32, ret: i32 },
 }
 
 /// Why a trace could not be read: the file, the byte offset, and what was wrong.
