@@ -284,3 +284,12 @@ def test_spinblock_is_a_correct_lock_that_blocks(kit: Kit, tmp_path: Path) -> No
     assert blocked.returncode == 0 and time.monotonic() - t0 >= 0.2
     cpu_ms = int(blocked.stdout.split(b"cpu_ms=")[1])
     assert cpu_ms < 100, blocked.stdout
+
+
+def test_a_closed_descriptor_is_never_written_through(kit: Kit, tmp_path: Path) -> None:
+    trace, own = tmp_path / "c.vtrace", tmp_path / "own.txt"
+    p = run([str(kit.bins / "closeall"), str(own)], trace, kit)
+    assert p.returncode == 0 and p.stdout == b"done\n"
+    assert own.read_bytes() == b"mine\n"
+    assert "closed or replaced by the application" in Path(f"{trace}.log").read_text()
+    assert summary(kit, trace)["processes"] == []

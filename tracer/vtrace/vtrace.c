@@ -109,7 +109,8 @@ static _Atomic unsigned g_nbufs;
 
 static _Atomic int g_enabled;
 static int g_fd = -1;
-static int g_logfd = -1;
+static dev_t g_dev; /* the trace file's identity: the application may close our descriptor */
+static ino_t g_ino;
 static char g_logpath[4096];
 static uint64_t g_base;      /* CLOCK_MONOTONIC ns at this process image's start */
 static uint32_t g_pid;
@@ -176,8 +177,10 @@ static uint32_t crc_update(uint32_t c, const unsigned char *p, size_t n) {
 
 /* Async-signal-safe log line: "vtrace[pid]: msg (errno N)\n". */
 static void vt_log(const char *msg, int err) {
-    if (g_logfd < 0 && g_logpath[0]) g_logfd = open(g_logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (g_logfd < 0) return;
+    /* opened for each line: errors are rare, and a descriptor kept open could be closed (and its
+     * number reused) by the application */
+    int fd = g_logpath[0] ? open(g_logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
+    if (fd < 0) return;
     char line[512];
     size_t n = 0;
     const char *pre = "vtrace[";
@@ -197,8 +200,9 @@ static void vt_log(const char *msg, int err) {
         line[n++] = ')';
     }
     line[n++] = '\n';
-    ssize_t w = write(g_logfd, line, n);
+    ssize_t w = write(fd, line, n);
     (void)w;
+    close(fd);
 }
 
 /* Any tracer error: stop tracing (the application goes on untouched). */
@@ -238,6 +242,16 @@ static void flush_buf(struct vt_buf *b) {
     c = crc_update(c, h + VT_BLOCK_HEADER_LEN, b->pos) ^ 0xFFFFFFFFu;
     put32(h + 36, c);
     int saved = errno;
+    struct stat st;
+    if (fstat(g_fd, &st) != 0 || st.st_dev != g_dev || st.st_ino != g_ino) {
+        /* closed, or its number reused by the application: never write into someone else's file */
+        errno = saved;
+        vt_fail("the VTRACE_OUT descriptor was closed or replaced by the application", 0);
+        g_fd = -1;
+        b->pos = 0;
+        b->nrec = 0;
+        return;
+    }
     int err = write_all(h, VT_BLOCK_HEADER_LEN + (size_t)b->pos);
     errno = saved;
     if (err) vt_fail("cannot write a block to VTRACE_OUT", err);
@@ -661,11 +675,25 @@ __attribute__((constructor(101))) static void vt_init(void) {
     if (gap && *gap) g_cpu_gap = strtoull(gap, NULL, 10);
     g_base = now();
     g_pid = (uint32_t)getpid();
-    g_fd = open_out(out);
-    if (g_fd < 0) {
+    int fd = open_out(out);
+    if (fd < 0) {
         t_guard--;
         return;
     }
+    /* out of the way of the descriptors the application numbers itself (dup2 targets) */
+    g_fd = fcntl(fd, F_DUPFD_CLOEXEC, 512);
+    if (g_fd < 0) g_fd = fd;
+    else close(fd);
+    struct stat st;
+    if (fstat(g_fd, &st) != 0) {
+        vt_log("cannot stat VTRACE_OUT", errno);
+        close(g_fd);
+        g_fd = -1;
+        t_guard--;
+        return;
+    }
+    g_dev = st.st_dev;
+    g_ino = st.st_ino;
     if (pthread_key_create(&g_key, thread_exit) != 0) {
         vt_log("pthread_key_create failed", 0);
         t_guard--;
@@ -804,7 +832,7 @@ static inline void releasing(int kind, const void *a) {
         if (!on()) return real_##name(a);                                                              \
         t_guard++;                                                                                     \
         uint64_t t0 = now();                                                                           \
-        return acquired(kind, flags, (const void *)(uintptr_t)a, t0, real_##name(a));                                         \
+        return acquired(kind, flags, (const void *)(uintptr_t)a, t0, real_##name(a));                  \
     }
 #define ACQUIRE2(name, T, kind, flags, fail)                                                           \
     EXPORT int name(T *a, const struct timespec *ts) {                                                 \
@@ -812,7 +840,7 @@ static inline void releasing(int kind, const void *a) {
         if (!on()) return real_##name(a, ts);                                                          \
         t_guard++;                                                                                     \
         uint64_t t0 = now();                                                                           \
-        return acquired(kind, flags, (const void *)(uintptr_t)a, t0, real_##name(a, ts));                                       \
+        return acquired(kind, flags, (const void *)(uintptr_t)a, t0, real_##name(a, ts));              \
     }
 #define RELEASE(name, T, kind, fail)                                                                   \
     EXPORT int name(T *a) {                                                                            \
@@ -820,7 +848,7 @@ static inline void releasing(int kind, const void *a) {
         if (!on()) return real_##name(a);                                                              \
         t_guard++;                                                                                     \
         int e = errno;                                                                                 \
-        releasing(kind, (const void *)(uintptr_t)a);                                                                          \
+        releasing(kind, (const void *)(uintptr_t)a);                                                   \
         errno = e;                                                                                     \
         int r = real_##name(a);                                                                        \
         t_guard--;                                                                                     \
