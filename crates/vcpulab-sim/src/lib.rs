@@ -28,7 +28,7 @@
 //! Modules: [`engine`] (time, queue, random streams), [`machine`] (topology, costs),
 //! [`kernel`] (the OS model), [`virt`] (exits, vCPUs), [`workload`] (the workload language),
 //! [`account`] (ledger, metrics), [`world`] (the simulation), [`scenario`] (native/UC/OC/OC2),
-//! [`spec`] (input validation), [`api`] (plans and results).
+//! [`spec`] (input validation), [`api`] (plans and results), [`trace`] (traces of real programs).
 
 pub mod account;
 pub mod api;
@@ -39,6 +39,7 @@ pub mod machine;
 pub mod policy;
 pub mod scenario;
 pub mod spec;
+pub mod trace;
 pub mod virt;
 pub mod workload;
 pub mod world;

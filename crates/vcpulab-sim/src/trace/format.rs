@@ -1,0 +1,122 @@
+//! The layout of a vtrace file, format version 1 (`docs/trace-format.md` describes it byte by
+//! byte; `tracer/vtrace/vtrace_format.h` is the writer's copy of these constants).
+//!
+//! ```text
+//!  file   = header block*
+//!  header = magic[8] version:u16 header_len:u16 flags:u32 created_unix_ns:u64 creator_pid:u32 crc:u32
+//!  block  = "VTBK" payload_len:u32 pid:u32 tid:u32 process_base:u64 seq:u32 nrec:u32 flags:u32 crc:u32 payload
+//!  record = kind:u8 flags:u8 len:u16 t:u64 body        (all integers little-endian)
+//! ```
+
+/// The first eight bytes of every vtrace file.
+pub const MAGIC: [u8; 8] = *b"\x89VTRACE\n";
+/// The newest format version this reader understands (it reads every version up to it).
+pub const VERSION: u16 = 1;
+/// Length of the version-1 file header.
+pub const HEADER_LEN: usize = 32;
+/// The first four bytes of every block.
+pub const BLOCK_MAGIC: [u8; 4] = *b"VTBK";
+/// Length of a block header.
+pub const BLOCK_HEADER_LEN: usize = 40;
+/// The largest block (header and payload) a writer produces.
+pub const BLOCK_MAX: usize = 65536;
+/// Length of the common record header (kind, flags, length, time).
+pub const RECORD_HEADER_LEN: usize = 12;
+
+/// Record flag: a try-lock variant (`pthread_*_trylock`).
+pub const F_TRY: u8 = 0x01;
+/// Record flag: a timed variant (`*_timedlock`, `pthread_cond_timedwait`).
+pub const F_TIMED: u8 = 0x02;
+/// Record flag: the CPU time is extrapolated from the thread's last measurement.
+pub const F_CPU_EST: u8 = 0x80;
+
+/// Hold time the tracer could not measure (it did not see the acquisition).
+pub const HOLD_UNKNOWN: u64 = u64::MAX;
+/// Creation sequence number of a thread the tracer did not see created.
+pub const SEQ_UNKNOWN: u32 = u32::MAX;
+
+/// Record kind codes.
+#[allow(missing_docs)]
+pub mod kind {
+    pub const PROCESS_START: u8 = 0x01;
+    pub const THREAD_START: u8 = 0x02;
+    pub const THREAD_EXIT: u8 = 0x03;
+    pub const THREAD_CREATE: u8 = 0x04;
+    pub const THREAD_JOIN: u8 = 0x05;
+    pub const EXEC: u8 = 0x06;
+    pub const MUTEX_LOCK: u8 = 0x10;
+    pub const MUTEX_UNLOCK: u8 = 0x11;
+    pub const SPIN_LOCK: u8 = 0x12;
+    pub const SPIN_UNLOCK: u8 = 0x13;
+    pub const RW_RDLOCK: u8 = 0x14;
+    pub const RW_WRLOCK: u8 = 0x15;
+    pub const RW_UNLOCK: u8 = 0x16;
+    pub const BARRIER_INIT: u8 = 0x17;
+    pub const BARRIER_WAIT: u8 = 0x18;
+    pub const COND_WAIT: u8 = 0x19;
+    pub const COND_SIGNAL: u8 = 0x1A;
+    pub const COND_BROADCAST: u8 = 0x1B;
+    pub const MALLOC: u8 = 0x20;
+    pub const FREE: u8 = 0x21;
+    pub const CALLOC: u8 = 0x22;
+    pub const REALLOC: u8 = 0x23;
+    pub const MEMALIGN: u8 = 0x24;
+    pub const MMAP: u8 = 0x30;
+    pub const MUNMAP: u8 = 0x31;
+    pub const MADVISE: u8 = 0x32;
+    pub const MPROTECT: u8 = 0x33;
+}
+
+/// What the reader knows about a record kind.
+#[derive(Clone, Copy, Debug)]
+pub struct KindInfo {
+    /// Its code.
+    pub code: u8,
+    /// Its name in the documentation.
+    pub name: &'static str,
+    /// Whether the body starts with the thread's CPU time.
+    pub cpu: bool,
+    /// Total record length (header included); for `PROCESS_START`, the length without the
+    /// command line.
+    pub len: usize,
+}
+
+const fn k(code: u8, name: &'static str, cpu: bool, len: usize) -> KindInfo {
+    KindInfo { code, name, cpu, len }
+}
+
+/// Every kind of format version 1.
+pub const KINDS: &[KindInfo] = &[
+    k(kind::PROCESS_START, "PROCESS_START", true, 52),
+    k(kind::THREAD_START, "THREAD_START", true, 44),
+    k(kind::THREAD_EXIT, "THREAD_EXIT", true, 20),
+    k(kind::THREAD_CREATE, "THREAD_CREATE", true, 36),
+    k(kind::THREAD_JOIN, "THREAD_JOIN", true, 44),
+    k(kind::EXEC, "EXEC", true, 24),
+    k(kind::MUTEX_LOCK, "MUTEX_LOCK", true, 40),
+    k(kind::MUTEX_UNLOCK, "MUTEX_UNLOCK", true, 36),
+    k(kind::SPIN_LOCK, "SPIN_LOCK", true, 40),
+    k(kind::SPIN_UNLOCK, "SPIN_UNLOCK", true, 36),
+    k(kind::RW_RDLOCK, "RW_RDLOCK", true, 40),
+    k(kind::RW_WRLOCK, "RW_WRLOCK", true, 40),
+    k(kind::RW_UNLOCK, "RW_UNLOCK", true, 36),
+    k(kind::BARRIER_INIT, "BARRIER_INIT", true, 36),
+    k(kind::BARRIER_WAIT, "BARRIER_WAIT", true, 40),
+    k(kind::COND_WAIT, "COND_WAIT", true, 48),
+    k(kind::COND_SIGNAL, "COND_SIGNAL", true, 28),
+    k(kind::COND_BROADCAST, "COND_BROADCAST", true, 28),
+    k(kind::MALLOC, "MALLOC", false, 28),
+    k(kind::FREE, "FREE", false, 20),
+    k(kind::CALLOC, "CALLOC", false, 36),
+    k(kind::REALLOC, "REALLOC", false, 36),
+    k(kind::MEMALIGN, "MEMALIGN", false, 36),
+    k(kind::MMAP, "MMAP", true, 48),
+    k(kind::MUNMAP, "MUNMAP", true, 40),
+    k(kind::MADVISE, "MADVISE", true, 44),
+    k(kind::MPROTECT, "MPROTECT", true, 44),
+];
+
+/// The description of kind `code`, if version 1 defines it.
+pub fn kind_info(code: u8) -> Option<&'static KindInfo> {
+    KINDS.iter().find(|i| i.code == code)
+}

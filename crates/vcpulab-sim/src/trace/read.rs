@@ -1,0 +1,646 @@
+//! Parsing and validation of vtrace files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use super::format::{self, kind, KindInfo};
+use super::{Event, Header, LockMode, Origin, Process, ProcessStart, Record, ThreadTrace, Trace, TraceError, TraceErrorKind};
+
+/// Reads and validates the trace file at `path`.
+pub fn read(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
+    let path = path.as_ref();
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| TraceError { file: name.clone(), offset: 0, kind: TraceErrorKind::Io(e.to_string()) })?;
+    from_bytes_named(&name, &bytes)
+}
+
+/// Parses a trace held in memory (errors name it `<bytes>`).
+pub fn from_bytes(bytes: &[u8]) -> Result<Trace, TraceError> {
+    from_bytes_named("<bytes>", bytes)
+}
+
+/// Parses a trace held in memory; errors name it `file`.
+pub fn from_bytes_named(file: &str, bytes: &[u8]) -> Result<Trace, TraceError> {
+    let err = |offset: usize, kind: TraceErrorKind| TraceError { file: file.to_string(), offset: offset as u64, kind };
+    let header = parse_header(bytes).map_err(|(o, k)| err(o, k))?;
+    let mut builder = Builder::default();
+    let mut off = header_len(bytes);
+    let mut block = 0u64;
+    while off < bytes.len() {
+        parse_block(bytes, off, block, &mut builder).map_err(|(o, k)| err(o, k))?;
+        off += format::BLOCK_HEADER_LEN + le32(bytes, off + 4) as usize;
+        block += 1;
+    }
+    Ok(Trace { header, processes: builder.finish() })
+}
+
+type Fail = (usize, TraceErrorKind);
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    let mut a = [0u8; 2];
+    if let Some(s) = b.get(at..at + 2) {
+        a.copy_from_slice(s);
+    }
+    u16::from_le_bytes(a)
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    if let Some(s) = b.get(at..at + 4) {
+        a.copy_from_slice(s);
+    }
+    u32::from_le_bytes(a)
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        a.copy_from_slice(s);
+    }
+    u64::from_le_bytes(a)
+}
+
+fn header_len(bytes: &[u8]) -> usize {
+    usize::from(le16(bytes, 10)).max(format::HEADER_LEN)
+}
+
+fn parse_header(b: &[u8]) -> Result<Header, Fail> {
+    let magic_len = b.len().min(format::MAGIC.len());
+    if b[..magic_len] != format::MAGIC[..magic_len] {
+        return Err((0, TraceErrorKind::BadMagic));
+    }
+    let truncated = (b.len(), TraceErrorKind::TruncatedHeader { len: b.len() as u64 });
+    if b.len() < 10 {
+        return Err(truncated);
+    }
+    let version = le16(b, 8);
+    if version == 0 || version > format::VERSION {
+        return Err((8, TraceErrorKind::UnsupportedVersion { version }));
+    }
+    if b.len() < format::HEADER_LEN {
+        return Err(truncated);
+    }
+    let len = le16(b, 10);
+    if usize::from(len) < format::HEADER_LEN {
+        return Err((10, TraceErrorKind::HeaderLength { len }));
+    }
+    if b.len() < usize::from(len) {
+        return Err(truncated);
+    }
+    let stored = le32(b, 28);
+    let computed = crc32fast::hash(&b[..28]);
+    if stored != computed {
+        return Err((28, TraceErrorKind::HeaderChecksum { stored, computed }));
+    }
+    Ok(Header { version, flags: le32(b, 12), created_unix_ns: le64(b, 16), creator_pid: le32(b, 24) })
+}
+
+fn parse_block(b: &[u8], off: usize, block: u64, out: &mut Builder) -> Result<(), Fail> {
+    let have = (b.len() - off) as u64;
+    let hl = format::BLOCK_HEADER_LEN;
+    if have < hl as u64 {
+        return Err((off, TraceErrorKind::TruncatedBlock { block, need: hl as u64, have }));
+    }
+    if b[off..off + 4] != format::BLOCK_MAGIC {
+        return Err((off, TraceErrorKind::BadBlockMagic { block }));
+    }
+    let payload_len = le32(b, off + 4) as usize;
+    if hl + payload_len > format::BLOCK_MAX {
+        return Err((off + 4, TraceErrorKind::BlockTooLarge { block, payload: payload_len as u64 }));
+    }
+    if have < (hl + payload_len) as u64 {
+        return Err((off, TraceErrorKind::TruncatedBlock { block, need: (hl + payload_len) as u64, have }));
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&b[off..off + 36]);
+    h.update(&b[off + hl..off + hl + payload_len]);
+    let computed = h.finalize();
+    let stored = le32(b, off + 36);
+    if stored != computed {
+        return Err((off + 36, TraceErrorKind::Checksum { block, stored, computed }));
+    }
+    let (pid, tid, base, seq, nrec) = (le32(b, off + 8), le32(b, off + 12), le64(b, off + 16), le32(b, off + 24), le32(b, off + 28));
+    let payload = &b[off + hl..off + hl + payload_len];
+    let length = |at: usize, what: String| (off + hl + at, TraceErrorKind::Length { block, what });
+    let mut records = Vec::new();
+    let mut pos = 0;
+    while pos < payload.len() {
+        let left = payload.len() - pos;
+        if left < format::RECORD_HEADER_LEN {
+            return Err(length(pos, format!("a record header needs {} bytes, {left} are left in the payload", format::RECORD_HEADER_LEN)));
+        }
+        let code = payload[pos];
+        let Some(info) = format::kind_info(code) else {
+            return Err((off + hl + pos, TraceErrorKind::UnknownKind { block, kind: code }));
+        };
+        let len = usize::from(le16(payload, pos + 2));
+        let expected =
+            if code == kind::PROCESS_START && len >= info.len { info.len + usize::from(le16(payload, pos + 34)) } else { info.len };
+        if len != expected {
+            return Err(length(pos, format!("a {} record has length {len}, expected {expected}", info.name)));
+        }
+        if len > left {
+            return Err(length(pos, format!("a {} record of {len} bytes overruns the payload ({left} bytes left)", info.name)));
+        }
+        let rec = &payload[pos..pos + len];
+        records.push(decode(info, rec).map_err(|what| (off + hl + pos, TraceErrorKind::Length { block, what }))?);
+        if let (Event::ProcessStart { pid: p }, Some(start)) = (&records[records.len() - 1].event, process_start(rec)) {
+            if *p != pid || le64(rec, 36) != base {
+                return Err(length(pos, format!("a PROCESS_START record of pid {p} in a block of pid {pid} with another clock base")));
+            }
+            out.start(pid, base, start);
+        }
+        pos += len;
+    }
+    if records.len() != nrec as usize {
+        return Err((
+            off + 28,
+            TraceErrorKind::Length { block, what: format!("the header declares {nrec} records, the payload holds {}", records.len()) },
+        ));
+    }
+    out.block(pid, base, tid, seq, records);
+    Ok(())
+}
+
+fn process_start(rec: &[u8]) -> Option<ProcessStart> {
+    let origin = match le16(rec, 32) {
+        0 => Origin::Exec,
+        _ => Origin::Fork,
+    };
+    let cmd = rec.get(52..)?;
+    let cmdline = cmd.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+    Some(ProcessStart { ppid: le32(rec, 24), cpus: le32(rec, 28), origin, realtime_base_ns: le64(rec, 44), cmdline })
+}
+
+fn mode(flags: u8) -> LockMode {
+    if flags & format::F_TRY != 0 {
+        LockMode::Try
+    } else if flags & format::F_TIMED != 0 {
+        LockMode::Timed
+    } else {
+        LockMode::Block
+    }
+}
+
+fn opt_hold(v: u64) -> Option<u64> {
+    (v != format::HOLD_UNKNOWN).then_some(v)
+}
+
+/// Decodes one record whose length has been checked against its kind.
+fn decode(info: &KindInfo, r: &[u8]) -> Result<Record, String> {
+    if r.len() < info.len {
+        return Err(format!("a {} record has length {}, expected {}", info.name, r.len(), info.len));
+    }
+    let flags = r[1];
+    let t = le64(r, 4);
+    // Body fields start after the header, and after the CPU time when the kind has one.
+    let at = if info.cpu { 20 } else { 12 };
+    let u32_ = |i: usize| le32(r, at + i);
+    let i32_ = |i: usize| le32(r, at + i) as i32;
+    let u64_ = |i: usize| le64(r, at + i);
+    let lock = |ctor: fn(u64, LockMode, u64, i32) -> Event| ctor(u64_(0), mode(flags), u64_(8), i32_(16));
+    let event = match info.code {
+        kind::PROCESS_START => Event::ProcessStart { pid: u32_(0) },
+        kind::THREAD_START => Event::ThreadStart {
+            tid: u32_(0),
+            parent: Some(u32_(4)).filter(|&p| p != 0),
+            seq: Some(u32_(8)).filter(|&s| s != format::SEQ_UNKNOWN),
+            handle: u64_(16),
+        },
+        kind::THREAD_EXIT => Event::ThreadExit,
+        kind::THREAD_CREATE => Event::ThreadCreate { seq: u32_(0), ret: i32_(4), handle: u64_(8), child: None },
+        kind::THREAD_JOIN => Event::ThreadJoin { tid: Some(u32_(0)).filter(|&t| t != 0), ret: i32_(4), handle: u64_(8), wait_ns: u64_(16) },
+        kind::EXEC => Event::Exec { ret: i32_(0) },
+        kind::MUTEX_LOCK => lock(|addr, mode, wait_ns, ret| Event::MutexLock { addr, mode, wait_ns, ret }),
+        kind::SPIN_LOCK => lock(|addr, mode, wait_ns, ret| Event::SpinLock { addr, mode, wait_ns, ret }),
+        kind::RW_RDLOCK => lock(|addr, mode, wait_ns, ret| Event::RwReadLock { addr, mode, wait_ns, ret }),
+        kind::RW_WRLOCK => lock(|addr, mode, wait_ns, ret| Event::RwWriteLock { addr, mode, wait_ns, ret }),
+        kind::MUTEX_UNLOCK => Event::MutexUnlock { addr: u64_(0), hold_ns: opt_hold(u64_(8)) },
+        kind::SPIN_UNLOCK => Event::SpinUnlock { addr: u64_(0), hold_ns: opt_hold(u64_(8)) },
+        kind::RW_UNLOCK => Event::RwUnlock { addr: u64_(0), hold_ns: opt_hold(u64_(8)) },
+        kind::BARRIER_INIT => Event::BarrierInit { addr: u64_(0), count: u32_(8), ret: i32_(12) },
+        kind::BARRIER_WAIT => Event::BarrierWait { addr: u64_(0), wait_ns: u64_(8), ret: i32_(16) },
+        kind::COND_WAIT => {
+            Event::CondWait { cond: u64_(0), mutex: u64_(8), timed: flags & format::F_TIMED != 0, wait_ns: u64_(16), ret: i32_(24) }
+        }
+        kind::COND_SIGNAL => Event::CondSignal { cond: u64_(0) },
+        kind::COND_BROADCAST => Event::CondBroadcast { cond: u64_(0) },
+        kind::MALLOC => Event::Malloc { size: u64_(0), ptr: u64_(8) },
+        kind::FREE => Event::Free { ptr: u64_(0) },
+        kind::CALLOC => Event::Calloc { nmemb: u64_(0), size: u64_(8), ptr: u64_(16) },
+        kind::REALLOC => Event::Realloc { old: u64_(0), size: u64_(8), ptr: u64_(16) },
+        kind::MEMALIGN => Event::Memalign { align: u64_(0), size: u64_(8), ptr: u64_(16) },
+        kind::MMAP => Event::Mmap { addr: u64_(0), len: u64_(8), prot: i32_(16), flags: i32_(20), fd: i32_(24) },
+        kind::MUNMAP => Event::Munmap { addr: u64_(0), len: u64_(8), ret: i32_(16) },
+        kind::MADVISE => Event::Madvise { addr: u64_(0), len: u64_(8), advice: i32_(16), ret: i32_(20) },
+        kind::MPROTECT => Event::Mprotect { addr: u64_(0), len: u64_(8), prot: i32_(16), ret: i32_(20) },
+        other => return Err(format!("no decoder for kind {other:#04x}")),
+    };
+    Ok(Record { t, cpu: info.cpu.then(|| le64(r, 12)), cpu_estimated: flags & format::F_CPU_EST != 0, event })
+}
+
+/// Groups blocks by process image (pid, clock base) and thread.
+#[derive(Default)]
+struct Builder {
+    processes: Vec<Process>,
+    index: BTreeMap<(u32, u64), usize>,
+    threads: Vec<BTreeMap<u32, usize>>,
+    seqs: Vec<Vec<BTreeSet<u32>>>,
+}
+
+impl Builder {
+    fn process(&mut self, pid: u32, base: u64) -> usize {
+        *self.index.entry((pid, base)).or_insert_with(|| {
+            self.processes.push(Process { pid, base_ns: base, start: None, threads: Vec::new() });
+            self.threads.push(BTreeMap::new());
+            self.seqs.push(Vec::new());
+            self.processes.len() - 1
+        })
+    }
+
+    fn start(&mut self, pid: u32, base: u64, start: ProcessStart) {
+        let p = self.process(pid, base);
+        self.processes[p].start = Some(start);
+    }
+
+    fn block(&mut self, pid: u32, base: u64, tid: u32, seq: u32, records: Vec<Record>) {
+        let p = self.process(pid, base);
+        let proc_ = &mut self.processes[p];
+        let seqs = &mut self.seqs[p];
+        let t = *self.threads[p].entry(tid).or_insert_with(|| {
+            proc_.threads.push(ThreadTrace { tid, parent: None, seq: None, blocks: 0, lost_blocks: 0, records: Vec::new() });
+            seqs.push(BTreeSet::new());
+            proc_.threads.len() - 1
+        });
+        let thread = &mut proc_.threads[t];
+        for r in &records {
+            if let Event::ThreadStart { parent, seq, .. } = r.event {
+                thread.parent = parent;
+                thread.seq = seq;
+            }
+        }
+        thread.blocks += 1;
+        seqs[t].insert(seq);
+        thread.records.extend(records);
+    }
+
+    fn finish(mut self) -> Vec<Process> {
+        for (p, proc_) in self.processes.iter_mut().enumerate() {
+            let children: BTreeMap<(u32, u32), u32> = proc_.threads.iter().filter_map(|t| Some(((t.parent?, t.seq?), t.tid))).collect();
+            for (t, thread) in proc_.threads.iter_mut().enumerate() {
+                let seen = &self.seqs[p][t];
+                let span = seen.last().map_or(0, |&m| u64::from(m) + 1);
+                thread.lost_blocks = span.saturating_sub(seen.len() as u64).min(u64::from(u32::MAX)) as u32;
+                thread.records.sort_by_key(|r| r.t);
+                let tid = thread.tid;
+                for r in &mut thread.records {
+                    if let Event::ThreadCreate { seq, ret: 0, child, .. } = &mut r.event {
+                        *child = children.get(&(tid, *seq)).copied();
+                    }
+                }
+            }
+        }
+        self.processes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::TraceErrorKind as K;
+
+    fn header(version: u16) -> Vec<u8> {
+        let mut h = format::MAGIC.to_vec();
+        h.extend(version.to_le_bytes());
+        h.extend((format::HEADER_LEN as u16).to_le_bytes());
+        h.extend(0u32.to_le_bytes());
+        h.extend(1_700_000_000_000_000_000u64.to_le_bytes());
+        h.extend(42u32.to_le_bytes());
+        let crc = crc32fast::hash(&h);
+        h.extend(crc.to_le_bytes());
+        h
+    }
+
+    /// A record: kind, flags, t, then the body (CPU time included when the kind has one).
+    fn rec(kind: u8, flags: u8, t: u64, body: &[u8]) -> Vec<u8> {
+        let mut r = vec![kind, flags];
+        r.extend(((format::RECORD_HEADER_LEN + body.len()) as u16).to_le_bytes());
+        r.extend(t.to_le_bytes());
+        r.extend(body);
+        r
+    }
+
+    fn fields(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    fn block(pid: u32, tid: u32, base: u64, seq: u32, records: &[Vec<u8>]) -> Vec<u8> {
+        let payload = records.concat();
+        let mut b = format::BLOCK_MAGIC.to_vec();
+        b.extend((payload.len() as u32).to_le_bytes());
+        b.extend(pid.to_le_bytes());
+        b.extend(tid.to_le_bytes());
+        b.extend(base.to_le_bytes());
+        b.extend(seq.to_le_bytes());
+        b.extend((records.len() as u32).to_le_bytes());
+        b.extend(0u32.to_le_bytes());
+        let mut h = crc32fast::Hasher::new();
+        h.update(&b);
+        h.update(&payload);
+        b.extend(h.finalize().to_le_bytes());
+        b.extend(payload);
+        b
+    }
+
+    const BASE: u64 = 5_000_000;
+
+    fn process_start(pid: u32, origin: u16, cmd: &[u8]) -> Vec<u8> {
+        let body = fields(&[
+            &7u64.to_le_bytes(),
+            &pid.to_le_bytes(),
+            &1u32.to_le_bytes(),
+            &8u32.to_le_bytes(),
+            &origin.to_le_bytes(),
+            &(cmd.len() as u16).to_le_bytes(),
+            &BASE.to_le_bytes(),
+            &99u64.to_le_bytes(),
+            cmd,
+        ]);
+        rec(kind::PROCESS_START, 0, 0, &body)
+    }
+
+    fn thread_start(t: u64, tid: u32, parent: u32, seq: u32) -> Vec<u8> {
+        let body = fields(&[
+            &t.to_le_bytes(),
+            &tid.to_le_bytes(),
+            &parent.to_le_bytes(),
+            &seq.to_le_bytes(),
+            &0u32.to_le_bytes(),
+            &0xabcu64.to_le_bytes(),
+        ]);
+        rec(kind::THREAD_START, 0, t, &body)
+    }
+
+    /// A two-thread process: main creates thread 101 (seq 1) and joins it.
+    fn sample() -> Vec<u8> {
+        let m = 0x1000u64.to_le_bytes();
+        let main1 = block(
+            100,
+            100,
+            BASE,
+            0,
+            &[
+                process_start(100, 0, b"./app\0-x\0"),
+                thread_start(1, 100, 0, 0),
+                rec(
+                    kind::THREAD_CREATE,
+                    0,
+                    10,
+                    &fields(&[&10u64.to_le_bytes(), &1u32.to_le_bytes(), &0i32.to_le_bytes(), &0xabcu64.to_le_bytes()]),
+                ),
+                rec(kind::MALLOC, 0, 12, &fields(&[&64u64.to_le_bytes(), &0x5000u64.to_le_bytes()])),
+            ],
+        );
+        let child = block(
+            100,
+            101,
+            BASE,
+            0,
+            &[
+                thread_start(11, 101, 100, 1),
+                rec(
+                    kind::MUTEX_LOCK,
+                    format::F_TRY | format::F_CPU_EST,
+                    20,
+                    &fields(&[&3u64.to_le_bytes(), &m, &5u64.to_le_bytes(), &0i32.to_le_bytes()]),
+                ),
+                rec(kind::MUTEX_UNLOCK, 0, 30, &fields(&[&4u64.to_le_bytes(), &m, &u64::MAX.to_le_bytes()])),
+                rec(kind::THREAD_EXIT, 0, 31, &5u64.to_le_bytes()),
+            ],
+        );
+        let main2 = block(
+            100,
+            100,
+            BASE,
+            1,
+            &[
+                rec(
+                    kind::THREAD_JOIN,
+                    0,
+                    40,
+                    &fields(&[
+                        &9u64.to_le_bytes(),
+                        &101u32.to_le_bytes(),
+                        &0i32.to_le_bytes(),
+                        &0xabcu64.to_le_bytes(),
+                        &28u64.to_le_bytes(),
+                    ]),
+                ),
+                rec(kind::FREE, 0, 41, &0x5000u64.to_le_bytes()),
+                rec(kind::THREAD_EXIT, 0, 42, &9u64.to_le_bytes()),
+            ],
+        );
+        [header(1), main1, child, main2].concat()
+    }
+
+    fn fails(bytes: &[u8]) -> TraceError {
+        match from_bytes_named("t.vtrace", bytes) {
+            Err(e) => e,
+            Ok(t) => panic!("parsed: {t:?}"),
+        }
+    }
+
+    #[test]
+    fn round_trip_of_hand_built_bytes() {
+        let t = from_bytes(&sample()).expect("valid");
+        assert_eq!(t.header, Header { version: 1, flags: 0, created_unix_ns: 1_700_000_000_000_000_000, creator_pid: 42 });
+        assert_eq!(t.processes.len(), 1);
+        let p = &t.processes[0];
+        assert_eq!((p.pid, p.base_ns), (100, BASE));
+        let start = p.start.as_ref().expect("start");
+        assert_eq!(start.cmdline, ["./app", "-x"]);
+        assert_eq!((start.ppid, start.cpus, start.origin, start.realtime_base_ns), (1, 8, Origin::Exec, 99));
+        assert_eq!(p.threads.iter().map(|t| t.tid).collect::<Vec<_>>(), [100, 101]);
+        let main = &p.threads[0];
+        assert_eq!((main.blocks, main.lost_blocks, main.parent, main.seq), (2, 0, None, Some(0)));
+        let kinds: Vec<_> = main.records.iter().map(|r| r.event.kind_name()).collect();
+        assert_eq!(kinds, ["PROCESS_START", "THREAD_START", "THREAD_CREATE", "MALLOC", "THREAD_JOIN", "FREE", "THREAD_EXIT"]);
+        assert_eq!(main.records[2].event, Event::ThreadCreate { seq: 1, ret: 0, handle: 0xabc, child: Some(101) });
+        assert_eq!(main.records[3], Record { t: 12, cpu: None, cpu_estimated: false, event: Event::Malloc { size: 64, ptr: 0x5000 } });
+        assert_eq!(main.records[4].event, Event::ThreadJoin { tid: Some(101), ret: 0, handle: 0xabc, wait_ns: 28 });
+        let child = &p.threads[1];
+        assert_eq!((child.parent, child.seq), (Some(100), Some(1)));
+        assert_eq!(
+            child.records[1],
+            Record {
+                t: 20,
+                cpu: Some(3),
+                cpu_estimated: true,
+                event: Event::MutexLock { addr: 0x1000, mode: LockMode::Try, wait_ns: 5, ret: 0 }
+            }
+        );
+        assert_eq!(child.records[2].event, Event::MutexUnlock { addr: 0x1000, hold_ns: None });
+    }
+
+    #[test]
+    fn records_are_sorted_and_lost_blocks_counted() {
+        let late = block(7, 7, BASE, 3, &[rec(kind::FREE, 0, 50, &1u64.to_le_bytes())]);
+        let early = block(7, 7, BASE, 0, &[rec(kind::FREE, 0, 10, &2u64.to_le_bytes())]);
+        let t = from_bytes(&[header(1), late, early].concat()).expect("valid");
+        let th = &t.processes[0].threads[0];
+        assert_eq!(th.records.iter().map(|r| r.t).collect::<Vec<_>>(), [10, 50]);
+        assert_eq!((th.blocks, th.lost_blocks), (2, 2));
+        assert_eq!(t.processes[0].start, None);
+    }
+
+    #[test]
+    fn an_exec_or_fork_is_a_separate_process() {
+        let a = block(7, 7, BASE, 0, &[process_start(7, 0, b"a")]);
+        let mut other = process_start(7, 1, b"b");
+        other[36..44].copy_from_slice(&(BASE + 1).to_le_bytes());
+        let b = block(7, 7, BASE + 1, 0, &[other]);
+        let t = from_bytes(&[header(1), a, b].concat()).expect("valid");
+        assert_eq!(t.processes.len(), 2);
+        assert_eq!(t.processes[1].start.as_ref().map(|s| s.origin), Some(Origin::Fork));
+    }
+
+    #[test]
+    fn header_only_is_an_empty_trace() {
+        assert!(from_bytes(&header(1)).expect("valid").processes.is_empty());
+    }
+
+    #[test]
+    fn bad_magic() {
+        let e = fails(b"#!/bin/sh\necho hello, this is not a trace\n");
+        assert_eq!(e.kind, K::BadMagic);
+        assert_eq!(e.to_string(), "t.vtrace: byte 0: not a vtrace file (expected the magic bytes \\x89VTRACE\\n)");
+    }
+
+    #[test]
+    fn newer_version() {
+        let e = fails(&header(3));
+        assert_eq!((e.offset, &e.kind), (8, &K::UnsupportedVersion { version: 3 }));
+        assert_eq!(e.to_string(), "t.vtrace: byte 8: written by a newer vcpulab: format version 3, this reads ≤ 1");
+        assert_eq!(fails(&header(0)).kind, K::UnsupportedVersion { version: 0 });
+    }
+
+    #[test]
+    fn truncated_header() {
+        for n in [0, 5, 12, 31] {
+            let e = fails(&header(1)[..n]);
+            assert_eq!(e.kind, K::TruncatedHeader { len: n as u64 }, "{n} bytes");
+        }
+        assert_eq!(fails(&header(1)[..12]).to_string(), "t.vtrace: byte 12: truncated header: expected 32 bytes, the file has 12");
+    }
+
+    #[test]
+    fn header_checksum_and_length() {
+        let mut h = header(1);
+        h[20] ^= 1;
+        assert!(matches!(fails(&h).kind, K::HeaderChecksum { .. }));
+        let mut h = header(1);
+        h[10] = 16;
+        assert_eq!(fails(&h).kind, K::HeaderLength { len: 16 });
+    }
+
+    #[test]
+    fn truncated_block() {
+        let bytes = sample();
+        let e = fails(&bytes[..bytes.len() - 3]);
+        assert!(matches!(e.kind, K::TruncatedBlock { block: 2, have, need } if need == have + 3), "{e}");
+        assert!(e.to_string().starts_with("t.vtrace: byte "), "{e}");
+        assert!(e.to_string().contains("truncated block 2: expected "), "{e}");
+        // ending inside a block header
+        let e = fails(&bytes[..format::HEADER_LEN + 10]);
+        assert_eq!(e.kind, K::TruncatedBlock { block: 0, need: 40, have: 10 });
+        assert_eq!(e.offset, format::HEADER_LEN as u64);
+    }
+
+    #[test]
+    fn checksum_mismatch() {
+        let mut bytes = sample();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        let e = fails(&bytes);
+        assert!(matches!(e.kind, K::Checksum { block: 2, .. }), "{e}");
+        assert!(e.to_string().contains("checksum mismatch in block 2: stored 0x"), "{e}");
+    }
+
+    #[test]
+    fn bad_block_magic_and_size() {
+        let mut bytes = sample();
+        bytes[format::HEADER_LEN] = b'X';
+        assert_eq!(fails(&bytes).kind, K::BadBlockMagic { block: 0 });
+        let mut bytes = sample();
+        bytes[format::HEADER_LEN + 4..format::HEADER_LEN + 8].copy_from_slice(&70000u32.to_le_bytes());
+        assert_eq!(fails(&bytes).kind, K::BlockTooLarge { block: 0, payload: 70000 });
+    }
+
+    #[test]
+    fn unknown_record_kind() {
+        let b = block(7, 7, BASE, 0, &[rec(0x7f, 0, 1, &[0; 8])]);
+        let e = fails(&[header(1), b].concat());
+        assert_eq!(e.kind, K::UnknownKind { block: 0, kind: 0x7f });
+        assert_eq!(e.offset, (format::HEADER_LEN + format::BLOCK_HEADER_LEN) as u64);
+        assert_eq!(e.to_string(), "t.vtrace: byte 72: unknown record kind 0x7f in block 0");
+    }
+
+    #[test]
+    fn inconsistent_lengths() {
+        // a record whose length does not match its kind
+        let b = block(7, 7, BASE, 0, &[rec(kind::MALLOC, 0, 1, &[0; 8])]);
+        let e = fails(&[header(1), b].concat());
+        assert_eq!(e.to_string(), "t.vtrace: byte 72: inconsistent lengths in block 0: a MALLOC record has length 20, expected 28");
+        // a record running past the payload
+        let mut r = rec(kind::FREE, 0, 1, &[0; 8]);
+        let b = block(7, 7, BASE, 0, &[r.clone()]);
+        r.truncate(16);
+        let mut cut = block(7, 7, BASE, 0, &[r]);
+        cut[28..32].copy_from_slice(&1u32.to_le_bytes());
+        let e = fails(&[header(1), cut].concat());
+        assert!(matches!(&e.kind, K::Length { what, .. } if what.contains("overruns")), "{e}");
+        // a zero length (would loop forever if accepted)
+        let mut zero = rec(kind::FREE, 0, 1, &[0; 8]);
+        zero[2] = 0;
+        let e = fails(&[header(1), block(7, 7, BASE, 0, &[zero])].concat());
+        assert!(matches!(&e.kind, K::Length { what, .. } if what.contains("length 0")), "{e}");
+        // a payload ending inside a record header
+        let e = fails(&[header(1), block(7, 7, BASE, 0, &[vec![kind::FREE, 0, 20]])].concat());
+        assert!(matches!(&e.kind, K::Length { what, .. } if what.contains("record header needs 12 bytes")), "{e}");
+        // a record count that does not match
+        let mut b2 = b.clone();
+        b2[28..32].copy_from_slice(&2u32.to_le_bytes());
+        let crc = {
+            let mut h = crc32fast::Hasher::new();
+            h.update(&b2[..36]);
+            h.update(&b2[40..]);
+            h.finalize()
+        };
+        b2[36..40].copy_from_slice(&crc.to_le_bytes());
+        let e = fails(&[header(1), b2].concat());
+        assert_eq!(e.to_string(), "t.vtrace: byte 60: inconsistent lengths in block 0: the header declares 2 records, the payload holds 1");
+        // a process start of another process
+        let e = fails(&[header(1), block(8, 8, BASE, 0, &[process_start(7, 0, b"")])].concat());
+        assert!(matches!(&e.kind, K::Length { what, .. } if what.contains("PROCESS_START record of pid 7")), "{e}");
+    }
+
+    #[test]
+    fn io_error_names_the_file() {
+        let e = match read("/nonexistent/dir/x.vtrace") {
+            Err(e) => e,
+            Ok(_) => panic!("read a missing file"),
+        };
+        assert!(e.to_string().starts_with("/nonexistent/dir/x.vtrace: cannot read: "), "{e}");
+    }
+
+    #[test]
+    fn every_kind_decodes() {
+        for info in format::KINDS {
+            let body = vec![0u8; info.len - format::RECORD_HEADER_LEN];
+            let r = rec(info.code, 0, 1, &body);
+            let d = decode(info, &r).expect("decodes");
+            assert_eq!(d.event.kind_name(), info.name);
+            assert_eq!(d.cpu.is_some(), info.cpu);
+        }
+    }
+}
