@@ -52,6 +52,9 @@ class VcpulabError(Exception):
 class SpecError(VcpulabError):
     """A spec, workload or override is invalid. ``str(e)`` is one line naming the field."""
 
+class TraceError(VcpulabError):
+    """A trace file cannot be read (truncated, corrupted, newer format)."""
+
 class SimulationError(VcpulabError):
     """A run could not complete (run limit reached, deadlock). ``str(e)`` is one line."""
 
@@ -95,3 +98,6 @@ class PerfCounters:
     def __init__(self, pid: int, events: list[str]) -> None: ...
     def read(self) -> dict[str, int | str]:
         """Event → count, or → the reason (a str) it is unavailable here."""
+
+def trace_info(path: str, pid: int | None = None) -> str:
+    """JSON: the trace's processes and the replay statistics of the chosen process."""

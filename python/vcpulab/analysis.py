@@ -21,9 +21,14 @@ SUMMARY_METRICS = ("delta_eta_t", "delta_eta_r", "omega", "weighted_speedup", "t
 
 def t_quantile(n: int, confidence: float = 0.95) -> float:
     """Two-sided Student t quantile for ``n`` samples (``n − 1`` degrees of freedom)."""
+    return student_t(n - 1, confidence)
+
+
+def student_t(dof: float, confidence: float = 0.95) -> float:
+    """Two-sided Student t quantile with ``dof`` degrees of freedom (Welch's are fractional)."""
     from scipy.stats import t
 
-    return float(t.ppf(0.5 + confidence / 2, n - 1))
+    return float(t.ppf(0.5 + confidence / 2, dof))
 
 
 @dataclass

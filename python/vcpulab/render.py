@@ -43,6 +43,12 @@ def stdout_console() -> Console:
     return Console(width=200 if wide else None)
 
 
+def stderr_console() -> Console:
+    """The same for stderr (the reports of commands whose stdout belongs to another program)."""
+    wide = not sys.stderr.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=True, highlight=False, width=200 if wide else None)
+
+
 def fmt_seconds(value: float | None) -> str:
     """``0.0123`` → ``12.3 ms``; ``None`` → a dash."""
     if value is None:

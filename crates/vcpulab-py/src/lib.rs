@@ -14,6 +14,7 @@ use vcpulab_sim::workload::builtin::{builtin_names, builtin_text};
 create_exception!(_vcpulab, VcpulabError, PyException, "Base class of every error raised by the simulator.");
 create_exception!(_vcpulab, SpecError, VcpulabError, "A spec, workload or override is invalid.");
 create_exception!(_vcpulab, SimulationError, VcpulabError, "A run could not complete (run limit, deadlock).");
+create_exception!(_vcpulab, TraceError, VcpulabError, "A trace file cannot be read (truncated, corrupted, newer format).");
 
 /// The simulator version.
 #[pyfunction]
@@ -184,6 +185,17 @@ fn characterize(py: Python<'_>, workload: String, cpus: u32, seed: u64, slice_ns
     }
 }
 
+/// Describes trace file `path` and the replay of process `pid` (None: the default choice); JSON.
+#[pyfunction]
+#[pyo3(signature = (path, pid=None))]
+fn trace_info(py: Python<'_>, path: String, pid: Option<u32>) -> PyResult<String> {
+    let r = py.detach(move || api::trace_info(&path, pid));
+    match r {
+        Ok(info) => serde_json::to_string(&info).map_err(|e| VcpulabError::new_err(e.to_string())),
+        Err(e) => Err(TraceError::new_err(e)),
+    }
+}
+
 /// Every pluggable policy implementation (`vcpulab policies`).
 #[pyfunction]
 fn policies<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
@@ -251,6 +263,7 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VcpulabError", py.get_type::<VcpulabError>())?;
     m.add("SpecError", py.get_type::<SpecError>())?;
     m.add("SimulationError", py.get_type::<SimulationError>())?;
+    m.add("TraceError", py.get_type::<TraceError>())?;
     m.add_class::<Plan>()?;
     m.add_class::<PerfCounters>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
@@ -259,6 +272,7 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(workload_toml, m)?)?;
     m.add_function(wrap_pyfunction!(policies, m)?)?;
     m.add_function(wrap_pyfunction!(characterize, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_info, m)?)?;
     m.add_function(wrap_pyfunction!(bench_sim, m)?)?;
     Ok(())
 }

@@ -586,3 +586,50 @@ pub fn bench(seconds: f64) -> BenchResult {
         sim_per_wall: sim_ns as f64 * 1e-9 / wall,
     }
 }
+
+/// What a trace file holds and what its replay would be (`vcpulab trace`, `vcpulab predict`):
+/// every process (pid, command line, threads, records) and the replay statistics of the
+/// process chosen by `pid` (see [`crate::workload::replay::choose_process`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceInfo {
+    /// Format version.
+    pub version: u16,
+    /// Every process image in the trace.
+    pub processes: Vec<TraceProcessInfo>,
+    /// The replay of the chosen process.
+    pub replay: crate::workload::replay::ReplayStats,
+}
+
+/// One process of a trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceProcessInfo {
+    /// Its pid.
+    pub pid: u32,
+    /// Its command line.
+    pub cmdline: Vec<String>,
+    /// Threads traced.
+    pub threads: u32,
+    /// Records read.
+    pub records: u64,
+    /// Blocks lost.
+    pub lost_blocks: u64,
+}
+
+/// Reads trace file `path` and describes it (errors: one line naming the file and offset).
+pub fn trace_info(path: &str, pid: Option<u32>) -> Result<TraceInfo, String> {
+    let trace = crate::trace::read(path).map_err(|e| e.to_string())?;
+    let processes = trace
+        .processes
+        .iter()
+        .map(|p| TraceProcessInfo {
+            pid: p.pid,
+            cmdline: p.start.as_ref().map(|s| s.cmdline.clone()).unwrap_or_default(),
+            threads: p.threads.len() as u32,
+            records: p.threads.iter().map(|t| t.records.len() as u64).sum(),
+            lost_blocks: p.threads.iter().map(|t| u64::from(t.lost_blocks)).sum(),
+        })
+        .collect();
+    let opts = crate::workload::replay::Options { pid, ..Default::default() };
+    let (_, replay) = crate::workload::replay::from_trace("trace", &trace, &opts)?;
+    Ok(TraceInfo { version: trace.header.version, processes, replay })
+}

@@ -221,7 +221,9 @@ impl Spec {
         let parse_named = |name: &str| {
             parse_workload(name, &file.workloads[name])
                 .map(|mut w| {
-                    w.meta.hash = content_hash(&file.workloads[name]);
+                    // A replayed trace's hash (of the file's bytes) joins its definition's.
+                    let own = content_hash(&file.workloads[name]);
+                    w.meta.hash = if w.meta.hash.is_empty() { own } else { format!("{own}{}", &w.meta.hash[..8.min(w.meta.hash.len())]) };
                     w
                 })
                 .map_err(|(f, m)| {

@@ -9,6 +9,7 @@ pub mod dist;
 pub mod heap;
 pub mod profile;
 pub mod program;
+pub mod replay;
 
 pub use dist::Dist;
 pub use program::{Instr, ObjKind, Program, Workload};

@@ -6,15 +6,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import statistics
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from .. import render
+from .._vcpulab import TraceError, trace_info
 from ..analysis import Thresholds
 from ..atomic import AtomicWriter
+from ..render import stderr_console
+from . import mitigate, native, predict
 from .characterize import MM_CALLS, Characterization, characterize
-from .launch import LaunchError, run_measured
+from .launch import LaunchError, Measurement, resolve, run_measured
 
 
 def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
@@ -42,6 +50,99 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
     ch.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
     ch.set_defaults(func=cmd_characterize)
 
+    mi = commands.add_parser(
+        "mitigate",
+        help="measure the application-level mitigations that apply to a real program",
+        description="Run PROGRAM natively, find which mitigations of digest §8 that need no recompilation "
+        "apply to it (allocator tunables through GLIBC_TUNABLES, a spin-then-block pthread_spin_* shim, "
+        "passive OpenMP waiting), run it with each, repeated until the 95 %% confidence interval of the mean "
+        "wall time is within --precision, and report the measured speedup with its interval and the change "
+        "in madvise calls, TLB shootdowns and context switches. The program's stdin is /dev/null and its "
+        "stdout is compared between variants, not shown.",
+        epilog="example: vcpulab mitigate -- ./target/native/bin/heap_churn --threads 2",
+    )
+    mi.add_argument("--cpus", type=positive_int, metavar="N", help="run it on N of this machine's CPUs (default: all)")
+    mi.add_argument("--all", action="store_true", help="try every mitigation, not only those that apply")
+    mi.add_argument("--runs", type=positive_int, metavar="N", help="exactly N runs per variant (default: adaptive)")
+    mi.add_argument(
+        "--min-runs", type=positive_int, default=3, metavar="N", help="adaptive: at least N runs (default 3)"
+    )
+    mi.add_argument(
+        "--max-runs", type=positive_int, default=10, metavar="N", help="adaptive: at most N runs (default 10)"
+    )
+    mi.add_argument(
+        "--precision",
+        type=float,
+        default=0.05,
+        metavar="F",
+        help="adaptive: stop when the 95 %% CI half-width is within F of the mean (default 0.05)",
+    )
+    mi.add_argument(
+        "--budget", type=float, default=60.0, metavar="S", help="adaptive: seconds per variant (default 60)"
+    )
+    mi.add_argument("-o", "--output", metavar="FILE", help="also write the comparison as JSON to FILE")
+    mi.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
+    mi.set_defaults(func=cmd_mitigate)
+
+    tr = commands.add_parser(
+        "trace",
+        help="run a real program under the LD_PRELOAD tracer and write its trace",
+        description="Run PROGRAM with libvtrace.so preloaded: per thread and with timestamps, its thread "
+        "create/exit/join, pthread mutex/spin/rwlock/barrier/condvar operations with wait and hold times, "
+        "malloc/free/realloc sizes and mmap/munmap/madvise/mprotect calls go to a binary trace "
+        "(docs/trace-format.md). The program's input and output are its own; vcpulab exits with its "
+        "exit status. The trace is written whole or not at all.",
+        epilog="example: vcpulab trace -o xz.vtrace -- xz -T2 -c big.tar > big.tar.xz",
+    )
+    tr.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace file to write")
+    tr.add_argument("--cpus", type=positive_int, metavar="N", help="run it on N of this machine's CPUs (default: all)")
+    tr.add_argument(
+        "--cpu-gap",
+        type=positive_int,
+        metavar="NS",
+        help="measure thread CPU time at most every NS of wall time (default 10000; see docs/trace-format.md)",
+    )
+    tr.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
+    tr.set_defaults(func=cmd_trace)
+
+    pr = commands.add_parser(
+        "predict",
+        help="replay a trace in the simulator: overheads in VMs, their causes, mitigations",
+        description="Replay TRACE (from `vcpulab trace`) in the simulator: natively on the traced machine's "
+        "CPUs (the prediction of the traced run's wall time), then natively and in each SCENARIO with "
+        "--vcpus vCPUs; print δη_t and δη_r, the causes of the added time, and the mitigations of "
+        "digest §8 that apply, each simulated: the VM's speedup and the δη it leaves.",
+        epilog="example: vcpulab predict xz.vtrace --scenario OC --vcpus 8",
+    )
+    pr.add_argument("trace", metavar="TRACE", help="a trace file written by `vcpulab trace`")
+    pr.add_argument(
+        "--scenario",
+        dest="scenarios",
+        action="append",
+        choices=["UC", "OC", "OC2"],
+        metavar="S",
+        help="UC, OC or OC2 (repeatable; default UC and OC)",
+    )
+    pr.add_argument("--vcpus", type=positive_int, metavar="N", help="vCPUs per VM (default: the traced machine's CPUs)")
+    pr.add_argument("--cpus", type=positive_int, metavar="N", help="cores of the native replay (default: as traced)")
+    pr.add_argument("--seed", type=positive_int, default=1, metavar="N", help="random seed (default 1)")
+    pr.add_argument("-o", "--output", metavar="FILE", help="also write the prediction as JSON to FILE")
+    pr.set_defaults(func=cmd_predict)
+
+    fi = commands.add_parser(
+        "fidelity",
+        help="how well the native replay of a program's trace predicts its measured wall time",
+        description="Run PROGRAM natively --runs times (measured, untraced), once under the tracer, and "
+        "replay the trace in the simulator natively on the same number of CPUs; print the measured and "
+        "replayed wall times and the error. The program's output is discarded.",
+        epilog="example: vcpulab fidelity -- target/native/bin/pipeline --items 5000",
+    )
+    fi.add_argument("--cpus", type=positive_int, metavar="N", help="run it on N of this machine's CPUs (default: all)")
+    fi.add_argument("--runs", type=positive_int, default=3, metavar="N", help="untraced runs (default 3)")
+    fi.add_argument("-o", "--output", metavar="FILE", help="also write the comparison as JSON to FILE")
+    fi.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
+    fi.set_defaults(func=cmd_fidelity)
+
 
 def _program(args: argparse.Namespace) -> list[str]:
     argv = list(args.program)
@@ -62,12 +163,283 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if args.output:
         with AtomicWriter(args.output) as f:
             f.write(json.dumps(c.to_json(), indent=1) + "\n")
-    console = Console(stderr=True)
+    console = stderr_console()
     console.print(characterization_table(c))
     if m.status != 0:
         ended = f"signal {-m.status}" if m.status < 0 else f"exit status {m.status}"
         console.print(f"the program ended with {ended}", style="yellow", highlight=False)
     return m.exit_code
+
+
+def cmd_mitigate(args: argparse.Namespace) -> int:
+    argv = _program(args)
+    if not 0 < args.precision < 1:
+        raise LaunchError(f"--precision must be between 0 and 1 (got {args.precision})", 2)
+    if args.runs is not None:
+        policy = mitigate.Policy(min_runs=args.runs, max_runs=args.runs, precision=0.0, budget_s=math.inf)
+    else:
+        if args.min_runs > args.max_runs:
+            raise LaunchError(f"--min-runs ({args.min_runs}) exceeds --max-runs ({args.max_runs})", 2)
+        policy = mitigate.Policy(args.min_runs, args.max_runs, args.precision, args.budget)
+    binary = mitigate.inspect_binary(resolve(argv))
+    console = stderr_console()
+
+    def on_run(name: str, m: Measurement) -> None:
+        console.print(f"  {name}: {m.wall_s:.3f} s", style="dim")
+
+    base = mitigate.repeat("baseline", argv, {}, policy, args.cpus, on_run)
+    chosen = mitigate.applicable(binary, base.measurements[0], args.all)
+    # Resolve every library first: a missing one is an error before the long runs.
+    envs = [(mit, reason, mit.env()) for mit, reason in chosen]
+    comparisons = []
+    for mit, reason, env in envs:
+        console.print(f"{mit.name}: {reason}", style="dim")
+        runs = mitigate.repeat(mit.name, argv, env, policy, args.cpus, on_run)
+        comparisons.append(mitigate.compare(base, mit, reason, runs))
+    comparisons.sort(key=lambda c: -c.speedup)
+    if args.output:
+        with AtomicWriter(args.output) as f:
+            f.write(json.dumps(mitigate_json(argv, base, comparisons), indent=1) + "\n")
+    console.print(mitigation_table(argv, base, comparisons))
+    if not chosen:
+        console.print("no mitigation of the catalogue applies (see --all)", style="yellow")
+    return 0
+
+
+def _delta(base: mitigate.Runs, runs: mitigate.Runs, value: Any) -> str:
+    a, b = base.mean(value), runs.mean(value)
+    if a is None or b is None:
+        return "n/a"
+    return f"{a:,.0f} → {b:,.0f}"
+
+
+def _switches(m: Measurement) -> int:
+    return m.voluntary_switches + m.involuntary_switches
+
+
+def mitigation_table(argv: list[str], base: mitigate.Runs, comparisons: list[mitigate.Comparison]) -> Table:
+    bw = statistics.fmean(base.walls)
+    hw = base.half_width()
+    table = Table(
+        title=f"{' '.join(argv)[:70]}: baseline {bw:.3f} s ± {_num(hw, '.3f')} ({len(base.walls)} runs), measured",
+        title_justify="left",
+    )
+    for col in (
+        "mitigation",
+        "runs",
+        "wall (s)",
+        "speedup [95 % CI]",
+        "madvise calls",
+        "TLB shootdowns",
+        "ctx switches",
+    ):
+        table.add_column(col, justify="left" if col == "mitigation" else "right")
+    table.add_column("output")
+    for c in comparisons:
+        ci = "" if c.speedup_ci is None else f" [{c.speedup_ci[0]:.2f}, {c.speedup_ci[1]:.2f}]"
+        table.add_row(
+            f"{c.mitigation.name} ({c.mitigation.cause})",
+            str(len(c.runs.walls)),
+            f"{statistics.fmean(c.runs.walls):.3f}",
+            f"{c.speedup:.2f}×{ci}",
+            _delta(base, c.runs, lambda m: m.count("syscalls:sys_enter_madvise")),
+            _delta(base, c.runs, lambda m: m.tlb_shootdowns),
+            _delta(base, c.runs, _switches),
+            {True: "same", False: "DIFFERS", None: "varies"}[c.same_output],
+        )
+    return table
+
+
+def mitigate_json(argv: list[str], base: mitigate.Runs, comparisons: list[mitigate.Comparison]) -> dict[str, Any]:
+    return {
+        "argv": argv,
+        "baseline": {"wall_s": base.walls, "runs": [m.to_json() for m in base.measurements]},
+        "mitigations": [
+            {
+                "name": c.mitigation.name,
+                "cause": c.mitigation.cause,
+                "what": c.mitigation.what,
+                "why": c.reason,
+                "env": c.runs.env,
+                "wall_s": c.runs.walls,
+                "speedup": c.speedup,
+                "speedup_ci95": c.speedup_ci,
+                "same_output": c.same_output,
+                "runs": [m.to_json() for m in c.runs.measurements],
+            }
+            for c in comparisons
+        ],
+    }
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    argv = _program(args)
+    out = Path(args.output)
+    console = stderr_console()
+    m, info = trace_program(argv, out, args.cpus, args.cpu_gap, console)
+    console.print(trace_table(out, m, info))
+    if m.status != 0:
+        console.print(f"the program ended with exit status {m.status}", style="yellow", highlight=False)
+    return m.exit_code
+
+
+def trace_program(
+    argv: list[str], out: Path, cpus: int | None, cpu_gap: int | None, console: Any, stdout: int | None = None
+) -> tuple[Measurement, dict[str, Any]]:
+    """Runs ``argv`` under the tracer into ``out`` (whole or not at all); the run's
+    measurement and the trace's description."""
+    if out.is_dir():
+        raise LaunchError(f"-o {out}: is a directory (expected a file name)", 2)
+    if not out.parent.is_dir():
+        raise LaunchError(f"-o {out}: directory {out.parent} does not exist", 2)
+    lib = native.library("libvtrace.so")
+    resolve(argv)  # a missing program fails before anything is created
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    tmp, log = Path(tmp_name), Path(tmp_name + ".log")
+    tmp.unlink()  # the tracer creates it, header first
+    env = dict(os.environ)
+    env.update({"VTRACE_OUT": str(tmp), "VTRACE_LOG": str(log)})
+    env["LD_PRELOAD"] = f"{lib}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(lib)
+    if cpu_gap is not None:
+        env["VTRACE_CPU_GAP_NS"] = str(cpu_gap)
+    try:
+        m = run_measured(argv, env=env, cpus=cpus, stdout=stdout)
+        if m.status < 0:
+            raise LaunchError(
+                f"{argv[0]} was killed by signal {-m.status} under tracing: no trace written", m.exit_code
+            )
+        if not tmp.exists():
+            raise LaunchError(
+                f"{argv[0]}: nothing was traced (a statically linked program, or one that clears LD_PRELOAD?)",
+                m.exit_code or 1,
+            )
+        info = json.loads(trace_info(str(tmp)))  # the whole file must read back
+        os.replace(tmp, out)
+        if log.exists() and log.stat().st_size > 0:
+            os.replace(log, Path(f"{out}.log"))
+            console.print(f"the tracer reported problems: see {out}.log", style="yellow")
+    except TraceError as e:
+        raise LaunchError(f"the trace of {argv[0]} is unreadable: {e}", 1) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+        log.unlink(missing_ok=True)
+    return m, info
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    argv = _program(args)
+    console = stderr_console()
+    policy = mitigate.Policy(min_runs=args.runs, max_runs=args.runs, precision=0.0, budget_s=math.inf)
+    measured = mitigate.repeat("untraced", argv, {}, policy, args.cpus, lambda n, m: None)
+    with tempfile.TemporaryDirectory(prefix="vcpulab-fidelity-") as d:
+        out = Path(d) / "run.vtrace"
+        with open(os.devnull, "wb") as sink:
+            traced, _ = trace_program(argv, out, args.cpus, None, console, stdout=sink.fileno())
+        pred = predict.fidelity(str(out), measured.measurements[0].cpus)
+    mean = statistics.fmean(measured.walls)
+    hw = measured.half_width()
+    replayed = float(pred["t_native_s"])
+    error = replayed / mean - 1.0
+    result = {
+        "argv": argv,
+        "cpus": measured.measurements[0].cpus,
+        "measured_wall_s": measured.walls,
+        "traced_wall_s": traced.wall_s,
+        "replayed_s": replayed,
+        "error": error,
+    }
+    if args.output:
+        with AtomicWriter(args.output) as f:
+            f.write(json.dumps(result, indent=1) + "\n")
+    out_console = render.stdout_console()
+    table = Table(title=f"{' '.join(argv)[:70]}: native replay against the measured run", title_justify="left")
+    for col in ("CPUs", "measured (untraced)", "traced run", "replayed (simulated)", "error"):
+        table.add_column(col, justify="right")
+    ci = f" ± {hw:.3f}" if hw is not None else ""
+    table.add_row(
+        str(result["cpus"]),
+        f"{mean:.3f} s{ci} ({len(measured.walls)} runs)",
+        f"{traced.wall_s:.3f} s",
+        f"{replayed:.3f} s",
+        f"{error:+.1%}",
+    )
+    out_console.print(table)
+    return 0
+
+
+def trace_table(out: Path, m: Measurement, info: dict[str, Any]) -> Table:
+    table = Table(title=f"{out}: {out.stat().st_size:,} bytes, traced run {m.wall_s:.3f} s", title_justify="left")
+    for col in ("pid", "command", "threads", "records", "lost blocks"):
+        table.add_column(col, justify="left" if col == "command" else "right")
+    for p in info["processes"]:
+        table.add_row(
+            str(p["pid"]), " ".join(p["cmdline"])[:60], str(p["threads"]), f"{p['records']:,}", str(p["lost_blocks"])
+        )
+    return table
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    path = Path(args.trace)
+    if not path.is_file():
+        raise LaunchError(f"{path}: no such trace file", 2)
+    console = stderr_console()
+    try:
+        pred = predict.predict(
+            str(path.resolve()),
+            args.scenarios or ["UC", "OC"],
+            args.vcpus,
+            args.cpus,
+            args.seed,
+            on_step=lambda s: console.print(f"  simulating: {s}", style="dim"),
+        )
+    except TraceError as e:
+        raise LaunchError(str(e), 2) from None
+    if args.output:
+        with AtomicWriter(args.output) as f:
+            f.write(json.dumps(pred.to_json(), indent=1) + "\n")
+    out = render.stdout_console()
+    rep = pred.info["replay"]
+    fid = pred.fidelity
+    out.print(
+        f"[bold]{' '.join(rep['cmdline'])[:70]}[/]: {rep['threads']} threads, {rep['records']:,} records; "
+        f"traced {rep['traced_ns'] / 1e9:.3f} s, replayed natively on {fid['vcpus']} CPUs: {fid['t_native_s']:.3f} s "
+        f"(off-CPU time with no traced reason: {rep['unexplained_ns'] / 1e9:.3f} s thread time)",
+        highlight=False,
+    )
+    results = pred.results
+    out.print(render.results_table(results, []))
+    base = results[0]
+    for r in results[1:]:
+        table = Table(title=f"{r['scenario']}, {r['vcpus']} vCPUs: where the added time goes", title_justify="left")
+        for col in ("cause", "VM (per instance)", "native", "added"):
+            table.add_column(col, justify="left" if col == "cause" else "right")
+        for cause, vm, nat in predict.causes(r, base):
+            table.add_row(
+                cause, render.fmt_seconds(vm / 1e9), render.fmt_seconds(nat / 1e9), render.fmt_seconds((vm - nat) / 1e9)
+            )
+        out.print(table)
+    if pred.mitigations:
+        table = Table(
+            title="mitigations (digest §8), simulated, best first: the VM's time before / after, "
+            "and δη against the native run with the same change",
+            title_justify="left",
+        )
+        for col in ("scenario", "mitigation", "cause", "VM speedup", "δη_t before", "δη_t with it", "δη_r with it"):
+            table.add_column(col, justify="left" if col in ("scenario", "mitigation", "cause") else "right")
+        for mit in pred.mitigations:
+            before = next(r["delta_eta_t"] for r in results if r["scenario"] == mit["scenario"])
+            table.add_row(
+                mit["scenario"],
+                mit["name"],
+                mit["cause"],
+                f"{mit['speedup']:.2f}×",
+                f"{before:+.1%}",
+                f"{mit['delta_eta_t']:+.1%}",
+                f"{mit['delta_eta_r']:+.1%}",
+            )
+        out.print(table)
+    return 0
 
 
 def _num(x: float | None, fmt: str = ",.0f") -> str:

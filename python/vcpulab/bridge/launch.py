@@ -170,10 +170,13 @@ def run_measured(
     cpus: int | None = None,
     sample_s: float = 0.01,
     events: Sequence[str] = EVENTS,
+    stdin: int | None = None,
+    stdout: int | None = None,
 ) -> Measurement:
     """Runs ``argv`` to completion under measurement (see the module's diagram). ``cpus``
     restricts it to the first that many CPUs this process may use; ``env`` replaces the
-    environment."""
+    environment; ``stdin`` and ``stdout`` (file descriptors) replace its standard input and
+    output."""
     program = resolve(argv, env)
     allowed = sorted(os.sched_getaffinity(0))
     if cpus is not None:
@@ -191,6 +194,10 @@ def run_measured(
             os.read(gate_r, 1)
             os.close(gate_r)
             os.sched_setaffinity(0, allowed)
+            if stdin is not None:
+                os.dup2(stdin, 0)
+            if stdout is not None:
+                os.dup2(stdout, 1)
             os.execve(program, list(argv), environment)
         except OSError as e:
             os.write(err_w, f"{e.errno}:{e.strerror}".encode())

@@ -391,6 +391,13 @@ impl World {
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
+                Instr::FreeLive(n) => {
+                    let th = &mut self.threads[t as usize];
+                    let mut ops = Vec::new();
+                    th.arena.free_live(*n, &mut ops);
+                    th.mm_queue.extend(ops);
+                    self.run_mm_queue(k, cpu, t)
+                }
                 Instr::MmUnmap { pages, .. } => {
                     self.threads[t as usize].mm_queue.push_back(crate::workload::heap::MmOp::Munmap(*pages));
                     self.run_mm_queue(k, cpu, t)

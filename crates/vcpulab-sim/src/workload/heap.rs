@@ -13,7 +13,10 @@
 //!   `madvise(MADV_DONTNEED)` (glibc malloc/arena.c `heap_trim` / `shrink_heap`): a
 //!   shootdown, and the next growth faults those pages in again.
 //!
-//! Frees are LIFO (the most recent allocation first), the pattern that trims.
+//! Profiles free LIFO (the most recent allocation first), the pattern that trims. A replayed
+//! trace frees any live chunk ([`Arena::free_live`]): a chunk below the top becomes a hole that
+//! a later `malloc` of no more than its size reuses (glibc's bins, first fit) and that merges
+//! into the top once every chunk above it is free.
 
 /// Page size (bytes).
 pub const PAGE: u64 = 4096;
@@ -59,8 +62,11 @@ pub enum MmOp {
 #[derive(Clone, Debug, Default)]
 pub struct Arena {
     params: HeapParams,
-    /// Live chunks, most recent last: (bytes, mmapped).
-    chunks: Vec<(u64, bool)>,
+    /// Chunks, most recent last: (bytes, mmapped, live). A chunk that is not live is a hole
+    /// (only heap chunks become holes; an mmapped chunk is unmapped when freed).
+    chunks: Vec<(u64, bool, bool)>,
+    /// Holes among `chunks`.
+    holes: usize,
     /// Bytes in use from the heap base.
     top: u64,
     /// Bytes of the heap mapped read-write.
@@ -88,12 +94,19 @@ impl Arena {
     pub fn malloc(&mut self, size: u64, out: &mut Vec<MmOp>) {
         let size = size.max(16);
         if size >= self.params.mmap_threshold {
-            self.chunks.push((size, true));
+            self.chunks.push((size, true, true));
             out.push(MmOp::Mmap(pages_up(size)));
             out.push(MmOp::Faults(pages_up(size)));
             return;
         }
-        self.chunks.push((size, false));
+        if self.holes > 0 {
+            if let Some(c) = self.chunks.iter_mut().find(|c| !c.2 && c.0 >= size) {
+                c.2 = true;
+                self.holes -= 1;
+                return;
+            }
+        }
+        self.chunks.push((size, false, true));
         self.top += size;
         if self.top > self.mapped {
             let grow = (self.top + self.params.top_pad - self.mapped).div_ceil(PAGE) * PAGE;
@@ -107,20 +120,59 @@ impl Arena {
         }
     }
 
-    /// `free` of the `n` most recent allocations (fewer if fewer are live).
+    /// `free` of the `n` most recent live allocations (fewer if fewer are live).
     pub fn free(&mut self, n: u64, out: &mut Vec<MmOp>) {
         for _ in 0..n {
-            let Some((size, mmapped)) = self.chunks.pop() else { return };
-            if mmapped {
-                out.push(MmOp::Munmap(pages_up(size)));
-                let p = &mut self.params;
-                if p.dynamic && size > p.mmap_threshold && size <= MMAP_THRESHOLD_MAX {
-                    p.mmap_threshold = size;
-                    p.trim_threshold = 2 * size;
-                }
-                continue;
+            if !self.free_live(0, out) {
+                return;
             }
+        }
+    }
+
+    /// `free` of the `k`-th most recent live allocation (0 = the most recent); false if
+    /// fewer than `k + 1` are live.
+    pub fn free_live(&mut self, k: u64, out: &mut Vec<MmOp>) -> bool {
+        let Some(i) = self.chunks.iter().rposition({
+            let mut left = k;
+            move |c| {
+                if !c.2 {
+                    return false;
+                }
+                if left == 0 {
+                    return true;
+                }
+                left -= 1;
+                false
+            }
+        }) else {
+            return false;
+        };
+        let (size, mmapped, _) = self.chunks[i];
+        if mmapped {
+            self.chunks.remove(i);
+            out.push(MmOp::Munmap(pages_up(size)));
+            let p = &mut self.params;
+            if p.dynamic && size > p.mmap_threshold && size <= MMAP_THRESHOLD_MAX {
+                p.mmap_threshold = size;
+                p.trim_threshold = 2 * size;
+            }
+            return true;
+        }
+        self.chunks[i].2 = false;
+        self.holes += 1;
+        // Free chunks at the top merge into it (mmapped chunks are not in the heap).
+        let mut merged = false;
+        while let Some(j) = self.chunks.iter().rposition(|c| !c.1) {
+            let (size, _, live) = self.chunks[j];
+            if live {
+                break;
+            }
+            self.chunks.remove(j);
+            self.holes -= 1;
             self.top -= size;
+            merged = true;
+        }
+        if merged {
             let top_free = self.mapped - self.top;
             if top_free >= self.params.trim_threshold && top_free > self.params.top_pad {
                 let extra = (top_free - self.params.top_pad) / PAGE * PAGE;
@@ -131,6 +183,7 @@ impl Arena {
                 }
             }
         }
+        true
     }
 }
 
@@ -198,6 +251,27 @@ mod tests {
         assert!(ops.contains(&MmOp::Munmap(256)));
         assert_eq!(a.params().mmap_threshold, 1 << 20);
         assert_eq!(a.params().trim_threshold, 2 << 20);
+    }
+
+    #[test]
+    fn a_hole_is_reused_and_merges_into_the_top_when_what_is_above_it_goes() {
+        let mut a = Arena::new(HeapParams::default());
+        let mut ops = Vec::new();
+        for _ in 0..3 {
+            a.malloc(64 << 10, &mut ops);
+        }
+        ops.clear();
+        assert!(a.free_live(1, &mut ops), "the middle chunk");
+        assert!(ops.is_empty(), "a hole below the top trims nothing: {ops:?}");
+        a.malloc(32 << 10, &mut ops);
+        assert!(ops.is_empty(), "a smaller request reuses the hole: {ops:?}");
+        assert!(a.free_live(1, &mut ops), "the reused hole again");
+        assert!(a.free_live(1, &mut ops), "the bottom chunk");
+        assert!(ops.is_empty(), "{ops:?}");
+        assert!(a.free_live(0, &mut ops), "the top chunk: everything below is free");
+        assert_eq!(a.top, 0);
+        assert!(matches!(ops.as_slice(), [MmOp::Trim(_)]), "one trim for the merged top: {ops:?}");
+        assert!(!a.free_live(0, &mut ops), "nothing live is left");
     }
 
     #[test]

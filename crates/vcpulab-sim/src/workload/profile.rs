@@ -45,6 +45,9 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     let Some(t) = v.as_table() else {
         return err("", format!("expected a table describing a workload (got {})", type_name(v)));
     };
+    if t.contains_key("trace") {
+        return parse_trace_workload(name, t);
+    }
     const KEYS: [&str; 17] = [
         "description",
         "model",
@@ -430,6 +433,49 @@ fn parse_transform(params: &toml::Table, x: &toml::Table) -> Result<Transform, P
 
 /// The `heap` table: glibc's allocator tunables. Setting any of them turns the dynamic
 /// thresholds off, as `mallopt` / `GLIBC_TUNABLES` do.
+/// `[workloads.NAME] trace = "app.vtrace"`: a traced real program replayed
+/// ([`super::replay`]); optional `pid` (which process of the trace), `heap` (the allocator
+/// tunables the replay runs with) and `spinlocks = "spin-then-block"` (its spin locks spin
+/// briefly, then block: the mitigation of user spinning). The workload's hash covers the
+/// trace's bytes.
+fn parse_trace_workload(name: &str, t: &toml::Table) -> Result<Workload, ParseError> {
+    const KEYS: [&str; 5] = ["trace", "pid", "heap", "spinlocks", "description"];
+    for k in t.keys() {
+        if !KEYS.contains(&k.as_str()) {
+            return err(k, format!("unknown field '{k}' for a traced workload (expected one of {})", KEYS.join(", ")));
+        }
+    }
+    let Some(Value::String(path)) = t.get("trace") else {
+        return err("trace", "expected the path of a trace file (vcpulab trace -o FILE -- PROGRAM)");
+    };
+    let pid = match t.get("pid") {
+        None => None,
+        Some(Value::Integer(p)) if (1..=i64::from(u32::MAX)).contains(p) => Some(*p as u32),
+        Some(o) => return err("pid", format!("expected a process id (got {o})")),
+    };
+    let heap = match t.get("heap") {
+        None => HeapParams::default(),
+        Some(Value::Table(h)) => parse_heap(&toml::Table::new(), h)?,
+        Some(o) => return err("heap", format!("expected a table like {{ trim_threshold = \"128KiB\" }} (got {})", type_name(o))),
+    };
+    let spin_then_block = match t.get("spinlocks") {
+        None => None,
+        Some(Value::String(m)) if m == "spin" => None,
+        Some(Value::String(m)) if m == "spin-then-block" => Some(super::replay::SPIN_THEN_BLOCK_NS),
+        Some(o) => return err("spinlocks", format!("expected \"spin\" or \"spin-then-block\" (got {o})")),
+    };
+    let bytes = std::fs::read(path).map_err(|e| ("trace".to_string(), format!("cannot read trace file '{path}': {e}")))?;
+    let trace = crate::trace::from_bytes_named(path, &bytes).map_err(|e| ("trace".to_string(), e.to_string()))?;
+    let opts = super::replay::Options { pid, heap, spin_then_block };
+    let (mut w, _) = super::replay::from_trace(name, &trace, &opts).map_err(|m| ("trace".to_string(), m))?;
+    if let Some(Value::String(d)) = t.get("description") {
+        w.description = d.clone();
+    }
+    use sha2::{Digest, Sha256};
+    w.meta.hash = Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Ok(w)
+}
+
 fn parse_heap(params: &toml::Table, h: &toml::Table) -> Result<HeapParams, ParseError> {
     let mut p = HeapParams::default();
     for (k, v) in h {

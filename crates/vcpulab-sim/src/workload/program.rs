@@ -8,7 +8,7 @@ use super::dist::Dist;
 pub type ObjId = u32;
 
 /// Kinds of synchronisation objects a workload can declare.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ObjKind {
     /// A blocking mutex (futex-based, like a default `pthread_mutex_t`).
     Mutex,
@@ -242,6 +242,9 @@ pub enum Instr {
     Respond(ObjId),
     /// `free` of the thread's this-many most recent allocations.
     Free(u64),
+    /// `free` of the thread's k-th most recent live allocation (0 = the most recent): what a
+    /// replayed trace frees (see [`super::heap::Arena::free_live`]).
+    FreeLive(u64),
     /// A memory-management system call that removes or downgrades mappings of this many
     /// pages (a TLB shootdown to the other CPUs running the process).
     MmUnmap {

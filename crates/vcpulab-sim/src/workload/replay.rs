@@ -1,0 +1,789 @@
+//! A traced real program (`vcpulab trace`, [`crate::trace`]) as a workload: each traced thread
+//! becomes a group of one thread whose program is its trace, in order.
+//!
+//! ```text
+//!   trace record (one thread)            replayed as
+//!   ─────────────────────────            ───────────
+//!   CPU time since the last record  ──►  compute (that long; see below)
+//!   pthread_create → child               cond_signal(child's start)   child: waits for it first
+//!   pthread_join(child)                  wait for child's end         child: signals at its end
+//!   mutex / spin / rwlock (writer)       lock, spin_lock, lock on the same object (by address)
+//!   barrier_wait                         barrier (parties: its init count, else its users)
+//!   cond_wait woken by a signal          wait for a token from the thread that woke it
+//!   cond_signal / broadcast              a token to each waiter it woke in the trace
+//!   malloc / calloc / memalign / realloc malloc of that size (the thread's arena, see heap.rs)
+//!   free                                 free of that chunk (free_live)
+//!   munmap, madvise(DONTNEED),           a TLB shootdown of that many pages
+//!   mprotect(read-only or none)
+//! ```
+//!
+//! **Compute.** Records carry the thread's CPU time when they returned, measured or (between
+//! measurements, see docs/trace-format.md) extrapolated; the allocator's carry none. Between two
+//! *measured* records (a segment), every gap between a record's return and the next call is
+//! compute, scaled down in proportion so that the segment's compute equals the CPU time measured
+//! over it, less what its calls spin (spin locks: the simulator spins again) and less the
+//! allocator's kernel work the simulator re-creates (page faults, heap growth, trims and their
+//! shootdowns, from a mirror of the thread's arena, at the default cost table's prices). What
+//! the wall time leaves over was spent off a CPU without a traced reason (I/O, preemption); it
+//! is counted in [`ReplayStats`] and not replayed.
+//!
+//! **Wake-ups.** Condition variables are matched, not re-run: a wait returns when the signal or
+//! broadcast that ended it in the trace (the latest on the same condition variable, from
+//! another thread, between the wait's call and its return) has been sent. Each thread has its
+//! own wake-up condition variable with token semantics, so no wake-up is lost whatever the
+//! simulated order. A wait nobody ended (a time-out) sleeps as long as it lasted.
+//!
+//! Not replayed: rwlock readers (readers never wait for each other; a writer waits only for
+//! writers), failed try-locks, frees of another thread's chunks (counted), threads of other
+//! processes than the chosen one.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::dist::Dist;
+use super::heap::{Arena, HeapParams, MmOp, PAGE};
+use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
+use crate::machine::costs::Costs;
+use crate::trace::{Event, Process, Record, Trace};
+
+/// `MADV_DONTNEED`, `MADV_FREE`, `MADV_REMOVE`: advice that drops pages (a shootdown).
+const MADV_DROPS: [i32; 3] = [4, 8, 9];
+/// `PROT_WRITE`.
+const PROT_WRITE: i32 = 2;
+/// `ETIMEDOUT`.
+const ETIMEDOUT: i32 = 110;
+
+/// What the conversion did, for the user to judge the replay's fidelity.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ReplayStats {
+    /// The process replayed.
+    pub pid: u32,
+    /// Its command line.
+    pub cmdline: Vec<String>,
+    /// Online CPUs when it was traced.
+    pub cpus: u32,
+    /// Threads replayed.
+    pub threads: u32,
+    /// Records read.
+    pub records: u64,
+    /// Instructions of the program.
+    pub instructions: u64,
+    /// Wall time of the traced run, from the first record to the last (ns).
+    pub traced_ns: u64,
+    /// Compute replayed, over all threads (ns).
+    pub compute_ns: u64,
+    /// Time off a CPU with no traced reason, over all threads (ns).
+    pub unexplained_ns: u64,
+    /// Condition-variable waits matched with the wake-up that ended them.
+    pub wakeups_matched: u64,
+    /// Waits replayed as a sleep (timed out, or their wake-up was not traced).
+    pub waits_slept: u64,
+    /// Frees of chunks allocated by another thread, or never seen allocated (not replayed).
+    pub frees_unmatched: u64,
+    /// Unlocks of locks this thread was not seen taking (not replayed).
+    pub unlocks_unmatched: u64,
+    /// Trace blocks lost (a killed process; see [`crate::trace::ThreadTrace::lost_blocks`]).
+    pub lost_blocks: u64,
+}
+
+/// How long a spin lock replayed as spin-then-block spins before it blocks (ns): about the
+/// 2,000 PAUSE iterations of `tracer/vtrace/spinblock.c`.
+pub const SPIN_THEN_BLOCK_NS: u64 = 2_000;
+
+/// How to replay a trace.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// The process (None: see [`choose_process`]).
+    pub pid: Option<u32>,
+    /// The allocator tunables.
+    pub heap: HeapParams,
+    /// Spin locks become mutexes that spin this long, then block (None: they spin).
+    pub spin_then_block: Option<u64>,
+}
+
+/// Which process of a trace to replay: `None` = the first started by exec with any thread
+/// that created threads, else the first.
+pub fn choose_process(trace: &Trace, pid: Option<u32>) -> Result<&Process, String> {
+    if let Some(pid) = pid {
+        return trace.processes.iter().find(|p| p.pid == pid).ok_or_else(|| {
+            let pids: Vec<String> = trace.processes.iter().map(|p| p.pid.to_string()).collect();
+            format!("no process {pid} in the trace (it has {})", pids.join(", "))
+        });
+    }
+    trace
+        .processes
+        .iter()
+        .find(|p| p.threads.len() > 1)
+        .or_else(|| trace.processes.first())
+        .ok_or_else(|| "the trace has no process (is it empty?)".to_string())
+}
+
+/// The workload replaying process `pid` (see [`choose_process`]) of `trace`.
+pub fn from_trace(name: &str, trace: &Trace, opts: &Options) -> Result<(Workload, ReplayStats), String> {
+    let process = choose_process(trace, opts.pid)?;
+    let mut b = Builder::new(process, opts.heap);
+    b.spin_then_block = opts.spin_then_block;
+    b.match_wakeups();
+    for i in 0..b.threads.len() {
+        b.thread(i);
+    }
+    let Builder { objects, instrs, groups, mut stats, .. } = b;
+    stats.instructions = instrs.len() as u64;
+    let start = process.start.as_ref();
+    stats.pid = process.pid;
+    stats.cmdline = start.map(|s| s.cmdline.clone()).unwrap_or_default();
+    stats.cpus = start.map_or(0, |s| s.cpus);
+    let program_name = stats.cmdline.first().cloned().unwrap_or_else(|| format!("pid {}", process.pid));
+    let workload = Workload {
+        name: name.to_string(),
+        description: format!("replay of {} ({} threads, traced)", program_name, groups.len()),
+        model: "replay".into(),
+        threads: Some(groups.len() as u32),
+        objects,
+        program: Program { instrs },
+        groups,
+        meta: Meta {
+            version: 1,
+            suite: "trace".into(),
+            basis: format!("vtrace of `{}`, pid {}", stats.cmdline.join(" "), process.pid),
+            ..Meta::default()
+        },
+        memory: Memory::default(),
+        qos: None,
+        stochastic: false,
+        heap: opts.heap,
+    };
+    Ok((workload, stats))
+}
+
+/// Wake-up condition variables and start/end handshakes of one thread.
+#[derive(Clone, Copy, Debug)]
+struct Handshake {
+    own_mutex: ObjId,
+    start: ObjId,
+    end: ObjId,
+    wake: ObjId,
+}
+
+struct Builder<'a> {
+    threads: Vec<&'a crate::trace::ThreadTrace>,
+    index_of: BTreeMap<u32, usize>,
+    objects: Vec<ObjDecl>,
+    by_addr: BTreeMap<(ObjKind, u64), ObjId>,
+    handshakes: Vec<Handshake>,
+    /// (thread, record) of a signal/broadcast → the threads it woke.
+    wakes: BTreeMap<(usize, usize), Vec<usize>>,
+    /// (thread, record) of a wait that is matched.
+    matched: BTreeSet<(usize, usize)>,
+    barrier_parties: BTreeMap<u64, u32>,
+    joined: BTreeSet<usize>,
+    instrs: Vec<Instr>,
+    groups: Vec<Group>,
+    stats: ReplayStats,
+    heap: HeapParams,
+    costs: Costs,
+    spin_then_block: Option<u64>,
+}
+
+/// A thread's CPU-time account while its records are converted: the current *segment* runs
+/// from the last record with a measured CPU time to the next one.
+#[derive(Debug, Default)]
+struct Account {
+    /// End of the previous record.
+    prev_t: u64,
+    /// CPU time measured at the segment's start.
+    cpu_start: u64,
+    /// The segment's compute instructions (indices), each provisionally its whole wall gap.
+    computes: Vec<usize>,
+    /// Their sum (ns).
+    wall: u64,
+    /// CPU time the segment's calls spin, and the allocator's modelled kernel work (ns).
+    spin: u64,
+    kernel: u64,
+}
+
+impl<'a> Builder<'a> {
+    fn new(process: &'a Process, heap: HeapParams) -> Builder<'a> {
+        let threads: Vec<_> = process.threads.iter().filter(|t| !t.records.is_empty()).collect();
+        let index_of = threads.iter().enumerate().map(|(i, t)| (t.tid, i)).collect();
+        let mut b = Builder {
+            threads,
+            index_of,
+            objects: Vec::new(),
+            by_addr: BTreeMap::new(),
+            handshakes: Vec::new(),
+            wakes: BTreeMap::new(),
+            matched: Default::default(),
+            barrier_parties: BTreeMap::new(),
+            joined: Default::default(),
+            instrs: Vec::new(),
+            groups: Vec::new(),
+            stats: ReplayStats::default(),
+            heap,
+            costs: Costs::default(),
+            spin_then_block: None,
+        };
+        for i in 0..b.threads.len() {
+            let g = i as u32;
+            let hs = Handshake {
+                own_mutex: b.declare(format!("t{i}.mutex"), ObjKind::Mutex, g),
+                start: b.declare(format!("t{i}.start"), ObjKind::CondVar, g),
+                end: b.declare(format!("t{i}.end"), ObjKind::CondVar, g),
+                wake: b.declare(format!("t{i}.wake"), ObjKind::CondVar, g),
+            };
+            b.handshakes.push(hs);
+        }
+        // Barrier parties, and who is joined.
+        let mut users: BTreeMap<u64, BTreeSet<usize>> = BTreeMap::new();
+        for (i, t) in b.threads.iter().enumerate() {
+            b.stats.lost_blocks += u64::from(t.lost_blocks);
+            for r in &t.records {
+                match r.event {
+                    Event::BarrierInit { addr, count, ret: 0 } => {
+                        b.barrier_parties.insert(addr, count);
+                    }
+                    Event::BarrierWait { addr, .. } => {
+                        users.entry(addr).or_default().insert(i);
+                    }
+                    Event::ThreadJoin { tid: Some(tid), ret: 0, .. } => {
+                        if let Some(&j) = b.index_of.get(&tid) {
+                            b.joined.insert(j);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (addr, u) in users {
+            b.barrier_parties.entry(addr).or_insert(u.len() as u32);
+        }
+        let first = b.threads.iter().filter_map(|t| t.records.first()).map(|r| r.t).min().unwrap_or(0);
+        let last = b.threads.iter().filter_map(|t| t.records.last()).map(|r| r.t).max().unwrap_or(0);
+        b.stats.traced_ns = last - first;
+        b.stats.threads = b.threads.len() as u32;
+        b
+    }
+
+    fn declare(&mut self, name: String, kind: ObjKind, user: u32) -> ObjId {
+        let id = self.objects.len() as ObjId;
+        self.objects.push(ObjDecl { name, kind, parties: None, spin: None, capacity: None, users: vec![user] });
+        id
+    }
+
+    /// The object of `kind` at `addr`, used by thread `user`.
+    fn object(&mut self, kind: ObjKind, addr: u64, user: usize) -> ObjId {
+        let id = match self.by_addr.get(&(kind, addr)) {
+            Some(&id) => id,
+            None => {
+                let id = self.declare(format!("{}@{addr:#x}", kind.name()), kind, user as u32);
+                if kind == ObjKind::Barrier {
+                    self.objects[id as usize].parties = self.barrier_parties.get(&addr).copied();
+                }
+                if let (ObjKind::SpinLock, Some(ns)) = (kind, self.spin_then_block) {
+                    // Keyed as a spin lock (its address space), declared as a spinning mutex.
+                    self.objects[id as usize].kind = ObjKind::Mutex;
+                    self.objects[id as usize].spin = Some(ns);
+                }
+                self.by_addr.insert((kind, addr), id);
+                id
+            }
+        };
+        let users = &mut self.objects[id as usize].users;
+        if !users.contains(&(user as u32)) {
+            users.push(user as u32);
+        }
+        id
+    }
+
+    /// Matches each condition wait with the signal or broadcast that ended it.
+    fn match_wakeups(&mut self) {
+        // Per condition variable: its wake-ups in time order, (time, thread, record, broadcast).
+        let mut sends: BTreeMap<u64, Vec<(u64, usize, usize, bool)>> = BTreeMap::new();
+        let mut waits: Vec<(u64, u64, u64, usize, usize)> = Vec::new(); // (end, call, cond, thread, record)
+        for (i, t) in self.threads.iter().enumerate() {
+            for (k, r) in t.records.iter().enumerate() {
+                match r.event {
+                    Event::CondSignal { cond } => sends.entry(cond).or_default().push((r.t, i, k, false)),
+                    Event::CondBroadcast { cond } => sends.entry(cond).or_default().push((r.t, i, k, true)),
+                    Event::CondWait { cond, wait_ns, ret, .. } if ret != ETIMEDOUT => {
+                        waits.push((r.t, r.t.saturating_sub(wait_ns), cond, i, k));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for list in sends.values_mut() {
+            list.sort_by_key(|s| s.0);
+        }
+        waits.sort();
+        let mut used: BTreeSet<(usize, usize)> = Default::default();
+        for (end, call, cond, i, k) in waits {
+            let Some(list) = sends.get(&cond) else { continue };
+            // The latest wake-up from another thread within the wait (a signal wakes one).
+            let hit =
+                list.iter().rev().find(|&&(t, j, m, broadcast)| t <= end && t >= call && j != i && (broadcast || !used.contains(&(j, m))));
+            if let Some(&(_, j, m, broadcast)) = hit {
+                if !broadcast {
+                    used.insert((j, m));
+                }
+                self.wakes.entry((j, m)).or_default().push(i);
+                self.matched.insert((i, k));
+            }
+        }
+    }
+
+    fn push(&mut self, instr: Instr) {
+        self.instrs.push(instr);
+    }
+
+    /// Compute of `ns` in the current segment (merged with the segment's last instruction
+    /// when that is a compute).
+    fn compute(&mut self, ns: u64, a: &mut Account) {
+        if ns == 0 {
+            return;
+        }
+        a.wall += ns;
+        let last = self.instrs.len().wrapping_sub(1);
+        if a.computes.last() == Some(&last) {
+            if let Some(Instr::Compute { dist: Dist::Fixed(d), .. }) = self.instrs.last_mut() {
+                *d += ns;
+                return;
+            }
+        }
+        a.computes.push(self.instrs.len());
+        self.push(Instr::Compute { dist: Dist::Fixed(ns), skew: 0.0, mem: 0.0, split: false });
+    }
+
+    /// Ends the segment at a measured CPU time `cpu`: its computes shrink in proportion so
+    /// that they add up to the CPU time measured, less spinning and modelled kernel work.
+    fn close_segment(&mut self, cpu: u64, a: &mut Account) {
+        let budget = cpu.saturating_sub(a.cpu_start).saturating_sub(a.spin).saturating_sub(a.kernel);
+        let scale = if a.wall == 0 { 1.0 } else { (budget as f64 / a.wall as f64).min(1.0) };
+        for &i in &a.computes {
+            if let Instr::Compute { dist: Dist::Fixed(d), .. } = &mut self.instrs[i] {
+                let kept = (*d as f64 * scale).round() as u64;
+                self.stats.compute_ns += kept;
+                self.stats.unexplained_ns += *d - kept;
+                *d = kept;
+            }
+        }
+        *a = Account { prev_t: a.prev_t, cpu_start: cpu, ..Account::default() };
+    }
+
+    /// Merges adjacent computes from `from` on and drops empty ones (segments end between
+    /// them; the program has no jumps, so indices may change).
+    fn tidy(&mut self, from: usize) {
+        let tail = self.instrs.split_off(from);
+        for i in tail {
+            let extends = self.instrs.len() > from;
+            match (i, self.instrs.last_mut()) {
+                (Instr::Compute { dist: Dist::Fixed(0), .. }, _) => {}
+                (Instr::Compute { dist: Dist::Fixed(d), .. }, Some(Instr::Compute { dist: Dist::Fixed(e), .. })) if extends => *e += d,
+                (i, _) => self.instrs.push(i),
+            }
+        }
+    }
+
+    /// Ends the thread: a segment without a closing measurement keeps its wall gaps.
+    fn finish_segment(&mut self, a: &mut Account) {
+        self.stats.compute_ns += a.wall;
+        a.computes.clear();
+        a.wall = 0;
+    }
+
+    /// Waits for a token on `cond` (one of the thread's handshake condition variables).
+    fn wait_token(&mut self, me: usize, cond: ObjId) {
+        let own = self.handshakes[me].own_mutex;
+        self.push(Instr::Lock(own));
+        self.push(Instr::CondWait { cond, mutex: own });
+        self.push(Instr::Unlock(own));
+    }
+
+    fn thread(&mut self, me: usize) {
+        let t = self.threads[me];
+        let entry = self.instrs.len() as u32;
+        self.groups.push(Group { name: format!("tid{}", t.tid), threads: CountExpr::fixed(1), entry, pushes: Vec::new() });
+        let created = t.parent.is_some_and(|p| self.index_of.contains_key(&p));
+        if created {
+            self.wait_token(me, self.handshakes[me].start);
+        }
+        let mut held: BTreeMap<ObjId, u32> = BTreeMap::new();
+        let mut readers: BTreeMap<u64, u32> = BTreeMap::new();
+        let mut live: Vec<u64> = Vec::new(); // this thread's live allocations, oldest first
+        let mut arena = Arena::new(self.heap); // a mirror of the simulated arena
+        let mut acct = Account { prev_t: t.records[0].t, cpu_start: t.records[0].cpu.unwrap_or(0), ..Account::default() };
+        for (k, r) in t.records.iter().enumerate() {
+            self.stats.records += 1;
+            self.gap(r, &mut acct);
+            match r.event {
+                Event::ThreadExit | Event::Exec { .. } => break,
+                Event::ThreadCreate { ret: 0, child: Some(child), .. } => {
+                    if let Some(&c) = self.index_of.get(&child) {
+                        self.push(Instr::CondSignal(self.handshakes[c].start));
+                    }
+                }
+                Event::ThreadJoin { tid: Some(tid), ret: 0, wait_ns, .. } => match self.index_of.get(&tid) {
+                    Some(&c) => self.wait_token(me, self.handshakes[c].end),
+                    None => self.sleep(wait_ns),
+                },
+                Event::MutexLock { addr, ret: 0, .. } | Event::RwWriteLock { addr, ret: 0, .. } => {
+                    let o = self.object(ObjKind::Mutex, addr, me);
+                    let n = held.entry(o).or_insert(0);
+                    *n += 1;
+                    if *n == 1 {
+                        self.push(Instr::Lock(o));
+                    }
+                }
+                Event::SpinLock { addr, ret: 0, .. } => {
+                    let o = self.object(ObjKind::SpinLock, addr, me);
+                    if held.insert(o, 1).is_none() {
+                        let blocking = self.objects[o as usize].kind == ObjKind::Mutex;
+                        self.push(if blocking { Instr::Lock(o) } else { Instr::SpinLock(o) });
+                    }
+                }
+                Event::MutexUnlock { addr, .. } => self.unlock(ObjKind::Mutex, addr, &mut held),
+                Event::SpinUnlock { addr, .. } => self.unlock(ObjKind::SpinLock, addr, &mut held),
+                Event::RwReadLock { addr, ret: 0, .. } => *readers.entry(addr).or_insert(0) += 1,
+                Event::RwUnlock { addr, .. } => match readers.get_mut(&addr) {
+                    Some(n) if *n > 0 => *n -= 1,
+                    _ => self.unlock(ObjKind::Mutex, addr, &mut held),
+                },
+                Event::BarrierWait { addr, .. } => {
+                    let o = self.object(ObjKind::Barrier, addr, me);
+                    self.push(Instr::Barrier(o));
+                }
+                Event::CondWait { mutex, wait_ns, .. } => {
+                    let m = self.by_addr.get(&(ObjKind::Mutex, mutex)).copied().filter(|o| held.get(o).is_some_and(|&n| n > 0));
+                    if let Some(m) = m {
+                        self.push(Instr::Unlock(m));
+                    }
+                    if self.matched.contains(&(me, k)) {
+                        self.stats.wakeups_matched += 1;
+                        self.wait_token(me, self.handshakes[me].wake);
+                    } else {
+                        self.stats.waits_slept += 1;
+                        self.sleep(wait_ns);
+                    }
+                    if let Some(m) = m {
+                        self.push(Instr::Lock(m));
+                    }
+                }
+                Event::CondSignal { .. } | Event::CondBroadcast { .. } => {
+                    for w in self.wakes.get(&(me, k)).cloned().unwrap_or_default() {
+                        self.push(Instr::CondSignal(self.handshakes[w].wake));
+                    }
+                }
+                Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => self.malloc(size, ptr, &mut live, &mut arena, &mut acct),
+                Event::Calloc { nmemb, size, ptr } => self.malloc(nmemb.saturating_mul(size), ptr, &mut live, &mut arena, &mut acct),
+                Event::Realloc { old, size, ptr } => {
+                    if old != 0 {
+                        self.free(old, &mut live, &mut arena, &mut acct);
+                    }
+                    if size > 0 {
+                        self.malloc(size, ptr, &mut live, &mut arena, &mut acct);
+                    }
+                }
+                Event::Free { ptr } => self.free(ptr, &mut live, &mut arena, &mut acct),
+                Event::Munmap { len, ret: 0, .. } => self.shootdown(MmCall::Munmap, len),
+                Event::Madvise { len, advice, ret: 0, .. } if MADV_DROPS.contains(&advice) => self.shootdown(MmCall::Madvise, len),
+                Event::Mprotect { len, prot, ret: 0, .. } if prot & PROT_WRITE == 0 => self.shootdown(MmCall::Mprotect, len),
+                _ => {}
+            }
+        }
+        self.finish_segment(&mut acct);
+        self.tidy(entry as usize);
+        if self.joined.contains(&me) {
+            self.push(Instr::CondSignal(self.handshakes[me].end));
+        }
+        self.push(Instr::End);
+    }
+
+    /// The compute before record `r`'s call (see the module's notes).
+    fn gap(&mut self, r: &Record, a: &mut Account) {
+        let wait = wait_of(&r.event);
+        let call = r.t.saturating_sub(wait).max(a.prev_t);
+        self.compute(call - a.prev_t, a);
+        if matches!(r.event, Event::SpinLock { .. }) {
+            a.spin += wait;
+        }
+        a.prev_t = r.t.max(a.prev_t);
+        if let (Some(cpu), false) = (r.cpu, r.cpu_estimated) {
+            self.close_segment(cpu, a);
+        }
+    }
+
+    /// Kernel work the simulator will model for the arena's `ops`, at the default costs.
+    fn kernel_work(&self, ops: &[MmOp], a: &mut Account) {
+        let c = &self.costs;
+        a.kernel += ops
+            .iter()
+            .map(|op| match *op {
+                MmOp::Mmap(_) | MmOp::Grow(_) => c.syscall_mm,
+                MmOp::Faults(n) => n * c.page_fault,
+                MmOp::Munmap(_) | MmOp::Trim(_) => c.syscall_mm + c.tlb_flush_local + c.ipi_send + c.ipi_latency + c.tlb_flush_remote,
+            })
+            .sum::<u64>();
+    }
+
+    fn sleep(&mut self, ns: u64) {
+        if ns > 0 {
+            self.push(Instr::Sleep(Dist::Fixed(ns)));
+        }
+    }
+
+    fn unlock(&mut self, kind: ObjKind, addr: u64, held: &mut BTreeMap<ObjId, u32>) {
+        let Some(&o) = self.by_addr.get(&(kind, addr)) else {
+            self.stats.unlocks_unmatched += 1;
+            return;
+        };
+        match held.get_mut(&o) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                if *n == 0 {
+                    held.remove(&o);
+                    let spinning = self.objects[o as usize].kind == ObjKind::SpinLock;
+                    self.push(if spinning { Instr::SpinUnlock(o) } else { Instr::Unlock(o) });
+                }
+            }
+            _ => self.stats.unlocks_unmatched += 1,
+        }
+    }
+
+    fn malloc(&mut self, size: u64, ptr: u64, live: &mut Vec<u64>, arena: &mut Arena, a: &mut Account) {
+        if ptr == 0 {
+            return; // failed
+        }
+        live.push(ptr);
+        self.push(Instr::Malloc(Dist::Fixed(size)));
+        let mut ops = Vec::new();
+        arena.malloc(size.max(1), &mut ops);
+        self.kernel_work(&ops, a);
+    }
+
+    fn free(&mut self, ptr: u64, live: &mut Vec<u64>, arena: &mut Arena, a: &mut Account) {
+        match live.iter().rposition(|&p| p == ptr) {
+            Some(i) => {
+                live.remove(i);
+                let k = (live.len() - i) as u64;
+                self.push(Instr::FreeLive(k));
+                let mut ops = Vec::new();
+                arena.free_live(k, &mut ops);
+                self.kernel_work(&ops, a);
+            }
+            None => self.stats.frees_unmatched += 1,
+        }
+    }
+
+    fn shootdown(&mut self, call: MmCall, len: u64) {
+        let pages = len.div_ceil(PAGE);
+        if pages > 0 {
+            self.push(Instr::MmUnmap { call, pages });
+        }
+    }
+}
+
+/// How long a record's call waited before returning.
+fn wait_of(e: &Event) -> u64 {
+    match *e {
+        Event::ThreadJoin { wait_ns, .. }
+        | Event::MutexLock { wait_ns, .. }
+        | Event::SpinLock { wait_ns, .. }
+        | Event::RwReadLock { wait_ns, .. }
+        | Event::RwWriteLock { wait_ns, .. }
+        | Event::BarrierWait { wait_ns, .. }
+        | Event::CondWait { wait_ns, .. } => wait_ns,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Header, LockMode, Origin, ProcessStart, ThreadTrace};
+
+    fn rec(t: u64, cpu: Option<u64>, event: Event) -> Record {
+        Record { t, cpu, cpu_estimated: false, event }
+    }
+
+    fn thread(tid: u32, parent: Option<u32>, records: Vec<Record>) -> ThreadTrace {
+        ThreadTrace { tid, parent, seq: parent.map(|_| tid), blocks: 1, lost_blocks: 0, records }
+    }
+
+    fn trace(threads: Vec<ThreadTrace>) -> Trace {
+        let start = ProcessStart { ppid: 1, cpus: 2, origin: Origin::Exec, realtime_base_ns: 0, cmdline: vec!["app".into()] };
+        Trace {
+            header: Header { version: 1, flags: 0, created_unix_ns: 0, creator_pid: 10 },
+            processes: vec![Process { pid: 10, base_ns: 0, start: Some(start), threads }],
+        }
+    }
+
+    fn start(tid: u32, parent: Option<u32>) -> Event {
+        Event::ThreadStart { tid, parent, seq: parent.map(|_| tid), handle: 0 }
+    }
+
+    fn replay(t: &Trace) -> (Workload, ReplayStats) {
+        from_trace("app", t, &Options::default()).expect("replays")
+    }
+
+    /// A main thread that creates a worker and joins it; the worker computes 1 ms of its 3 ms.
+    fn fork_join() -> Trace {
+        let main = thread(
+            10,
+            None,
+            vec![
+                rec(0, Some(0), Event::ProcessStart { pid: 10 }),
+                rec(100_000, Some(100_000), Event::ThreadCreate { seq: 11, ret: 0, handle: 7, child: Some(11) }),
+                rec(4_000_000, Some(150_000), Event::ThreadJoin { tid: Some(11), ret: 0, handle: 7, wait_ns: 3_800_000 }),
+                rec(4_100_000, Some(250_000), Event::ThreadExit),
+            ],
+        );
+        let worker =
+            thread(11, Some(10), vec![rec(150_000, Some(0), start(11, Some(10))), rec(3_150_000, Some(1_000_000), Event::ThreadExit)]);
+        trace(vec![main, worker])
+    }
+
+    #[test]
+    fn threads_start_when_created_and_signal_their_joiner() {
+        let (w, stats) = replay(&fork_join());
+        assert_eq!(w.threads, Some(2));
+        assert_eq!(w.groups.len(), 2);
+        let main = &w.program.instrs[w.groups[0].entry as usize..w.groups[1].entry as usize];
+        let worker = &w.program.instrs[w.groups[1].entry as usize..];
+        let name = |o: &ObjId| w.objects[*o as usize].name.clone();
+        // main: compute 100 µs, start the worker, compute 50 µs, wait for its end, compute 100 µs.
+        assert!(matches!(main[0], Instr::Compute { dist: Dist::Fixed(100_000), .. }), "{main:?}");
+        assert!(matches!(&main[1], Instr::CondSignal(o) if name(o) == "t1.start"), "{main:?}");
+        assert!(matches!(main[2], Instr::Compute { dist: Dist::Fixed(50_000), .. }), "{main:?}");
+        assert!(matches!(&main[4], Instr::CondWait { cond, .. } if name(cond) == "t1.end"), "{main:?}");
+        assert!(matches!(main[6], Instr::Compute { dist: Dist::Fixed(100_000), .. }), "{main:?}");
+        assert_eq!(main.last(), Some(&Instr::End));
+        // worker: waits for its start, computes its 1 ms of CPU (of 3 ms of wall), signals its end.
+        assert!(matches!(&worker[1], Instr::CondWait { cond, .. } if name(cond) == "t1.start"), "{worker:?}");
+        assert!(matches!(worker[3], Instr::Compute { dist: Dist::Fixed(1_000_000), .. }), "{worker:?}");
+        assert!(matches!(&worker[4], Instr::CondSignal(o) if name(o) == "t1.end"), "{worker:?}");
+        assert_eq!(stats.compute_ns, 1_250_000);
+        // The worker's 2 ms off a CPU, and 50 µs of main's before it joined.
+        assert_eq!(stats.unexplained_ns, 2_050_000);
+        assert_eq!(stats.traced_ns, 4_100_000);
+    }
+
+    #[test]
+    fn a_condition_wait_waits_for_the_signal_that_ended_it() {
+        let cv = 0xc0;
+        let m = 0x30;
+        let waiter = thread(
+            10,
+            None,
+            vec![
+                rec(0, Some(0), Event::ProcessStart { pid: 10 }),
+                rec(10, Some(10), Event::MutexLock { addr: m, mode: LockMode::Block, wait_ns: 0, ret: 0 }),
+                rec(900, Some(20), Event::CondWait { cond: cv, mutex: m, timed: false, wait_ns: 880, ret: 0 }),
+                rec(910, Some(30), Event::MutexUnlock { addr: m, hold_ns: Some(10) }),
+                // A timed wait nobody ended: slept.
+                rec(2000, Some(40), Event::CondWait { cond: cv, mutex: 0x99, timed: true, wait_ns: 1000, ret: 110 }),
+            ],
+        );
+        let signaller = thread(
+            11,
+            None,
+            vec![
+                rec(0, Some(0), start(11, None)),
+                rec(500, Some(400), Event::CondSignal { cond: cv }),
+                rec(600, Some(500), Event::CondSignal { cond: cv }),
+            ],
+        );
+        let (w, stats) = replay(&trace(vec![waiter, signaller]));
+        let name = |o: &ObjId| w.objects[*o as usize].name.clone();
+        let waiter = &w.program.instrs[..w.groups[1].entry as usize];
+        let signaller = &w.program.instrs[w.groups[1].entry as usize..];
+        // The mutex is released around the wait, and re-taken after it.
+        assert!(matches!(&waiter[1], Instr::Lock(o) if name(o).starts_with("mutex@")), "{waiter:?}");
+        assert!(matches!(&waiter[3], Instr::Unlock(o) if name(o).starts_with("mutex@")), "{waiter:?}");
+        assert!(matches!(&waiter[5], Instr::CondWait { cond, .. } if name(cond) == "t0.wake"), "{waiter:?}");
+        assert!(matches!(&waiter[7], Instr::Lock(o) if name(o).starts_with("mutex@")), "{waiter:?}");
+        assert!(waiter.iter().any(|i| matches!(i, Instr::Sleep(Dist::Fixed(1000)))), "{waiter:?}");
+        // The latest signal in the wait woke it: the first signal wakes nobody, so the compute
+        // around it is one.
+        assert!(matches!(signaller[0], Instr::Compute { dist: Dist::Fixed(500), .. }), "{signaller:?}");
+        assert!(matches!(&signaller[1], Instr::CondSignal(o) if name(o) == "t0.wake"), "{signaller:?}");
+        assert_eq!(signaller.len(), 3, "{signaller:?}");
+        assert_eq!((stats.wakeups_matched, stats.waits_slept), (1, 1));
+    }
+
+    #[test]
+    fn frees_name_their_chunk_and_strangers_are_counted() {
+        let t = thread(
+            10,
+            None,
+            vec![
+                rec(0, Some(0), Event::ProcessStart { pid: 10 }),
+                rec(1, None, Event::Malloc { size: 100, ptr: 0xa }),
+                rec(2, None, Event::Malloc { size: 200, ptr: 0xb }),
+                rec(3, None, Event::Malloc { size: 300, ptr: 0xc }),
+                rec(4, None, Event::Free { ptr: 0xa }),
+                rec(5, None, Event::Free { ptr: 0xc }),
+                rec(6, None, Event::Free { ptr: 0xdead }),
+                rec(7, None, Event::Realloc { old: 0xb, size: 400, ptr: 0xd }),
+            ],
+        );
+        let (w, stats) = replay(&trace(vec![t]));
+        let mem: Vec<&Instr> = w.program.instrs.iter().filter(|i| matches!(i, Instr::Malloc(_) | Instr::FreeLive(_))).collect();
+        assert_eq!(
+            mem,
+            vec![
+                &Instr::Malloc(Dist::Fixed(100)),
+                &Instr::Malloc(Dist::Fixed(200)),
+                &Instr::Malloc(Dist::Fixed(300)),
+                &Instr::FreeLive(2),
+                &Instr::FreeLive(0),
+                &Instr::FreeLive(0),
+                &Instr::Malloc(Dist::Fixed(400)),
+            ]
+        );
+        assert_eq!(stats.frees_unmatched, 1);
+    }
+
+    #[test]
+    fn spin_locks_and_barriers_map_to_their_primitives() {
+        let b = 0xb0;
+        let mut threads = Vec::new();
+        for tid in [10u32, 11] {
+            threads.push(thread(
+                tid,
+                None,
+                vec![
+                    rec(0, Some(0), if tid == 10 { Event::ProcessStart { pid: 10 } } else { start(11, None) }),
+                    rec(5, Some(5), Event::BarrierInit { addr: b, count: 2, ret: 0 }),
+                    rec(100, Some(50), Event::SpinLock { addr: 0x5, mode: LockMode::Block, wait_ns: 40, ret: 0 }),
+                    rec(120, Some(70), Event::SpinUnlock { addr: 0x5, hold_ns: Some(20) }),
+                    rec(121, Some(70), Event::SpinUnlock { addr: 0x5, hold_ns: None }),
+                    rec(300, Some(80), Event::BarrierWait { addr: b, wait_ns: 100, ret: 0 }),
+                ],
+            ));
+        }
+        let blocking =
+            from_trace("app", &trace(threads.clone()), &Options { spin_then_block: Some(2000), ..Options::default() }).expect("replays").0;
+        let lock = blocking.objects.iter().find(|o| o.name.starts_with("spinlock@")).expect("the lock");
+        assert_eq!((lock.kind, lock.spin), (ObjKind::Mutex, Some(2000)));
+        assert!(blocking.program.instrs.iter().any(|i| matches!(i, Instr::Lock(_))));
+        assert!(!blocking.program.instrs.iter().any(|i| matches!(i, Instr::SpinLock(_) | Instr::SpinUnlock(_))));
+        let (w, stats) = replay(&trace(threads));
+        let barrier = w.objects.iter().find(|o| o.kind == ObjKind::Barrier).expect("a barrier");
+        assert_eq!(barrier.parties, Some(2));
+        let first = &w.program.instrs[..w.groups[1].entry as usize];
+        // 5 ns before the init, 5 before the spin lock's call: its 40 ns of spinning are not
+        // compute (the simulator spins again).
+        assert!(matches!(first[0], Instr::Compute { dist: Dist::Fixed(10), .. }), "{first:?}");
+        assert!(matches!(first[1], Instr::SpinLock(_)), "{first:?}");
+        assert_eq!(first.iter().filter(|i| matches!(i, Instr::SpinUnlock(_))).count(), 1);
+        assert_eq!(stats.unlocks_unmatched, 2, "each thread's second unlock");
+    }
+
+    #[test]
+    fn choosing_a_process() {
+        let t = fork_join();
+        assert_eq!(choose_process(&t, None).map(|p| p.pid), Ok(10));
+        assert!(choose_process(&t, Some(99)).unwrap_err().contains("no process 99"));
+    }
+}

@@ -1,0 +1,165 @@
+"""``vcpulab predict app.vtrace``: a traced real program replayed in the simulator, natively and
+in VM scenarios, with the causes of its overhead and the mitigations (digest §8) that help it.
+
+::
+
+    trace ──► [workloads.app] trace = "app.vtrace"  (the simulator converts it: workload/replay.rs)
+          ├─► native on the traced machine's CPUs   → predicted vs traced wall time (fidelity)
+          ├─► native + the requested scenarios      → δη_t, δη_r per scenario
+          └─► each applicable mitigation, per VM scenario → δη_t with it, best first
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._vcpulab import Plan, trace_info
+
+WORKLOAD = "app"
+
+
+def spec_text(trace: str, scenarios: Sequence[str], vcpus: int, seed: int = 1) -> str:
+    listed = ", ".join(json.dumps(s) for s in scenarios)
+    return (
+        f'[experiment]\nworkloads = ["{WORKLOAD}"]\nscenarios = [{listed}]\nvcpus = [{vcpus}]\nseeds = [{seed}]\n\n'
+        f"[workloads.{WORKLOAD}]\ntrace = {json.dumps(trace)}\n"
+    )
+
+
+def run_cells(text: str, overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
+    plan = Plan(text, "<predict>", list(overrides))
+    return [json.loads(plan.run_cell(i)) for i in range(len(plan.cells()))]
+
+
+@dataclass(frozen=True)
+class SimMitigation:
+    """A mitigation of digest §8 as spec overrides, and when it applies to a VM result."""
+
+    name: str
+    cause: str
+    overrides: tuple[str, ...]
+    applies: Callable[[dict[str, Any]], bool]
+
+
+def _metric(r: dict[str, Any], name: str) -> float:
+    return float(r.get("metrics", {}).get(name, 0.0) or 0.0)
+
+
+def _exits(r: dict[str, Any], reason: str) -> int:
+    return int(r.get("exits", {}).get(reason, 0))
+
+
+def _spins(r: dict[str, Any]) -> bool:
+    kernel = r.get("breakdown", {}).get("user", {})
+    return any("spin" in cause for cause in kernel)
+
+
+CATALOGUE: tuple[SimMitigation, ...] = (
+    SimMitigation("PV TLB flush", "TLB shootdowns", ('vm.tlb="pv"',), lambda r: _metric(r, "tlb_shootdowns") > 0),
+    SimMitigation("Shoot4U", "TLB shootdowns", ('vm.tlb="shoot4u"',), lambda r: _metric(r, "tlb_shootdowns") > 0),
+    SimMitigation(
+        "allocator trim threshold / top pad",
+        "TLB shootdowns",
+        (f'workloads.{WORKLOAD}.heap.trim_threshold="256MiB"', f'workloads.{WORKLOAD}.heap.top_pad="64MiB"'),
+        lambda r: _metric(r, "tlb_shootdowns") > 0,
+    ),
+    SimMitigation("PV send-IPI", "IPIs", ("vm.pv.send_ipi=true",), lambda r: _metric(r, "ipis_tlb") > 0),
+    SimMitigation(
+        "no host halt polling", "blocking sync", ("vm.halt_poll.enabled=false",), lambda r: _exits(r, "HLT") > 0
+    ),
+    SimMitigation("guest haltpoll", "blocking sync", ('guest.idle="haltpoll"',), lambda r: _exits(r, "HLT") > 0),
+    SimMitigation(
+        "spin-then-block spin locks",
+        "user spinning",
+        (f'workloads.{WORKLOAD}.spinlocks="spin-then-block"',),
+        _spins,
+    ),
+)
+
+
+@dataclass
+class Prediction:
+    info: dict[str, Any]
+    fidelity: dict[str, Any]  # the native run on the traced machine's CPUs
+    results: list[dict[str, Any]]  # native + requested scenarios
+    mitigations: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        def strip(r: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in r.items() if k not in ("run", "instances")}
+
+        return {
+            "trace": self.info,
+            "fidelity": strip(self.fidelity),
+            "results": [strip(r) for r in self.results],
+            "mitigations": self.mitigations,
+        }
+
+
+def causes(r: dict[str, Any], native: dict[str, Any], top: int = 5) -> list[tuple[str, float, float]]:
+    """The (layer:cause, VM ns per instance, native ns) with the most added time, largest first;
+    the application's own compute is not a cause."""
+    instances = max(1, len(r.get("instances", [])) or 1)
+    base = native.get("breakdown", {})
+    rows = []
+    for layer, by_cause in r.get("breakdown", {}).items():
+        for cause, ns in by_cause.items():
+            if (layer, cause) == ("user", "compute"):
+                continue
+            own = ns / instances
+            before = float(base.get(layer, {}).get(cause, 0))
+            if own > before:
+                rows.append((f"{layer}:{cause}", own, before))
+    rows.sort(key=lambda x: -(x[1] - x[2]))
+    return rows[:top]
+
+
+def fidelity(trace: str, cpus: int, seed: int = 1) -> dict[str, Any]:
+    """The native replay of ``trace`` on ``cpus`` cores (its result object)."""
+    return run_cells(spec_text(trace, ["native"], cpus, seed))[0]
+
+
+def predict(
+    trace: str,
+    scenarios: Sequence[str],
+    vcpus: int | None,
+    cpus: int | None,
+    seed: int = 1,
+    on_step: Callable[[str], None] = lambda s: None,
+) -> Prediction:
+    info = json.loads(trace_info(trace))
+    traced_cpus = int(info["replay"]["cpus"]) or 1
+    native_cpus = cpus or traced_cpus
+    on_step(f"native replay on {native_cpus} CPUs")
+    native_run = fidelity(trace, native_cpus, seed)
+    wanted = ["native", *[s for s in scenarios if s != "native"]]
+    v = vcpus or traced_cpus
+    on_step(f"{', '.join(wanted)} with {v} vCPUs")
+    results = run_cells(spec_text(trace, wanted, v, seed))
+    pred = Prediction(info, native_run, results)
+    for r in results[1:]:
+        for mit in CATALOGUE:
+            if not mit.applies(r):
+                continue
+            on_step(f"{r['scenario']} with {mit.name}")
+            cell = run_cells(spec_text(trace, ["native", r["scenario"]], v, seed), mit.overrides)[-1]
+            pred.mitigations.append(
+                {
+                    "scenario": r["scenario"],
+                    "name": mit.name,
+                    "cause": mit.cause,
+                    "overrides": list(mit.overrides),
+                    "t_virt_s": cell["t_virt_s"],
+                    # The VM's time before / after: what the user gains where they run.
+                    "speedup": r["t_virt_s"] / cell["t_virt_s"],
+                    # δη against the native run with the same change (an application-level fix
+                    # speeds the native run up too).
+                    "delta_eta_t": cell["delta_eta_t"],
+                    "delta_eta_r": cell["delta_eta_r"],
+                }
+            )
+    pred.mitigations.sort(key=lambda m: (m["scenario"], -m["speedup"]))
+    return pred

@@ -1,0 +1,78 @@
+"""The statistics and the stopping rule of `vcpulab mitigate` (pure functions, no programs run)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vcpulab.bridge.launch import Measurement
+from vcpulab.bridge.mitigate import CATALOGUE, Binary, Mitigation, Policy, Runs, applicable, compare
+
+
+def measurement(wall: float, madvise: int | None = 0) -> Measurement:
+    counters: dict[str, int | str] = {"syscalls:sys_enter_munmap": 0}
+    counters["syscalls:sys_enter_madvise"] = madvise if madvise is not None else "unavailable (no tracefs)"
+    return Measurement(["p"], 2, 0, wall, wall, 0.0, 1, 1, 1000, counters, 0)
+
+
+def runs(name: str, walls: list[float], outputs: set[str] | None = None) -> Runs:
+    r = Runs(name, {})
+    r.measurements = [measurement(w) for w in walls]
+    r.outputs = outputs if outputs is not None else {"same"}
+    return r
+
+
+def test_speedup_and_its_interval() -> None:
+    base = runs("baseline", [2.0, 2.1, 1.9, 2.0])
+    fast = runs("m", [0.5, 0.52, 0.48, 0.5])
+    c = compare(base, CATALOGUE[0], "why", fast)
+    assert c.speedup == pytest.approx(4.0)
+    assert c.speedup_ci is not None
+    lo, hi = c.speedup_ci
+    assert lo < 4.0 < hi and lo > 3.5 and hi < 4.6
+    assert c.same_output is True
+    # A slower variant: speedup below 1, interval below 1.
+    slow = compare(base, CATALOGUE[0], "why", runs("m", [4.0, 4.1, 3.9, 4.0]))
+    assert slow.speedup == pytest.approx(0.5) and slow.speedup_ci is not None and slow.speedup_ci[1] < 1
+
+
+def test_output_comparison_needs_a_stable_baseline() -> None:
+    stable = runs("baseline", [1.0, 1.0], {"a"})
+    assert compare(stable, CATALOGUE[0], "", runs("m", [1.0, 1.0], {"b"})).same_output is False
+    varying = runs("baseline", [1.0, 1.0], {"a", "b"})
+    assert compare(varying, CATALOGUE[0], "", runs("m", [1.0, 1.0], {"a"})).same_output is None
+
+
+def test_one_run_has_no_interval() -> None:
+    c = compare(runs("b", [1.0]), CATALOGUE[0], "", runs("m", [0.5]))
+    assert c.speedup == pytest.approx(2.0) and c.speedup_ci is None
+
+
+def test_stopping_rule() -> None:
+    p = Policy(min_runs=3, max_runs=6, precision=0.05, budget_s=100)
+    assert not p.done(runs("b", [1.0, 1.0]), 1)  # below the minimum
+    assert p.done(runs("b", [1.0, 1.01, 0.99]), 3)  # tight: done at the minimum
+    assert not p.done(runs("b", [1.0, 2.0, 0.5]), 3)  # noisy: go on
+    assert p.done(runs("b", [1.0, 2.0, 0.5, 1, 2, 0.5]), 9)  # the maximum
+    assert p.done(runs("b", [30.0, 60.0]), 101)  # over budget with two runs
+    assert not p.done(runs("b", [99.0]), 101)  # one run is not enough unless far over budget
+    assert p.done(runs("b", [250.0]), 250)
+
+
+def test_which_mitigations_apply() -> None:
+    plain = Binary("/bin/x", True, frozenset({"libc.so.6"}), frozenset({"malloc", "free"}))
+    spin = Binary("/bin/y", True, frozenset({"libc.so.6"}), frozenset({"pthread_spin_lock", "pthread_spin_unlock"}))
+    omp = Binary("/bin/z", True, frozenset({"libgomp.so.1", "libc.so.6"}), frozenset())
+    churn, quiet = measurement(1.0, madvise=100_000), measurement(1.0, madvise=500)
+    names = lambda chosen: [m.name for m, _ in chosen]  # noqa: E731
+    assert names(applicable(plain, churn, False)) == ["malloc-trim"]
+    assert names(applicable(plain, quiet, False)) == []
+    assert names(applicable(spin, quiet, False)) == ["spin-then-block"]
+    assert names(applicable(omp, quiet, False)) == ["omp-passive"]
+    assert names(applicable(plain, quiet, True)) == [m.name for m in CATALOGUE]
+    # Counts this machine cannot take: the allocator tunables are tried rather than ruled out.
+    unknown = applicable(plain, measurement(1.0, madvise=None), False)
+    assert names(unknown) == ["malloc-trim"] and "unavailable" in unknown[0][1]
+    assert all(isinstance(m, Mitigation) and m.cause for m in CATALOGUE)
+    assert not math.isnan(measurement(1.0).cpu_s)
