@@ -134,3 +134,18 @@ def test_bad_traces_get_one_line_errors(tmp_path: Path) -> None:
         assert not out.exists(), name
     r = run_cli("predict", tmp_path / "missing.vtrace")
     assert r.code == 2 and "no such trace file" in r.err
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_oversubscription_measured_next_to_its_prediction(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    r = run_cli("oversubscription", "--threads", 4, "--cpus", 2, "--rounds", 60, "-o", out)
+    assert r.code == 0, r.err
+    assert "user-level spin" in r.out and "simulated" in r.out
+    c = json.loads(out.read_text())
+    # Spinning with more threads than CPUs costs about a time slice per round, blocking about
+    # the work: both here and in the simulator.
+    assert c["measured_ratio"] > 5 and c["simulated_ratio"] > 5, c
+    assert 0.25 < c["simulated_s"]["spin"] / c["measured_s"]["spin"][0] < 4, c
+    r = run_cli("oversubscription", "--cpus", 4096)
+    assert r.code == 2 and "CPUs are available" in r.err

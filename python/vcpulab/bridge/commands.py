@@ -20,7 +20,7 @@ from .._vcpulab import TraceError, trace_info
 from ..analysis import Thresholds
 from ..atomic import AtomicWriter
 from ..render import stderr_console
-from . import mitigate, native, predict
+from . import mitigate, native, oversub, predict
 from .characterize import MM_CALLS, Characterization, characterize
 from .launch import LaunchError, Measurement, resolve, run_measured
 
@@ -142,6 +142,24 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
     fi.add_argument("-o", "--output", metavar="FILE", help="also write the comparison as JSON to FILE")
     fi.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
     fi.set_defaults(func=cmd_fidelity)
+
+    ov = commands.add_parser(
+        "oversubscription",
+        help="more threads than CPUs with a spin barrier vs a blocking one: measured here and simulated",
+        description="Run tracer/workloads/spin_barrier natively with THREADS threads on CPUS CPUs, with its "
+        "user-level spin barrier and with pthread_barrier_wait, and the simulator's spinbarrier and barrier "
+        "workloads with the same threads, CPUs, rounds and work on a kernel with this machine's time slice: "
+        "the OC2 effect of digest §2.5, measured next to its prediction.",
+    )
+    ov.add_argument("--threads", type=positive_int, default=4, metavar="N", help="threads (default 4)")
+    ov.add_argument("--cpus", type=positive_int, metavar="N", help="CPUs (default: 2, or 1 on a 1-CPU machine)")
+    ov.add_argument("--rounds", type=positive_int, default=200, metavar="N", help="barrier rounds (default 200)")
+    ov.add_argument(
+        "--work-us", type=positive_int, default=50, metavar="US", help="work per thread per round (default 50)"
+    )
+    ov.add_argument("--runs", type=positive_int, default=1, metavar="N", help="measured runs of each (default 1)")
+    ov.add_argument("-o", "--output", metavar="FILE", help="also write the comparison as JSON to FILE")
+    ov.set_defaults(func=cmd_oversubscription)
 
 
 def _program(args: argparse.Namespace) -> list[str]:
@@ -365,6 +383,30 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         f"{error:+.1%}",
     )
     out_console.print(table)
+    return 0
+
+
+def cmd_oversubscription(args: argparse.Namespace) -> int:
+    have = oversub.available_cpus()
+    cpus = args.cpus or min(2, have)
+    if cpus > have:
+        raise LaunchError(f"--cpus {cpus}: only {have} CPUs are available here", 2)
+    c = oversub.compare(args.threads, cpus, args.rounds, args.work_us, args.runs)
+    if args.output:
+        with AtomicWriter(args.output) as f:
+            f.write(json.dumps(c.to_json(), indent=1) + "\n")
+    table = Table(
+        title=f"{c.threads} threads on {c.cpus} CPUs, {c.rounds} rounds of {c.work_us} µs "
+        f"(simulated with this kernel's {c.slice_ms:g} ms slice)",
+        title_justify="left",
+    )
+    for col in ("barrier", "measured here", "simulated"):
+        table.add_column(col, justify="left" if col == "barrier" else "right")
+    for mode, label in (("spin", "user-level spin"), ("pthread", "pthread_barrier_wait")):
+        walls = c.measured[mode]
+        table.add_row(label, f"{statistics.fmean(walls):.3f} s", f"{c.simulated[mode]:.3f} s")
+    table.add_row("spin / blocking", f"{c.ratio(c.measured):.1f}×", f"{c.ratio(c.simulated):.1f}×")
+    render.stdout_console().print(table)
     return 0
 
 

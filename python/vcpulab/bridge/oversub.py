@@ -1,0 +1,111 @@
+"""``vcpulab oversubscription``: the OC2 effect of digest §2.5 on this machine's own cores.
+More threads than CPUs, synchronised by a user-level spin barrier and by its blocking
+replacement (``pthread_barrier_wait``): measured with ``tracer/workloads/spin_barrier``, and
+predicted by the simulator's ``spinbarrier`` and ``barrier`` workloads with the same threads,
+CPUs, rounds and work, on a native kernel whose time slice is this machine's.
+
+A spinner holds its CPU until the scheduler preempts it, so each round costs about a time
+slice instead of the work: the slice is what the prediction needs to share with the machine.
+Linux ≥ 6.6 (EEVDF) gives every task a base slice of 0.75 ms × (1 + log2 CPUs) (``sysctl_
+sched_base_slice`` scaled like the old CFS tunables); the simulator's CFS-style kernel gets the
+same slice as its minimum granularity and period.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from .._vcpulab import Plan
+from .launch import LaunchError, run_measured
+from .native import program
+
+BASE_SLICE_MS = 0.75  # EEVDF sysctl_sched_base_slice (kernel/sched/fair.c), before scaling
+
+
+def machine_slice_ms(cpus: int) -> float:
+    """This kernel's time slice on ``cpus`` CPUs (the "log" scaling of the scheduler tunables)."""
+    return BASE_SLICE_MS * (1 + math.floor(math.log2(max(1, min(cpus, 8)))))
+
+
+@dataclass
+class Comparison:
+    threads: int
+    cpus: int
+    rounds: int
+    work_us: float
+    slice_ms: float
+    measured: dict[str, list[float]]  # mode → wall times
+    simulated: dict[str, float]  # mode → simulated time
+
+    def ratio(self, table: dict[str, Any]) -> float:
+        spin, block = table["spin"], table["pthread"]
+        if isinstance(spin, list):
+            spin, block = statistics.fmean(spin), statistics.fmean(block)
+        return float(spin) / float(block)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "threads": self.threads,
+            "cpus": self.cpus,
+            "rounds": self.rounds,
+            "work_us": self.work_us,
+            "slice_ms": self.slice_ms,
+            "measured_s": self.measured,
+            "simulated_s": self.simulated,
+            "measured_ratio": self.ratio(self.measured),
+            "simulated_ratio": self.ratio(self.simulated),
+        }
+
+
+def simulate(threads: int, cpus: int, rounds: int, work_us: float, slice_ms: float) -> dict[str, float]:
+    text = (
+        '[experiment]\nworkloads = ["spinbarrier", "barrier"]\nscenarios = ["native"]\n'
+        f"vcpus = [{cpus}]\nthreads = {threads}\nseeds = [1]\n"
+    )
+    sets = [f'host.sched_latency="{slice_ms}ms"', f'host.min_granularity="{slice_ms}ms"']
+    for w in ("spinbarrier", "barrier"):
+        sets += [
+            f"workloads.{w}.params.steps={rounds}",
+            f'workloads.{w}.params.step_lo="{work_us}us"',
+            f'workloads.{w}.params.step_hi="{work_us}us"',
+        ]
+    plan = Plan(text, "<oversubscription>", sets)
+    out = {}
+    for i, cell in enumerate(plan.cells()):
+        r = json.loads(plan.run_cell(i))
+        out["spin" if cell["workload"] == "spinbarrier" else "pthread"] = float(r["t_native_s"])
+    return out
+
+
+def measure(argv: list[str], cpus: int) -> float:
+    """One run of a pathology workload on ``cpus`` CPUs: the wall time it reports (its own
+    timing excludes its start-up calibration)."""
+    with tempfile.TemporaryFile() as out:
+        m = run_measured(argv, cpus=cpus, stdout=out.fileno())
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if m.status != 0:
+        raise LaunchError(f"{' '.join(argv)} failed (exit status {m.exit_code})", m.exit_code or 1)
+    return float(json.loads(text.strip().splitlines()[-1])["wall_s"])
+
+
+def compare(threads: int, cpus: int, rounds: int, work_us: float, runs: int) -> Comparison:
+    exe = str(program("spin_barrier"))
+    measured: dict[str, list[float]] = {}
+    for mode in ("spin", "pthread"):
+        argv = [exe, "--threads", str(threads), "--rounds", str(rounds), "--work-us", str(work_us), "--barrier", mode]
+        measured[mode] = [measure(argv, cpus) for _ in range(runs)]
+    slice_ms = machine_slice_ms(cpus)
+    return Comparison(
+        threads, cpus, rounds, work_us, slice_ms, measured, simulate(threads, cpus, rounds, work_us, slice_ms)
+    )
+
+
+def available_cpus() -> int:
+    return len(os.sched_getaffinity(0))
