@@ -55,3 +55,18 @@ def test_bad_input(tmp_path: Path) -> None:
     assert r.code == 2 and "--min-runs" in r.err
     r = run_cli("mitigate", "--runs", 2, "-o", tmp_path / "x.json", "--", "false")
     assert r.code == 1 and "the program failed" in r.err and not (tmp_path / "x.json").exists()
+
+
+def test_a_spin_lock_barrier_is_helped_by_spin_then_block(native: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    prog = native / "bin" / "spin_barrier"
+    args = ("--threads", 4, "--rounds", 40, "--barrier", "spinlock")
+    r = run_cli("mitigate", "--runs", 2, "--cpus", 2, "-o", out, "--", prog, *args)
+    assert r.code == 0, r.err
+    report = json.loads(out.read_text())
+    (m,) = [x for x in report["mitigations"] if x["name"] == "spin-then-block"]
+    assert "pthread_spin_lock" in m["why"]
+    assert m["env"]["LD_PRELOAD"].endswith("libspinblock.so")
+    # Four spinners on two CPUs: blocking instead of spinning gives the CPU to the thread that
+    # holds the lock.
+    assert m["speedup"] > 1.5, m["speedup"]
