@@ -35,6 +35,8 @@ def test_heap_churn_is_cured_by_the_allocator_tunables(native: Path, tmp_path: P
     # Measured here: the trimming (one madvise per free of the top block) is gone.
     assert m["speedup"] > 3, m["speedup"]
     assert m["speedup_ci95"][0] > 1
+    # The simulator's prediction for the same change, from a trace of the baseline.
+    assert m["predicted_speedup"] is not None and m["predicted_speedup"] > 1.0
     base_madvise = report["baseline"]["runs"][0]["counters"]["syscalls:sys_enter_madvise"]
     mit_madvise = m["runs"][0]["counters"]["syscalls:sys_enter_madvise"]
     if isinstance(base_madvise, int):
@@ -70,3 +72,4 @@ def test_a_spin_lock_barrier_is_helped_by_spin_then_block(native: Path, tmp_path
     # Four spinners on two CPUs: blocking instead of spinning gives the CPU to the thread that
     # holds the lock.
     assert m["speedup"] > 1.5, m["speedup"]
+    assert m["predicted_speedup"] is not None and m["predicted_speedup"] > 1.0

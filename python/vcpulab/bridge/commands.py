@@ -37,7 +37,7 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
         "and stderr are its own, and vcpulab exits with its exit status.",
         epilog="example: vcpulab characterize --cpus 2 -- xz -T2 -c big.tar > big.tar.xz",
     )
-    ch.add_argument("--cpus", type=positive_int, metavar="N", help="run it on N of this machine's CPUs (default: all)")
+    _cpus_option(ch, positive_int)
     ch.add_argument(
         "--slice",
         type=duration_ms,
@@ -47,7 +47,7 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
     )
     ch.add_argument("--interval", type=duration_ms, default=10.0, metavar="MS", help="sampling interval (default: 10)")
     ch.add_argument("-o", "--output", metavar="FILE", help="also write the characterization as JSON to FILE")
-    ch.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
+    _program_argument(ch)
     ch.set_defaults(func=cmd_characterize)
 
     mi = commands.add_parser(
@@ -61,7 +61,7 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
         "stdout is compared between variants, not shown.",
         epilog="example: vcpulab mitigate -- ./target/native/bin/heap_churn --threads 2",
     )
-    mi.add_argument("--cpus", type=positive_int, metavar="N", help="run it on N of this machine's CPUs (default: all)")
+    _cpus_option(mi, positive_int)
     mi.add_argument("--all", action="store_true", help="try every mitigation, not only those that apply")
     mi.add_argument("--runs", type=positive_int, metavar="N", help="exactly N runs per variant (default: adaptive)")
     mi.add_argument(
@@ -80,8 +80,11 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
     mi.add_argument(
         "--budget", type=float, default=60.0, metavar="S", help="adaptive: seconds per variant (default 60)"
     )
+    mi.add_argument(
+        "--no-predict", action="store_true", help="skip the simulator's prediction (one traced run and its replays)"
+    )
     mi.add_argument("-o", "--output", metavar="FILE", help="also write the comparison as JSON to FILE")
-    mi.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
+    _program_argument(mi)
     mi.set_defaults(func=cmd_mitigate)
 
     tr = commands.add_parser(
@@ -95,14 +98,14 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
         epilog="example: vcpulab trace -o xz.vtrace -- xz -T2 -c big.tar > big.tar.xz",
     )
     tr.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace file to write")
-    tr.add_argument("--cpus", type=positive_int, metavar="N", help="run it on N of this machine's CPUs (default: all)")
+    _cpus_option(tr, positive_int)
     tr.add_argument(
         "--cpu-gap",
         type=positive_int,
         metavar="NS",
         help="measure thread CPU time at most every NS of wall time (default 10000; see docs/trace-format.md)",
     )
-    tr.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
+    _program_argument(tr)
     tr.set_defaults(func=cmd_trace)
 
     pr = commands.add_parser(
@@ -137,10 +140,10 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
         "replayed wall times and the error. The program's output is discarded.",
         epilog="example: vcpulab fidelity -- target/native/bin/pipeline --items 5000",
     )
-    fi.add_argument("--cpus", type=positive_int, metavar="N", help="run it on N of this machine's CPUs (default: all)")
+    _cpus_option(fi, positive_int)
     fi.add_argument("--runs", type=positive_int, default=3, metavar="N", help="untraced runs (default 3)")
     fi.add_argument("-o", "--output", metavar="FILE", help="also write the comparison as JSON to FILE")
-    fi.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
+    _program_argument(fi)
     fi.set_defaults(func=cmd_fidelity)
 
     ov = commands.add_parser(
@@ -160,6 +163,16 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
     ov.add_argument("--runs", type=positive_int, default=1, metavar="N", help="measured runs of each (default 1)")
     ov.add_argument("-o", "--output", metavar="FILE", help="also write the comparison as JSON to FILE")
     ov.set_defaults(func=cmd_oversubscription)
+
+
+def _cpus_option(parser: argparse.ArgumentParser, positive_int: Any) -> None:
+    parser.add_argument(
+        "--cpus", type=positive_int, metavar="N", help="run it on N of this machine's CPUs (default: all)"
+    )
+
+
+def _program_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]", help="the program to run")
 
 
 def _program(args: argparse.Namespace) -> list[str]:
@@ -215,6 +228,9 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
         runs = mitigate.repeat(mit.name, argv, env, policy, args.cpus, on_run)
         comparisons.append(mitigate.compare(base, mit, reason, runs))
     comparisons.sort(key=lambda c: -c.speedup)
+    if comparisons and not args.no_predict:
+        console.print("predicting: one traced run, replayed with and without each change", style="dim")
+        _predict_mitigations(argv, args.cpus, base.measurements[0].cpus, comparisons, console)
     if args.output:
         with AtomicWriter(args.output) as f:
             f.write(json.dumps(mitigate_json(argv, base, comparisons), indent=1) + "\n")
@@ -222,6 +238,32 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
     if not chosen:
         console.print("no mitigation of the catalogue applies (see --all)", style="yellow")
     return 0
+
+
+# A larger trace of the baseline is not replayed by `mitigate` (its replays would take long).
+PREDICT_TRACE_LIMIT = 512 << 20
+
+
+def _predict_mitigations(
+    argv: list[str], cpus: int | None, ncpus: int, comparisons: list[mitigate.Comparison], console: Any
+) -> None:
+    """Fills each comparison's simulated speedup: the baseline traced once, replayed natively
+    on the same CPUs without and with the mitigation's simulated equivalent."""
+    with tempfile.TemporaryDirectory(prefix="vcpulab-mitigate-") as d:
+        out = Path(d) / "baseline.vtrace"
+        with open(os.devnull, "wb") as sink:
+            trace_program(argv, out, cpus, None, console, stdout=sink.fileno())
+        size = out.stat().st_size
+        if size > PREDICT_TRACE_LIMIT:
+            console.print(
+                f"not predicted: the trace has {size / 2**20:,.0f} MiB (limit {PREDICT_TRACE_LIMIT >> 20} MiB)"
+            )
+            return
+        plain = predict.fidelity(str(out), ncpus)["t_native_s"]
+        for c in comparisons:
+            if c.mitigation.simulated:
+                changed = predict.fidelity(str(out), ncpus, overrides=c.mitigation.simulated)["t_native_s"]
+                c.predicted = float(plain) / float(changed)
 
 
 def _delta(base: mitigate.Runs, runs: mitigate.Runs, value: Any) -> str:
@@ -239,7 +281,8 @@ def mitigation_table(argv: list[str], base: mitigate.Runs, comparisons: list[mit
     bw = statistics.fmean(base.walls)
     hw = base.half_width()
     table = Table(
-        title=f"{' '.join(argv)[:70]}: baseline {bw:.3f} s ± {_num(hw, '.3f')} ({len(base.walls)} runs), measured",
+        title=f"{' '.join(argv)[:70]}: baseline {bw:.3f} s ± {_num(hw, '.3f')} ({len(base.walls)} runs), measured "
+        "(simulated: the native replay of a trace of the baseline, with the same change)",
         title_justify="left",
     )
     for col in (
@@ -247,6 +290,7 @@ def mitigation_table(argv: list[str], base: mitigate.Runs, comparisons: list[mit
         "runs",
         "wall (s)",
         "speedup [95 % CI]",
+        "simulated",
         "madvise calls",
         "TLB shootdowns",
         "ctx switches",
@@ -260,6 +304,7 @@ def mitigation_table(argv: list[str], base: mitigate.Runs, comparisons: list[mit
             str(len(c.runs.walls)),
             f"{statistics.fmean(c.runs.walls):.3f}",
             f"{c.speedup:.2f}×{ci}",
+            "—" if c.predicted is None else f"{c.predicted:.2f}×",
             _delta(base, c.runs, lambda m: m.count("syscalls:sys_enter_madvise")),
             _delta(base, c.runs, lambda m: m.tlb_shootdowns),
             _delta(base, c.runs, _switches),
@@ -283,6 +328,7 @@ def mitigate_json(argv: list[str], base: mitigate.Runs, comparisons: list[mitiga
                 "speedup": c.speedup,
                 "speedup_ci95": c.speedup_ci,
                 "same_output": c.same_output,
+                "predicted_speedup": c.predicted,
                 "runs": [m.to_json() for m in c.runs.measurements],
             }
             for c in comparisons

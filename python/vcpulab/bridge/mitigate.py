@@ -77,6 +77,9 @@ class Mitigation:
     env: Callable[[], dict[str, str]]
     # Why it applies to this program and this baseline, or None.
     applies: Callable[[Binary, Measurement], str | None]
+    # The same change to a replayed trace (spec overrides of workload `app`), if the
+    # simulator models it.
+    simulated: tuple[str, ...] = ()
 
 
 MALLOC_TUNABLES = "glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=67108864"
@@ -125,6 +128,7 @@ CATALOGUE: tuple[Mitigation, ...] = (
         f"allocator trim threshold 256 MiB and top pad 64 MiB (GLIBC_TUNABLES={MALLOC_TUNABLES})",
         lambda: _merge_tunables(MALLOC_TUNABLES),
         _malloc_applies,
+        ('workloads.app.heap.trim_threshold="256MiB"', 'workloads.app.heap.top_pad="64MiB"'),
     ),
     Mitigation(
         "spin-then-block",
@@ -132,6 +136,7 @@ CATALOGUE: tuple[Mitigation, ...] = (
         "pthread_spin_* spin briefly, then block (LD_PRELOAD libspinblock.so)",
         lambda: _preload("libspinblock.so"),
         _spin_applies,
+        ('workloads.app.spinlocks="spin-then-block"',),
     ),
     Mitigation(
         "omp-passive",
@@ -230,6 +235,9 @@ class Comparison:
     # Whether the program's stdout was the same as the baseline's (None: the baseline's own
     # runs printed different things, e.g. timings, so there is nothing to compare).
     same_output: bool | None
+    # The simulator's speedup for the same change, replaying a trace of the baseline natively
+    # (None: not modelled, or not predicted).
+    predicted: float | None = None
 
 
 def compare(base: Runs, mit: Mitigation, reason: str, runs: Runs) -> Comparison:

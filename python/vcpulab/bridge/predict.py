@@ -117,9 +117,10 @@ def causes(r: dict[str, Any], native: dict[str, Any], top: int = 5) -> list[tupl
     return rows[:top]
 
 
-def fidelity(trace: str, cpus: int, seed: int = 1) -> dict[str, Any]:
-    """The native replay of ``trace`` on ``cpus`` cores (its result object)."""
-    return run_cells(spec_text(trace, ["native"], cpus, seed))[0]
+def fidelity(trace: str, cpus: int, seed: int = 1, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The native replay of ``trace`` on ``cpus`` cores (its result object), with spec
+    ``overrides``."""
+    return run_cells(spec_text(trace, ["native"], cpus, seed), overrides)[0]
 
 
 def predict(

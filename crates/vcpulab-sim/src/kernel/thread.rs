@@ -384,17 +384,14 @@ impl World {
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
-                Instr::Free(n) => {
+                Instr::Free(n) | Instr::FreeLive(n) => {
                     let th = &mut self.threads[t as usize];
                     let mut ops = Vec::new();
-                    th.arena.free(*n, &mut ops);
-                    th.mm_queue.extend(ops);
-                    self.run_mm_queue(k, cpu, t)
-                }
-                Instr::FreeLive(n) => {
-                    let th = &mut self.threads[t as usize];
-                    let mut ops = Vec::new();
-                    th.arena.free_live(*n, &mut ops);
+                    if matches!(wl.program.instrs[pc as usize], Instr::Free(_)) {
+                        th.arena.free(*n, &mut ops);
+                    } else {
+                        th.arena.free_live(*n, &mut ops);
+                    }
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
