@@ -629,7 +629,7 @@ pub fn trace_info(path: &str, pid: Option<u32>) -> Result<TraceInfo, String> {
             lost_blocks: p.threads.iter().map(|t| u64::from(t.lost_blocks)).sum(),
         })
         .collect();
-    let opts = crate::workload::replay::Options { pid, ..Default::default() };
+    let opts = crate::workload::replay::Options { pid, tracer_record_ns: crate::workload::replay::TRACER_RECORD_NS, ..Default::default() };
     let (_, replay) = crate::workload::replay::from_trace("trace", &trace, &opts)?;
     Ok(TraceInfo { version: trace.header.version, processes, replay })
 }

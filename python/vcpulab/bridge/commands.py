@@ -358,7 +358,8 @@ def trace_program(
         raise LaunchError(f"-o {out}: directory {out.parent} does not exist", 2)
     lib = native.library("libvtrace.so")
     resolve(argv)  # a missing program fails before anything is created
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    # Absolute: the program may change directories before the tracer opens it.
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent.resolve())
     os.close(fd)
     tmp, log = Path(tmp_name), Path(tmp_name + ".log")
     tmp.unlink()  # the tracer creates it, header first

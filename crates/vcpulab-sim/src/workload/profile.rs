@@ -466,7 +466,7 @@ fn parse_trace_workload(name: &str, t: &toml::Table) -> Result<Workload, ParseEr
     };
     let bytes = std::fs::read(path).map_err(|e| ("trace".to_string(), format!("cannot read trace file '{path}': {e}")))?;
     let trace = crate::trace::from_bytes_named(path, &bytes).map_err(|e| ("trace".to_string(), e.to_string()))?;
-    let opts = super::replay::Options { pid, heap, spin_then_block };
+    let opts = super::replay::Options { pid, heap, spin_then_block, tracer_record_ns: super::replay::TRACER_RECORD_NS };
     let (mut w, _) = super::replay::from_trace(name, &trace, &opts).map_err(|m| ("trace".to_string(), m))?;
     if let Some(Value::String(d)) = t.get("description") {
         w.description = d.clone();

@@ -23,7 +23,8 @@
 //! compute, scaled down in proportion so that the segment's compute equals the CPU time measured
 //! over it, less what its calls spin (spin locks: the simulator spins again) and less the
 //! allocator's kernel work the simulator re-creates (page faults, heap growth, trims and their
-//! shootdowns, from a mirror of the thread's arena, at the default cost table's prices). What
+//! shootdowns, from a mirror of the thread's arena, at the default cost table's prices) and the
+//! tracer's own cost per record (measured in docs/trace-format.md). What
 //! the wall time leaves over was spent off a CPU without a traced reason (I/O, preemption); it
 //! is counted in [`ReplayStats`] and not replayed.
 //!
@@ -46,6 +47,10 @@ use super::heap::{Arena, HeapParams, MmOp, PAGE};
 use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
 use crate::machine::costs::Costs;
 use crate::trace::{Event, Process, Record, Trace};
+
+/// The tracer's own CPU time per record, which the traced CPU time includes: an allocator
+/// record, any other record (docs/trace-format.md, "Overhead": ≈ 66 ns and ≈ 110 ns there).
+pub const TRACER_RECORD_NS: [u64; 2] = [66, 110];
 
 /// `MADV_DONTNEED`, `MADV_FREE`, `MADV_REMOVE`: advice that drops pages (a shootdown).
 const MADV_DROPS: [i32; 3] = [4, 8, 9];
@@ -100,6 +105,9 @@ pub struct Options {
     pub heap: HeapParams,
     /// Spin locks become mutexes that spin this long, then block (None: they spin).
     pub spin_then_block: Option<u64>,
+    /// The tracer's CPU time per record to take out of the compute (allocator, other):
+    /// [`TRACER_RECORD_NS`] for real traces.
+    pub tracer_record_ns: [u64; 2],
 }
 
 /// Which process of a trace to replay: `None` = the first started by exec with any thread
@@ -124,6 +132,7 @@ pub fn from_trace(name: &str, trace: &Trace, opts: &Options) -> Result<(Workload
     let process = choose_process(trace, opts.pid)?;
     let mut b = Builder::new(process, opts.heap);
     b.spin_then_block = opts.spin_then_block;
+    b.tracer_record_ns = opts.tracer_record_ns;
     b.match_wakeups();
     for i in 0..b.threads.len() {
         b.thread(i);
@@ -184,6 +193,7 @@ struct Builder<'a> {
     heap: HeapParams,
     costs: Costs,
     spin_then_block: Option<u64>,
+    tracer_record_ns: [u64; 2],
 }
 
 /// A thread's CPU-time account while its records are converted: the current *segment* runs
@@ -198,9 +208,11 @@ struct Account {
     computes: Vec<usize>,
     /// Their sum (ns).
     wall: u64,
-    /// CPU time the segment's calls spin, and the allocator's modelled kernel work (ns).
+    /// CPU time the segment's calls spin, the allocator's modelled kernel work, and the
+    /// tracer's own work (ns).
     spin: u64,
     kernel: u64,
+    tracer: u64,
 }
 
 impl<'a> Builder<'a> {
@@ -223,6 +235,7 @@ impl<'a> Builder<'a> {
             heap,
             costs: Costs::default(),
             spin_then_block: None,
+            tracer_record_ns: [0, 0],
         };
         for i in 0..b.threads.len() {
             let g = i as u32;
@@ -358,7 +371,7 @@ impl<'a> Builder<'a> {
     /// Ends the segment at a measured CPU time `cpu`: its computes shrink in proportion so
     /// that they add up to the CPU time measured, less spinning and modelled kernel work.
     fn close_segment(&mut self, cpu: u64, a: &mut Account) {
-        let budget = cpu.saturating_sub(a.cpu_start).saturating_sub(a.spin).saturating_sub(a.kernel);
+        let budget = cpu.saturating_sub(a.cpu_start).saturating_sub(a.spin + a.kernel + a.tracer);
         let scale = if a.wall == 0 { 1.0 } else { (budget as f64 / a.wall as f64).min(1.0) };
         for &i in &a.computes {
             if let Instr::Compute { dist: Dist::Fixed(d), .. } = &mut self.instrs[i] {
@@ -507,6 +520,7 @@ impl<'a> Builder<'a> {
         if matches!(r.event, Event::SpinLock { .. }) {
             a.spin += wait;
         }
+        a.tracer += self.tracer_record_ns[usize::from(r.cpu.is_some())];
         a.prev_t = r.t.max(a.prev_t);
         if let (Some(cpu), false) = (r.cpu, r.cpu_estimated) {
             self.close_segment(cpu, a);
