@@ -251,8 +251,8 @@ def _predict_mitigations(
     on the same CPUs without and with the mitigation's simulated equivalent."""
     with tempfile.TemporaryDirectory(prefix="vcpulab-mitigate-") as d:
         out = Path(d) / "baseline.vtrace"
-        with open(os.devnull, "wb") as sink:
-            trace_program(argv, out, cpus, None, console, stdout=sink.fileno())
+        with open(os.devnull, "r+b") as null:  # as the measured runs: no input, output discarded
+            trace_program(argv, out, cpus, None, console, stdout=null.fileno(), stdin=null.fileno())
         size = out.stat().st_size
         if size > PREDICT_TRACE_LIMIT:
             console.print(
@@ -348,7 +348,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def trace_program(
-    argv: list[str], out: Path, cpus: int | None, cpu_gap: int | None, console: Any, stdout: int | None = None
+    argv: list[str],
+    out: Path,
+    cpus: int | None,
+    cpu_gap: int | None,
+    console: Any,
+    stdout: int | None = None,
+    stdin: int | None = None,
 ) -> tuple[Measurement, dict[str, Any]]:
     """Runs ``argv`` under the tracer into ``out`` (whole or not at all); the run's
     measurement and the trace's description."""
@@ -369,7 +375,7 @@ def trace_program(
     if cpu_gap is not None:
         env["VTRACE_CPU_GAP_NS"] = str(cpu_gap)
     try:
-        m = run_measured(argv, env=env, cpus=cpus, stdout=stdout)
+        m = run_measured(argv, env=env, cpus=cpus, stdin=stdin, stdout=stdout)
         if m.status < 0:
             raise LaunchError(
                 f"{argv[0]} was killed by signal {-m.status} under tracing: no trace written", m.exit_code
@@ -399,8 +405,8 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     measured = mitigate.repeat("untraced", argv, {}, policy, args.cpus, lambda n, m: None)
     with tempfile.TemporaryDirectory(prefix="vcpulab-fidelity-") as d:
         out = Path(d) / "run.vtrace"
-        with open(os.devnull, "wb") as sink:
-            traced, _ = trace_program(argv, out, args.cpus, None, console, stdout=sink.fileno())
+        with open(os.devnull, "r+b") as null:
+            traced, _ = trace_program(argv, out, args.cpus, None, console, stdout=null.fileno(), stdin=null.fileno())
         pred = predict.fidelity(str(out), measured.measurements[0].cpus)
     mean = statistics.fmean(measured.walls)
     hw = measured.half_width()
