@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import tempfile
@@ -192,8 +191,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     m = run_measured(argv, cpus=args.cpus, sample_s=args.interval / 1000.0)
     c = characterize(m, th)
     if args.output:
-        with AtomicWriter(args.output) as f:
-            f.write(json.dumps(c.to_json(), indent=1) + "\n")
+        _write_json(args.output, c.to_json())
     console = stderr_console()
     console.print(characterization_table(c))
     if m.status != 0:
@@ -207,7 +205,7 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
     if not 0 < args.precision < 1:
         raise LaunchError(f"--precision must be between 0 and 1 (got {args.precision})", 2)
     if args.runs is not None:
-        policy = mitigate.Policy(min_runs=args.runs, max_runs=args.runs, precision=0.0, budget_s=math.inf)
+        policy = mitigate.Policy.fixed(args.runs)
     else:
         if args.min_runs > args.max_runs:
             raise LaunchError(f"--min-runs ({args.min_runs}) exceeds --max-runs ({args.max_runs})", 2)
@@ -232,8 +230,7 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
         console.print("predicting: one traced run, replayed with and without each change", style="dim")
         _predict_mitigations(argv, args.cpus, base.measurements[0].cpus, comparisons, console)
     if args.output:
-        with AtomicWriter(args.output) as f:
-            f.write(json.dumps(mitigate_json(argv, base, comparisons), indent=1) + "\n")
+        _write_json(args.output, mitigate_json(argv, base, comparisons))
     console.print(mitigation_table(argv, base, comparisons))
     if not chosen:
         console.print("no mitigation of the catalogue applies (see --all)", style="yellow")
@@ -401,7 +398,7 @@ def trace_program(
 def cmd_fidelity(args: argparse.Namespace) -> int:
     argv = _program(args)
     console = stderr_console()
-    policy = mitigate.Policy(min_runs=args.runs, max_runs=args.runs, precision=0.0, budget_s=math.inf)
+    policy = mitigate.Policy.fixed(args.runs)
     measured = mitigate.repeat("untraced", argv, {}, policy, args.cpus, lambda n, m: None)
     with tempfile.TemporaryDirectory(prefix="vcpulab-fidelity-") as d:
         out = Path(d) / "run.vtrace"
@@ -421,8 +418,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         "error": error,
     }
     if args.output:
-        with AtomicWriter(args.output) as f:
-            f.write(json.dumps(result, indent=1) + "\n")
+        _write_json(args.output, result)
     out_console = render.stdout_console()
     table = Table(title=f"{' '.join(argv)[:70]}: native replay against the measured run", title_justify="left")
     for col in ("CPUs", "measured (untraced)", "traced run", "replayed (simulated)", "error"):
@@ -446,8 +442,7 @@ def cmd_oversubscription(args: argparse.Namespace) -> int:
         raise LaunchError(f"--cpus {cpus}: only {have} CPUs are available here", 2)
     c = oversub.compare(args.threads, cpus, args.rounds, args.work_us, args.runs)
     if args.output:
-        with AtomicWriter(args.output) as f:
-            f.write(json.dumps(c.to_json(), indent=1) + "\n")
+        _write_json(args.output, c.to_json())
     table = Table(
         title=f"{c.threads} threads on {c.cpus} CPUs, {c.rounds} rounds of {c.work_us} µs "
         f"(simulated with this kernel's {c.slice_ms:g} ms slice)",
@@ -491,8 +486,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     except TraceError as e:
         raise LaunchError(str(e), 2) from None
     if args.output:
-        with AtomicWriter(args.output) as f:
-            f.write(json.dumps(pred.to_json(), indent=1) + "\n")
+        _write_json(args.output, pred.to_json())
     out = render.stdout_console()
     rep = pred.info["replay"]
     fid = pred.fidelity
@@ -535,6 +529,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
             )
         out.print(table)
     return 0
+
+
+def _write_json(path: str, obj: Any) -> None:
+    """``obj`` as indented JSON in ``path``, whole or not at all."""
+    with AtomicWriter(path) as f:
+        f.write(json.dumps(obj, indent=1) + "\n")
 
 
 def _num(x: float | None, fmt: str = ",.0f") -> str:

@@ -185,6 +185,11 @@ class Policy:
     precision: float = 0.05
     budget_s: float = 60.0
 
+    @classmethod
+    def fixed(cls, runs: int) -> Policy:
+        """Exactly ``runs`` runs."""
+        return cls(min_runs=runs, max_runs=runs, precision=0.0, budget_s=math.inf)
+
     def done(self, runs: Runs, spent_s: float) -> bool:
         n = len(runs.measurements)
         if n >= self.max_runs:

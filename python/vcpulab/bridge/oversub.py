@@ -21,9 +21,9 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from .._vcpulab import Plan
 from .launch import LaunchError, run_measured
 from .native import program
+from .predict import run_cells
 
 BASE_SLICE_MS = 0.75  # EEVDF sysctl_sched_base_slice (kernel/sched/fair.c), before scaling
 
@@ -75,12 +75,9 @@ def simulate(threads: int, cpus: int, rounds: int, work_us: float, slice_ms: flo
             f'workloads.{w}.params.step_lo="{work_us}us"',
             f'workloads.{w}.params.step_hi="{work_us}us"',
         ]
-    plan = Plan(text, "<oversubscription>", sets)
-    out = {}
-    for i, cell in enumerate(plan.cells()):
-        r = json.loads(plan.run_cell(i))
-        out["spin" if cell["workload"] == "spinbarrier" else "pthread"] = float(r["t_native_s"])
-    return out
+    return {
+        "spin" if r["workload"] == "spinbarrier" else "pthread": float(r["t_native_s"]) for r in run_cells(text, sets)
+    }
 
 
 def measure(argv: list[str], cpus: int) -> float:

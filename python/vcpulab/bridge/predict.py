@@ -53,8 +53,9 @@ def _exits(r: dict[str, Any], reason: str) -> int:
 
 
 def _spins(r: dict[str, Any]) -> bool:
-    kernel = r.get("breakdown", {}).get("user", {})
-    return any("spin" in cause for cause in kernel)
+    """Whether the program's threads busy-waited in user space (spin locks)."""
+    user = r.get("breakdown", {}).get("user", {})
+    return any("spin" in cause and ns > 0 for cause, ns in user.items())
 
 
 CATALOGUE: tuple[SimMitigation, ...] = (
