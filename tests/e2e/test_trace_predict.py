@@ -149,3 +149,35 @@ def test_oversubscription_measured_next_to_its_prediction(tmp_path: Path) -> Non
     assert 0.25 < c["simulated_s"]["spin"] / c["measured_s"]["spin"][0] < 4, c
     r = run_cli("oversubscription", "--cpus", 4096)
     assert r.code == 2 and "CPUs are available" in r.err
+
+
+def test_bad_trace_workload_fields_in_a_spec(tmp_path: Path) -> None:
+    good = tmp_path / "g.vtrace"
+    assert run_cli("trace", "-o", good, "--", BIN / "pipeline", "--items", 100).code == 0
+    cases = {
+        f'trace = "{tmp_path / "missing.vtrace"}"': "workloads.app.trace: cannot read trace file",
+        "trace = 3": "workloads.app.trace: expected the path of a trace file",
+        f'trace = "{good}"\npid = 0': "workloads.app.pid: expected a process id",
+        f'trace = "{good}"\npid = 424242': "no process 424242 in the trace",
+        f'trace = "{good}"\nspinlocks = "block"': 'workloads.app.spinlocks: expected "spin" or "spin-then-block"',
+        f'trace = "{good}"\nheap = {{ trim_threshold = "lots" }}': "workloads.app.heap.trim_threshold",
+        f'trace = "{good}"\nprogram = []': "workloads.app.program: unknown field 'program' for a traced workload",
+    }
+    for fields, message in cases.items():
+        spec = tmp_path / "s.toml"
+        spec.write_text(f'[experiment]\nworkloads = ["app"]\nscenarios = ["native"]\n\n[workloads.app]\n{fields}\n')
+        r = run_cli("run", spec, "--no-store")
+        assert r.code == 2, (fields, r.err)
+        assert message in r.err and len(r.err.strip().splitlines()) == 1, (fields, r.err)
+    spec.write_text(
+        f'[experiment]\nworkloads = ["app"]\nscenarios = ["native"]\nvcpus = [2]\n\n[workloads.app]\ntrace = "{good}"\n'
+    )
+    assert run_cli("run", spec, "--no-store").code == 0
+
+
+def test_fidelity_bad_input() -> None:
+    assert run_cli("fidelity", "--", "no-such-program-xyz").code == 127
+    r = run_cli("fidelity", "--runs", 0, "--", "true")
+    assert r.code == 2 and "--runs" in r.err
+    r = run_cli("fidelity")
+    assert r.code == 2 and "no program given" in r.err
