@@ -90,11 +90,22 @@ impl Default for LimitsSpec {
 }
 
 /// The `[record]` table: what a run keeps beyond its summary.
-#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RecordSpec {
     /// Keep every TLB-shootdown latency (for CDFs), not only the histogram.
     pub tlb_samples: bool,
+    /// Keep each VM's PLE window over time: the mean window in force at its PLE exits, per
+    /// interval of `ple_window_interval` (the APPLES window-over-time figure).
+    pub ple_window: bool,
+    /// The interval of the PLE-window series.
+    pub ple_window_interval: Dur,
+}
+
+impl Default for RecordSpec {
+    fn default() -> Self {
+        RecordSpec { tlb_samples: false, ple_window: false, ple_window_interval: Dur(1_000_000) }
+    }
 }
 
 /// The `[report]` table: what the CLI shows beyond the standard columns.
@@ -260,6 +271,10 @@ impl Spec {
             if !file.record.tlb_samples {
                 return Err(SpecError::new(blame("report.cdf".into()), "report.cdf", "needs [record] tlb_samples = true"));
             }
+        }
+        if file.record.ple_window_interval.0 == 0 {
+            let path = "record.ple_window_interval".to_string();
+            return Err(SpecError::new(blame(path.clone()), path, "expected a positive duration (e.g. \"1ms\")"));
         }
         for (i, p) in file.published.iter().enumerate() {
             if p.metric.trim().is_empty() {

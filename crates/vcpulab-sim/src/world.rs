@@ -144,6 +144,8 @@ pub struct World {
     pub(crate) free_remote_calls: Vec<u32>,
     /// Keep every shootdown latency.
     pub(crate) record_tlb_samples: bool,
+    /// Record each VM's PLE window over time, in intervals of this many ns.
+    pub(crate) record_ple_window: Option<u64>,
     /// Core clock (GHz), for cycle counts such as the PLE window.
     pub(crate) freq_ghz: f64,
 }

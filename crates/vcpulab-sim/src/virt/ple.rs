@@ -24,6 +24,18 @@ impl World {
         let Some(core) = self.vcpu_core(v) else { return };
         self.exit(v, ExitReason::PauseInstruction);
         let (vm, idx) = (self.vcpus[v as usize].vm as usize, self.vcpus[v as usize].idx);
+        if let Some(interval) = self.record_ple_window {
+            let window = self.vms[vm].policies.window.window(idx);
+            let bucket = self.now.0 / interval;
+            let series = &mut self.vms[vm].ple_series;
+            match series.last_mut() {
+                Some((b, sum, n)) if *b == bucket => {
+                    *sum += window;
+                    *n += 1;
+                }
+                _ => series.push((bucket, window, 1)),
+            }
+        }
         if self.vms[vm].policies.window.on_ple_exit(idx, self.now) {
             self.vcpus[v as usize].ple.window_grows += 1;
         }

@@ -258,6 +258,9 @@ pub struct Vm {
     pub spec: VmSpec,
     /// Its policy objects.
     pub policies: VmPolicies,
+    /// The PLE window over time (`[record] ple_window`): per interval, the sum of the windows
+    /// (cycles) in force at its PLE exits and their count, keyed by the interval's index.
+    pub ple_series: Vec<(u64, u64, u64)>,
 }
 
 impl World {

@@ -51,6 +51,7 @@ impl World {
             remote_calls: Vec::new(),
             free_remote_calls: Vec::new(),
             record_tlb_samples: cfg.record.tlb_samples,
+            record_ple_window: cfg.record.ple_window.then_some(cfg.record.ple_window_interval.0),
             freq_ghz: cfg.machine.freq_ghz,
         };
         match cfg.layout {
@@ -79,7 +80,13 @@ impl World {
                         ids.push(vid);
                     }
                     let first_owner = w.vcpus[ids[0] as usize].owner;
-                    w.vms.push(Vm { kernel: k, vcpus: ids, policies: VmPolicies::new(spec, n), spec: spec.clone() });
+                    w.vms.push(Vm {
+                        kernel: k,
+                        vcpus: ids,
+                        policies: VmPolicies::new(spec, n),
+                        spec: spec.clone(),
+                        ple_series: Vec::new(),
+                    });
                     let background = cfg.corunner.is_some() && vm > 0;
                     w.add_instance(cfg, k, Some(vm), first_owner, format!("vm{vm}"), background);
                 }

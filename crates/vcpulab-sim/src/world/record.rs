@@ -332,6 +332,10 @@ pub struct VmRecord {
     pub vcpu_wake_latency: LatencySummary,
     /// Per vCPU.
     pub vcpus: Vec<VcpuRecord>,
+    /// With `[record] ple_window`: `[t_ns, window_cycles]` per interval that had PLE exits,
+    /// `t_ns` the interval's start and the window the mean in force at those exits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ple_window_series: Option<Vec<(u64, f64)>>,
 }
 
 /// One row of the ledger.
@@ -522,6 +526,9 @@ impl RunRecord {
                 preemptions: pre,
                 vcpu_wake_latency: (&wake).into(),
                 vcpus,
+                ple_window_series: w
+                    .record_ple_window
+                    .map(|interval| vm.ple_series.iter().map(|&(b, sum, n)| (b * interval, sum as f64 / n as f64)).collect()),
             });
         }
         let owner_name = |o: u32| match w.owners[o as usize] {

@@ -99,6 +99,25 @@ fn ple_exits_only_for_kernel_spinning() {
 }
 
 #[test]
+fn ple_window_series_follows_the_window_policy() {
+    let spec = "[experiment]\nworkloads = [\"kspin\"]\nscenarios = [\"OC\"]\nvcpus = [4]\n[workloads.kspin.params]\niterations = 2000\n";
+    let plain = run_text(spec, &[]);
+    assert!(plain[0].run.vms[0].ple_window_series.is_none(), "not recorded unless asked");
+    let kvm = run_text(spec, &["record.ple_window=true", "record.ple_window_interval=\"2ms\""]);
+    let series = kvm[0].run.vms[0].ple_window_series.as_ref().expect("recorded");
+    assert!(series.len() > 3, "{series:?}");
+    assert!(series.windows(2).all(|w| w[0].0 < w[1].0 && w[1].0 % 2_000_000 == 0), "interval starts, increasing");
+    // KVM's window starts at the base (4096) and doubles on PLE exits (ple_window_max is UINT_MAX).
+    assert!(series.iter().all(|&(_, w)| (4096.0..=f64::from(u32::MAX)).contains(&w)), "{series:?}");
+    assert!(series.iter().any(|&(_, w)| w > 4096.0), "the window grows: {series:?}");
+    let fixed = run_text(spec, &["record.ple_window=true", "vm.ple.window_policy=\"fixed\"", "vm.ple.window_cycles=12288"]);
+    let series = fixed[0].run.vms[0].ple_window_series.as_ref().expect("recorded");
+    assert!(!series.is_empty() && series.iter().all(|&(_, w)| w == 12288.0), "{series:?}");
+    // Recording does not change the simulation.
+    assert_eq!(plain[0].t_virt_s, kvm[0].t_virt_s);
+}
+
+#[test]
 fn per_vm_overrides_apply_to_one_vm() {
     let spec = "[experiment]\nworkloads = [\"lock\"]\nscenarios = [\"OC\"]\nvcpus = [4]\n[workloads.lock.params]\niterations = 300\n\
                 [vms.1.halt_poll]\nenabled = false\n";
