@@ -17,6 +17,7 @@ pub mod sched;
 pub mod sync;
 pub mod thread;
 pub mod tlb;
+pub mod waits;
 
 use std::collections::{BTreeSet, VecDeque};
 

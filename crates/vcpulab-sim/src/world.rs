@@ -148,6 +148,8 @@ pub struct World {
     pub(crate) record_ple_window: Option<u64>,
     /// Core clock (GHz), for cycle counts such as the PLE window.
     pub(crate) freq_ghz: f64,
+    /// Who made busy-waiting threads wait ([`crate::kernel::waits`]).
+    pub(crate) waits: crate::kernel::waits::WaitChains,
 }
 
 /// How often (in events) a run asks its caller whether to stop.
@@ -265,6 +267,9 @@ impl World {
                 Cause::Compute => th.stats.compute_ns += elapsed,
                 Cause::TlbWait => th.stats.tlb_wait_ns += elapsed,
                 _ => th.stats.spin_ns += elapsed,
+            }
+            if leaf.attr.cause != Cause::Compute {
+                self.charge_wait(t, elapsed);
             }
         }
     }

@@ -82,7 +82,12 @@ impl World {
         // reschedule requested meanwhile takes effect once, afterwards.
         if let Some(w) = kc.kwork.front() {
             if w.rem == 0 {
-                let then = kc.kwork.pop_front().and_then(|w| w.then);
+                if let Some(t) = w.then {
+                    // Close the intervals its completion ends while the work is still queued,
+                    // so they are charged to this state (wait chains see who was waited for).
+                    self.before_work_done(t);
+                }
+                let then = self.kernels[k as usize].cpus[cpu as usize].kwork.pop_front().and_then(|w| w.then);
                 if let Some(t) = then {
                     self.work_done(t);
                 }

@@ -284,6 +284,20 @@ impl World {
         }
     }
 
+    /// Queued work is about to finish: the waiter it releases stops waiting now.
+    pub(crate) fn before_work_done(&mut self, then: Then) {
+        match then {
+            Then::CallAck(sd) | Then::Shoot4uDone(sd) => {
+                let s = &self.remote_calls[sd as usize];
+                if s.pending == 1 {
+                    if let Some(core) = self.thread_core(s.sender) {
+                        self.touch(core);
+                    }
+                }
+            }
+        }
+    }
+
     /// Queued work finished.
     pub(crate) fn work_done(&mut self, then: Then) {
         match then {

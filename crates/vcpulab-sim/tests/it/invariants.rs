@@ -68,6 +68,10 @@ proptest! {
                 prop_assert!(i.finish_ns <= run.duration_ns);
                 prop_assert!(i.busy_ns <= run.attributed_ns);
             }
+            // Wait chains blame every nanosecond of busy-waiting exactly once.
+            let waited: u64 = run.instances.iter().map(|i| i.counters.spin_ns + i.counters.tlb_wait_ns).sum();
+            let blamed: u64 = run.wait_chains.iter().map(|w| w.ns).sum();
+            prop_assert_eq!(blamed, waited);
         }
     }
 

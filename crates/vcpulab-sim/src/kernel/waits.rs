@@ -1,0 +1,256 @@
+//! Wait chains: who made a busy-waiting thread wait, and in what state that culprit was.
+//!
+//! Every interval a workload thread spends busy-waiting on a core (user spin locks and spin
+//! barriers, kernel ticket locks, spin-then-block mutexes in their spin phase, TLB-shootdown
+//! and membarrier acknowledgements) is charged, when the ledger closes it, to the entities it
+//! waited for:
+//!
+//! | waiting on | culprits |
+//! | --- | --- |
+//! | a spin lock, a spinning mutex | the holder |
+//! | a kernel ticket lock | the holder; with none, the waiter whose ticket is served (lock-waiter preemption) |
+//! | a barrier | the threads of the instance that have not arrived |
+//! | a remote call (TLB shootdown, membarrier) | the target CPUs that have not acknowledged |
+//!
+//! Each culprit is classified: `running` (on a core: the wait is plain contention or
+//! imbalance), `vcpu_preempted` (its vCPU is runnable but descheduled by the host: the double
+//! scheduling of TPDS §2.3–§2.5), `vcpu_halted` (a target vCPU asleep in HLT, waiting for the
+//! IPI to wake it), `thread_preempted` (descheduled by its own kernel) or `blocked`. The
+//! interval is split evenly between the culprits that are not running when there are any (they
+//! are why the wait lasts), else between all. A wait with no culprit (a lock released a moment
+//! ago, a holder that exited) is charged to `none`. So the rows of a run sum exactly to its
+//! threads' busy-wait time, which the tests check.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::kernel::sync::Obj;
+use crate::kernel::thread::{Act, BlockOn, SpinOn};
+use crate::kernel::{KernelKind, TaskState, Then, ThreadId};
+use crate::workload::program::ObjId;
+use crate::world::World;
+
+/// Who waits or is waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Who {
+    /// A vCPU (VM index, vCPU index): the thread current on it, or the CPU itself.
+    Vcpu(u32, u32),
+    /// A thread of an instance that is not current on a vCPU (native threads, or guest
+    /// threads waiting in a run queue or blocked).
+    Thread(u32, u32),
+    /// A native CPU (instance, CPU) as a remote-call target.
+    Cpu(u32, u32),
+    /// The hypervisor (a Shoot4U hypercall in progress).
+    Hypervisor,
+    /// Nobody (the wait ends as soon as the waiter looks again).
+    Nobody,
+}
+
+/// What the waiter waits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum On {
+    /// A synchronisation object of the instance.
+    Obj(u32, ObjId),
+    /// TLB-shootdown acknowledgements.
+    TlbShootdown,
+    /// Membarrier acknowledgements.
+    Membarrier,
+}
+
+/// The culprit's state while the waiter waited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum State {
+    Running,
+    VcpuPreempted,
+    VcpuHalted,
+    ThreadPreempted,
+    Blocked,
+    None,
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::VcpuPreempted => "vcpu_preempted",
+            State::VcpuHalted => "vcpu_halted",
+            State::ThreadPreempted => "thread_preempted",
+            State::Blocked => "blocked",
+            State::None => "none",
+        }
+    }
+}
+
+/// The wait-chain table of a run: ns per (waiter, on, culprit, state).
+#[derive(Debug, Default)]
+pub(crate) struct WaitChains {
+    ns: BTreeMap<(Who, On, Who, State), u64>,
+    /// Reused buffer of the culprits of the wait being charged.
+    scratch: Vec<(Who, State)>,
+}
+
+/// One row of `run.wait_chains`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct WaitChainRow {
+    /// The busy-waiting vCPU (`vm0/vcpu1`) or native thread (`native0/t2`).
+    pub waiter: String,
+    /// What it waited on: `spin_barrier 'b'`, `kspinlock 'k'`, `tlb_shootdown`, ...
+    pub on: String,
+    /// Who it waited for: a vCPU (`vm0/vcpu3`), a thread not current on a vCPU (`vm0/t5`,
+    /// `native0/t5`), a native CPU (`native0/cpu2`), `host` (the hypervisor, in a Shoot4U
+    /// hypercall) or `none`.
+    pub culprit: String,
+    /// The culprit's state: `running`, `vcpu_preempted`, `vcpu_halted`, `thread_preempted`,
+    /// `blocked` or `none`.
+    pub state: &'static str,
+    /// Busy-wait time charged (ns).
+    pub ns: u64,
+}
+
+impl World {
+    /// Charges `elapsed` ns of thread `t`'s busy-wait to whoever it waits for.
+    pub(crate) fn charge_wait(&mut self, t: ThreadId, elapsed: u64) {
+        let Act::Spin(on) = self.threads[t as usize].act else { return };
+        let mut culprits = std::mem::take(&mut self.waits.scratch);
+        culprits.clear();
+        let what = self.culprits(t, on, &mut culprits);
+        let waiter = self.where_thread(t).0;
+        let stalled = culprits.iter().filter(|c| c.1 != State::Running).count() as u64;
+        let (n, only_stalled) = if stalled > 0 { (stalled, true) } else { (culprits.len() as u64, false) };
+        match (elapsed.checked_div(n), elapsed.checked_rem(n)) {
+            (Some(each), Some(extra)) => {
+                let waiting = culprits.iter().filter(|c| !only_stalled || c.1 != State::Running);
+                for (i, &(who, state)) in waiting.enumerate() {
+                    let share = each + u64::from((i as u64) < extra);
+                    if share > 0 {
+                        *self.waits.ns.entry((waiter, what, who, state)).or_insert(0) += share;
+                    }
+                }
+            }
+            _ => *self.waits.ns.entry((waiter, what, Who::Nobody, State::None)).or_insert(0) += elapsed,
+        }
+        self.waits.scratch = culprits;
+    }
+
+    /// The culprits of thread `t`'s wait `on` (into `out`) and what it waits on.
+    fn culprits(&self, t: ThreadId, on: SpinOn, out: &mut Vec<(Who, State)>) -> On {
+        let inst = self.threads[t as usize].inst;
+        let objs = &self.insts[inst as usize].objs;
+        match on {
+            SpinOn::ULock(o) | SpinOn::Mutex(o) => {
+                if let Obj::SpinLock { holder: Some(h), .. } | Obj::Mutex { holder: Some(h), .. } = objs[o as usize] {
+                    out.push(self.where_thread(h));
+                }
+                On::Obj(inst, o)
+            }
+            SpinOn::KLock(o) => {
+                if let Obj::KSpin { holder, serving, waiting, .. } = &objs[o as usize] {
+                    if let Some(h) = holder.or_else(|| waiting.get(serving).copied()) {
+                        out.push(self.where_thread(h));
+                    }
+                }
+                On::Obj(inst, o)
+            }
+            SpinOn::Barrier(o) => {
+                let Obj::Barrier { gen, .. } = objs[o as usize] else { unreachable!("a barrier wait") };
+                for &u in &self.insts[inst as usize].threads {
+                    let th = &self.threads[u as usize];
+                    // A spinner of an earlier generation has not noticed the opening yet: it
+                    // has not arrived at this one.
+                    let arrived = match th.act {
+                        Act::Done | Act::Blocked(BlockOn::Barrier(_)) => true,
+                        Act::Spin(SpinOn::Barrier(_)) => th.bgen == gen,
+                        _ => false,
+                    };
+                    if u != t && !arrived {
+                        out.push(self.where_thread(u));
+                    }
+                }
+                On::Obj(inst, o)
+            }
+            SpinOn::RemoteCall(sd) => {
+                let k = self.insts[inst as usize].kernel;
+                // Targets that have not run the handler yet, or are running it.
+                let ack = Some(Then::CallAck(sd));
+                for (cpu, kc) in self.kernels[k as usize].cpus.iter().enumerate() {
+                    if kc.csd.contains(&sd) || kc.kwork.iter().any(|w| w.then == ack) {
+                        out.push(self.where_cpu(inst, k, cpu as u32));
+                    }
+                }
+                if out.is_empty() && self.remote_calls[sd as usize].pending > 0 {
+                    // A Shoot4U hypercall: the hypervisor flushes for every target itself.
+                    out.push((Who::Hypervisor, State::Running));
+                }
+                match self.remote_calls[sd as usize].kind {
+                    crate::kernel::tlb::CallKind::TlbFlush => On::TlbShootdown,
+                    crate::kernel::tlb::CallKind::Membarrier => On::Membarrier,
+                }
+            }
+        }
+    }
+
+    /// Where thread `u` is and in what state: its vCPU when it is current on one.
+    fn where_thread(&self, u: ThreadId) -> (Who, State) {
+        let th = &self.threads[u as usize];
+        let task = &self.tasks[th.task as usize];
+        let me = Who::Thread(th.inst, th.idx);
+        match task.state {
+            TaskState::Running => match self.kernels[task.kernel as usize].kind {
+                KernelKind::Guest { vm } => {
+                    let v = self.vms[vm as usize].vcpus[task.cpu as usize];
+                    let state = if self.vcpu_core(v).is_some() { State::Running } else { State::VcpuPreempted };
+                    (Who::Vcpu(vm, task.cpu), state)
+                }
+                KernelKind::Host => (me, State::Running),
+            },
+            TaskState::Queued => (me, State::ThreadPreempted),
+            TaskState::Blocked | TaskState::Done => (me, State::Blocked),
+        }
+    }
+
+    /// Remote-call target CPU `cpu` of kernel `k` (instance `inst`) and its state.
+    fn where_cpu(&self, inst: u32, k: u32, cpu: u32) -> (Who, State) {
+        match self.kernels[k as usize].kind {
+            KernelKind::Guest { vm } => {
+                let v = self.vms[vm as usize].vcpus[cpu as usize];
+                let state = match self.tasks[self.vcpus[v as usize].task as usize].state {
+                    TaskState::Running => State::Running,
+                    TaskState::Queued => State::VcpuPreempted,
+                    TaskState::Blocked | TaskState::Done => State::VcpuHalted,
+                };
+                (Who::Vcpu(vm, cpu), state)
+            }
+            KernelKind::Host => (Who::Cpu(inst, cpu), State::Running),
+        }
+    }
+
+    /// The wait-chain rows of the run, largest first (ties in key order).
+    pub(crate) fn wait_chain_rows(&self) -> Vec<WaitChainRow> {
+        let who = |w: Who| match w {
+            Who::Vcpu(vm, v) => format!("vm{vm}/vcpu{v}"),
+            Who::Thread(i, t) => format!("{}/t{t}", self.insts[i as usize].name),
+            Who::Cpu(i, c) => format!("{}/cpu{c}", self.insts[i as usize].name),
+            Who::Hypervisor => "host".to_string(),
+            Who::Nobody => "none".to_string(),
+        };
+        let on = |o: On| match o {
+            On::Obj(i, o) => {
+                let d = &self.insts[i as usize].wl.objects[o as usize];
+                let spin_barrier = matches!(self.insts[i as usize].objs[o as usize], Obj::Barrier { spin: Some(u64::MAX), .. });
+                let kind = if spin_barrier { "spin_barrier" } else { d.kind.name() };
+                format!("{kind} '{}'", d.name)
+            }
+            On::TlbShootdown => "tlb_shootdown".to_string(),
+            On::Membarrier => "membarrier".to_string(),
+        };
+        let mut rows: Vec<WaitChainRow> = self
+            .waits
+            .ns
+            .iter()
+            .map(|(&(w, o, c, s), &ns)| WaitChainRow { waiter: who(w), on: on(o), culprit: who(c), state: s.name(), ns })
+            .collect();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.ns));
+        rows
+    }
+}
