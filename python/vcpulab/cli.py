@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -32,7 +32,7 @@ from ._vcpulab import (
 from .atomic import AtomicWriter
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
-from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
+from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file, toml_value
 from .store import COMPACT_ABOVE, ResultsStore, StoreError, result_from_row
 from .sweep import (
     CellFailed,
@@ -267,6 +267,27 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--set", dest="sets", action="append", default=[], type=_override, metavar="PATH=VALUE")
     ch.add_argument("--json", action="store_true", help="print the characterization as JSON")
     ch.set_defaults(func=cmd_characterize)
+
+    dg = commands.add_parser(
+        "diagnose",
+        parents=[experiment],
+        help="rank the causes of one cell's overhead and measure the mitigations",
+        description="For one VM cell (UC, OC or OC2): rank the causes of its overhead by the CPU time they "
+        "add over the native run, show who made busy-waiting vCPUs wait (wait chains), then re-run the cell "
+        "with each applicable mitigation of digest §8 and print δη_t and δη_r with it, best first.",
+    )
+    dg.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="FILTER",
+        help="pick the cell among the spec's: FIELD=VALUE[,FIELD=VALUE...] (fields as for run --only)",
+    )
+    dg.add_argument("--top", type=_positive_int, default=8, metavar="N", help="causes to show (default: 8)")
+    dg.add_argument("--no-mitigations", action="store_true", help="skip the mitigation re-runs")
+    dg.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    dg.add_argument("-o", "--out", metavar="FILE", help="also write the diagnosis to FILE as JSON (all or nothing)")
+    dg.set_defaults(func=cmd_diagnose)
 
     bridge_commands.add_commands(commands, _positive_int, _duration_ms)
 
@@ -664,6 +685,62 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         render.stdout_console().print(render.characterization_table(result))
+    return 0
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from . import diagnose
+
+    if args.out is not None:
+        _check_writable(args.out)
+    plan, payload = make_payload(args)
+    try:
+        want = parse_only(args.only)
+    except OnlyError as e:
+        raise CliError(str(e)) from None
+    # The native run of the same configuration is the reference: make sure the plan has it.
+    scenarios = list(dict.fromkeys(c["scenario"] for c in plan.cells()))
+    overrides = list(payload.overrides)
+    if "native" not in scenarios:
+        overrides.append(f"experiment.scenarios={toml_value(['native', *scenarios])}")
+
+    def selected(cells: Sequence[Mapping[str, Any]]) -> list[int]:
+        return select_cells(cells, want)
+
+    with render.step_progress(sys.stderr.isatty()) as progress:
+        try:
+            diag = diagnose.run(
+                payload.text,
+                payload.source,
+                overrides,
+                selected,
+                mitigate=not args.no_mitigations,
+                on_step=progress.done,
+                on_plan=lambda n: progress.total(1 + n),
+            )
+        except diagnose.DiagnoseError as e:
+            raise CliError(str(e)) from None
+    data = diag.to_json()
+    if args.out is not None:
+        with AtomicWriter(args.out) as out:
+            out.write(json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False))
+        return 0
+    console = render.stdout_console()
+    console.print(render.diagnosis_header(data))
+    console.print()
+    console.print(render.causes_table(data, args.top))
+    if data["wait_chains"]["total_ns"]:
+        console.print()
+        console.print(render.wait_chains_table(data))
+    if data["mitigations"]:
+        console.print()
+        console.print(render.mitigations_table(data))
+    elif not args.no_mitigations:
+        console.print(
+            "no mitigation to try: no cause adds 1% of the native cycles, or its mitigations are already on", style="dim"
+        )
     return 0
 
 

@@ -363,6 +363,40 @@ def sweep_progress(total: int, enabled: bool, workers: int) -> Iterator[Callable
         yield done
 
 
+class Steps:
+    """A progress bar whose total is learned on the way: ``total(n)``, then ``done(label)``."""
+
+    def __init__(self, bar: Progress | None) -> None:
+        self._bar = bar
+        self._task = bar.add_task("", total=None) if bar is not None else None
+
+    def total(self, n: int) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, total=n)
+
+    def done(self, label: str) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, advance=1, description=label)
+
+
+@contextmanager
+def step_progress(enabled: bool) -> Iterator[Steps]:
+    """Progress on stderr (when ``enabled``) for a command that runs simulations one by one."""
+    if not enabled:
+        yield Steps(None)
+        return
+    bar = Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    with bar:
+        yield Steps(bar)
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return DASH
@@ -456,3 +490,79 @@ def overview_table(results: Sequence[Mapping[str, Any]], metric: str = "delta_et
         key = [workload, variant or DASH] if any(v for _, v in cells) else [workload]
         table.add_row(*key, *(fmt(fmean(row[c])) if row.get(c) else DASH for c in columns))
     return table
+
+
+# --- diagnosis --------------------------------------------------------------------------------
+
+
+def _ms(ns: float | None) -> str:
+    return DASH if ns is None else fmt_seconds(ns / 1e9)
+
+
+def _signed_pct(value: float | None) -> str:
+    return DASH if value is None else f"{value * 100:+.1f} pp"
+
+
+def diagnosis_header(d: Mapping[str, Any]) -> Text:
+    c, r = d["cell"], d["result"]
+    variant = f" [{c['variant']}]" if c.get("variant") else ""
+    return Text(
+        f"{c['workload']} in {c['scenario']}, {c['vcpus']} vCPUs, {c['threads']} threads, seed {c['seed']}{variant}: "
+        f"t_native {fmt_seconds(r['t_native_s'])}, t_virt {fmt_seconds(r['t_virt_s'])}, "
+        f"δη_t {fmt_pct(r['delta_eta_t'])}, δη_r {fmt_pct(r['delta_eta_r'])}, ω {fmt_ratio(r['omega'])}"
+    )
+
+
+def causes_table(d: Mapping[str, Any], top: int) -> Table:
+    t = Table(title="Causes, by the CPU time they add over the native run (per instance)", title_justify="left")
+    t.add_column("#", justify="right")
+    t.add_column("cause")
+    t.add_column("added", justify="right")
+    t.add_column("of native cycles", justify="right")
+    t.add_column("waiting on descheduled", justify="right")
+    t.add_column("evidence")
+    for i, c in enumerate([c for c in d["causes"] if c["added_ns"] > 0][:top], 1):
+        added, share, waiting = _ms(c["added_ns"]), fmt_pct(c["of_native_cycles"]), _ms(c["preempted_ns"])
+        t.add_row(str(i), c["cause"], added, share, waiting, c["evidence"])
+    return t
+
+
+def wait_chains_table(d: Mapping[str, Any]) -> Table:
+    w = d["wait_chains"]
+    total = w["total_ns"] or 1
+    states = ", ".join(f"{s} {v / total:.0%}" for s, v in w["by_state"].items())
+    title = f"Wait chains: who made busy-waiting vCPUs wait (all VMs; busy-waiting by culprit state: {states or 'none'})"
+    t = Table(title=title, title_justify="left")
+    t.add_column("culprit")
+    t.add_column("state")
+    t.add_column("made others wait", justify="right")
+    t.add_column("who waited, on what")
+    for c in w["culprits"]:
+        victims = "; ".join(f"{v['waiter']} {_ms(v['ns'])} on {v['on']}" for v in c["victims"][:3])
+        more = f" (+{len(c['victims']) - 3} more)" if len(c["victims"]) > 3 else ""
+        t.add_row(c["culprit"], c["state"], _ms(c["ns"]), victims + more)
+    return t
+
+
+def mitigations_table(d: Mapping[str, Any]) -> Table:
+    t = Table(title="Mitigations (digest §8), re-run with each switched on, best first", title_justify="left")
+    t.add_column("mitigation")
+    t.add_column("for")
+    t.add_column("δη_t", justify="right")
+    t.add_column("change", justify="right")
+    t.add_column("δη_r", justify="right")
+    t.add_column("change", justify="right")
+    t.add_column("VM speedup", justify="right")
+    t.add_column("overrides")
+    for m in d["mitigations"]:
+        t.add_row(
+            m["name"],
+            m["cause"],
+            fmt_pct(m["delta_eta_t"]),
+            _signed_pct(m["change_delta_eta_t"]),
+            fmt_pct(m["delta_eta_r"]),
+            _signed_pct(m["change_delta_eta_r"]),
+            f"{m['speedup']:.2f}×",
+            " ".join(m["overrides"]),
+        )
+    return t

@@ -25,7 +25,7 @@ import queue
 import signal
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -434,7 +434,7 @@ def parse_only(texts: Iterable[str]) -> dict[str, set[str]]:
     return want
 
 
-def select_cells(cells: Sequence[dict[str, Any]], want: dict[str, set[str]]) -> list[int]:
+def select_cells(cells: Sequence[Mapping[str, Any]], want: dict[str, set[str]]) -> list[int]:
     """Indices of the cells matching ``want`` (scenario names case-insensitively)."""
 
     def norm(name: str, value: Any) -> str:

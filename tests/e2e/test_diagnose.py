@@ -1,0 +1,97 @@
+"""`vcpulab diagnose` end to end: causes, wait chains and mitigations of one cell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import RunCli
+
+
+def _diagnose(cli: RunCli, *args: str) -> dict[str, Any]:
+    r = cli("diagnose", *args, "--json")
+    assert r.code == 0, r.err
+    data: dict[str, Any] = json.loads(r.out)
+    return data
+
+
+def _mitigation(d: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(m for m in d["mitigations"] if m["name"] == name)
+
+
+def test_heap_churn_in_oc_is_tlb_shootdowns_and_shoot4u_or_pv_flush_help(cli: RunCli) -> None:
+    d = _diagnose(cli, "--workload", "heapchurn", "--scenario", "OC", "--vcpus", "8")
+    assert d["cell"]["scenario"] == "OC" and d["cell"]["vcpus"] == 8
+    first = d["causes"][0]
+    assert first["cause"] == "TLB shootdowns", [c["cause"] for c in d["causes"]]
+    assert first["added_ns"] > 0 and first["preempted_ns"] > 0
+    # The wait chains name descheduled vCPUs that made shootdown senders wait.
+    culprit = d["wait_chains"]["culprits"][0]
+    assert culprit["state"] == "vcpu_preempted" and culprit["victims"][0]["on"] == "tlb_shootdown"
+    names = [m["name"] for m in d["mitigations"]]
+    assert {"PV TLB flush", "Shoot4U"} <= set(names)
+    best = min(_mitigation(d, "PV TLB flush")["change_delta_eta_t"], _mitigation(d, "Shoot4U")["change_delta_eta_t"])
+    assert best < 0, d["mitigations"]
+    # Best first: sorted by δη_t with the mitigation.
+    assert [m["delta_eta_t"] for m in d["mitigations"]] == sorted(m["delta_eta_t"] for m in d["mitigations"])
+
+
+def test_user_spin_barrier_in_oc_is_user_spinning_and_blocking_helps(cli: RunCli) -> None:
+    d = _diagnose(
+        cli,
+        "--workload",
+        "spinbarrier",
+        "--scenario",
+        "OC",
+        "--vcpus",
+        "4",
+        "--set",
+        "workloads.spinbarrier.params.steps=300",
+    )
+    assert d["causes"][0]["cause"] == "user spinning"
+    assert d["wait_chains"]["by_state"]["vcpu_preempted"] > 0.9 * d["wait_chains"]["total_ns"]
+    for name in ("spin-then-block", "blocking replacement"):
+        m = _mitigation(d, name)
+        assert m["change_delta_eta_t"] < -1.0 and m["speedup"] > 5, m
+        assert m["overrides"][0].startswith("workloads.spinbarrier.transform.spin=")
+
+
+def test_causes_account_for_all_added_time(cli: RunCli) -> None:
+    """The causes split the VM's extra non-compute time without losing or inventing any."""
+    r = cli("run", "--workload", "lock", "--scenario", "native,OC", "--vcpus", "4", "--json")
+    assert r.code == 0, r.err
+    native, oc = (json.loads(line) for line in r.out.splitlines())
+    from vcpulab.diagnose import causes, flat_breakdown
+
+    vm, base = flat_breakdown(oc), flat_breakdown(native)
+    expected = sum(vm.get(k, 0.0) - base.get(k, 0.0) for k in set(vm) | set(base) if not k.endswith(":compute"))
+    got = sum(c.added_ns for c in causes(oc, native))
+    assert abs(got - expected) < 1e-6 * max(1.0, abs(expected))
+
+
+def test_diagnose_table_and_json_file(cli: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "diag.json"
+    r = cli(
+        "diagnose", "--workload", "heapchurn", "--scenario", "OC", "--vcpus", "4", "--no-mitigations", "-o", str(out)
+    )
+    assert r.code == 0, r.err
+    assert "Causes" in r.out and "TLB shootdowns" in r.out and "Wait chains" in r.out
+    assert "Mitigations" not in r.out
+    data = json.loads(out.read_text())
+    assert data["mitigations"] == [] and data["causes"]
+
+
+def test_diagnose_errors(cli: RunCli, tmp_path: Path) -> None:
+    r = cli("diagnose", "--workload", "heapchurn", "--scenario", "native", "--vcpus", "4")
+    assert r.code == 2 and "select a UC, OC or OC2 cell" in r.err and r.err.count("\n") == 1
+    r = cli("diagnose", "--workload", "heapchurn", "--scenario", "UC,OC", "--vcpus", "4")
+    assert r.code == 2 and "needs one cell; the selection has 2" in r.err
+    r = cli(
+        "diagnose", "--workload", "heapchurn", "--scenario", "OC", "--vcpus", "4", "-o", str(tmp_path / "no" / "d.json")
+    )
+    assert r.code == 2 and "does not exist" in r.err
+    r = cli("diagnose", "--workload", "heapchurn", "--scenario", "OC", "--vcpus", "4", "--only", "colour=red")
+    assert r.code == 2 and "unknown field" in r.err
+    r = cli("diagnose", "--workload", "nosuch", "--scenario", "OC")
+    assert r.code == 2 and "nosuch" in r.err
