@@ -497,7 +497,8 @@ def run(
     """Diagnoses the one VM cell that ``selected`` picks from the plan of ``text`` +
     ``overrides`` (whose scenarios must include native), then re-runs it with each applicable
     mitigation."""
-    plan = Plan(text, source, list(overrides))
+    overrides = [*overrides, "record.wait_chains=true"]
+    plan = Plan(text, source, overrides)
     cells = plan.cells()
     i, j = find_cell(cells, selected(cells))
     cell = cells[i]

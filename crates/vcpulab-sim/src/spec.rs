@@ -100,11 +100,14 @@ pub struct RecordSpec {
     pub ple_window: bool,
     /// The interval of the PLE-window series.
     pub ple_window_interval: Dur,
+    /// Blame every busy-wait interval on what the thread waited for (`run.wait_chains`; costs
+    /// some speed on spin-heavy runs, so off by default; `vcpulab diagnose` turns it on).
+    pub wait_chains: bool,
 }
 
 impl Default for RecordSpec {
     fn default() -> Self {
-        RecordSpec { tlb_samples: false, ple_window: false, ple_window_interval: Dur(1_000_000) }
+        RecordSpec { tlb_samples: false, ple_window: false, ple_window_interval: Dur(1_000_000), wait_chains: false }
     }
 }
 

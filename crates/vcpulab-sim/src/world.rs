@@ -148,6 +148,8 @@ pub struct World {
     pub(crate) record_ple_window: Option<u64>,
     /// Core clock (GHz), for cycle counts such as the PLE window.
     pub(crate) freq_ghz: f64,
+    /// Keep the wait chains (`[record] wait_chains`).
+    pub(crate) record_wait_chains: bool,
     /// Who made busy-waiting threads wait ([`crate::kernel::waits`]).
     pub(crate) waits: crate::kernel::waits::WaitChains,
 }
@@ -268,7 +270,7 @@ impl World {
                 Cause::TlbWait => th.stats.tlb_wait_ns += elapsed,
                 _ => th.stats.spin_ns += elapsed,
             }
-            if leaf.attr.cause != Cause::Compute {
+            if self.record_wait_chains && leaf.attr.cause != Cause::Compute {
                 self.charge_wait(t, elapsed);
             }
         }

@@ -82,12 +82,75 @@ impl State {
     }
 }
 
+type Key = (Who, On, Who, State);
+
+/// Slots of the direct-mapped cache in front of the index (a power of two).
+const CACHE: usize = 256;
+
 /// The wait-chain table of a run: ns per (waiter, on, culprit, state).
-#[derive(Debug, Default)]
+///
+/// Charging happens on every closed busy-wait interval, so recent keys are found through a
+/// small direct-mapped cache before the ordered index.
+#[derive(Debug)]
 pub(crate) struct WaitChains {
-    ns: BTreeMap<(Who, On, Who, State), u64>,
+    rows: Vec<(Key, u64)>,
+    index: BTreeMap<Key, u32>,
+    cache: Vec<Option<(Key, u32)>>,
     /// Reused buffer of the culprits of the wait being charged.
     scratch: Vec<(Who, State)>,
+}
+
+impl Default for WaitChains {
+    fn default() -> Self {
+        WaitChains { rows: Vec::new(), index: BTreeMap::new(), cache: vec![None; CACHE], scratch: Vec::new() }
+    }
+}
+
+impl Who {
+    fn code(self) -> u64 {
+        match self {
+            Who::Vcpu(a, b) => (1 << 60) | (u64::from(a) << 24) | u64::from(b),
+            Who::Thread(a, b) => (2 << 60) | (u64::from(a) << 24) | u64::from(b),
+            Who::Cpu(a, b) => (3 << 60) | (u64::from(a) << 24) | u64::from(b),
+            Who::Hypervisor => 4 << 60,
+            Who::Nobody => 5 << 60,
+        }
+    }
+}
+
+impl On {
+    fn code(self) -> u64 {
+        match self {
+            On::Obj(i, o) => (u64::from(i) << 32) | u64::from(o),
+            On::TlbShootdown => 1 << 62,
+            On::Membarrier => 2 << 62,
+        }
+    }
+}
+
+impl WaitChains {
+    fn add(&mut self, key: Key, ns: u64) {
+        let (w, o, c, s) = key;
+        let h = (w.code().wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ o.code().wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+            ^ c.code().wrapping_mul(0x1656_67B1_9E37_79F9)
+            ^ s as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = (h >> 56) as usize % CACHE;
+        if let Some((k, i)) = self.cache[slot] {
+            if k == key {
+                self.rows[i as usize].1 += ns;
+                return;
+            }
+        }
+        let rows = &mut self.rows;
+        let i = *self.index.entry(key).or_insert_with(|| {
+            rows.push((key, 0));
+            rows.len() as u32 - 1
+        });
+        self.rows[i as usize].1 += ns;
+        self.cache[slot] = Some((key, i));
+    }
 }
 
 /// One row of `run.wait_chains`.
@@ -124,11 +187,11 @@ impl World {
                 for (i, &(who, state)) in waiting.enumerate() {
                     let share = each + u64::from((i as u64) < extra);
                     if share > 0 {
-                        *self.waits.ns.entry((waiter, what, who, state)).or_insert(0) += share;
+                        self.waits.add((waiter, what, who, state), share);
                     }
                 }
             }
-            _ => *self.waits.ns.entry((waiter, what, Who::Nobody, State::None)).or_insert(0) += elapsed,
+            _ => self.waits.add((waiter, what, Who::Nobody, State::None), elapsed),
         }
         self.waits.scratch = culprits;
     }
@@ -244,11 +307,18 @@ impl World {
             On::TlbShootdown => "tlb_shootdown".to_string(),
             On::Membarrier => "membarrier".to_string(),
         };
+        // In key order, then largest first (a stable sort keeps key order among ties).
         let mut rows: Vec<WaitChainRow> = self
             .waits
-            .ns
+            .index
             .iter()
-            .map(|(&(w, o, c, s), &ns)| WaitChainRow { waiter: who(w), on: on(o), culprit: who(c), state: s.name(), ns })
+            .map(|(&(w, o, c, s), &i)| WaitChainRow {
+                waiter: who(w),
+                on: on(o),
+                culprit: who(c),
+                state: s.name(),
+                ns: self.waits.rows[i as usize].1,
+            })
             .collect();
         rows.sort_by_key(|r| std::cmp::Reverse(r.ns));
         rows

@@ -53,6 +53,7 @@ impl World {
             record_tlb_samples: cfg.record.tlb_samples,
             record_ple_window: cfg.record.ple_window.then_some(cfg.record.ple_window_interval.0),
             freq_ghz: cfg.machine.freq_ghz,
+            record_wait_chains: cfg.record.wait_chains,
             waits: Default::default(),
         };
         match cfg.layout {

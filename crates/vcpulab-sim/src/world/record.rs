@@ -380,9 +380,11 @@ pub struct RunRecord {
     pub core_busy_ns: Vec<u64>,
     /// The ledger.
     pub ledger: Vec<LedgerRow>,
-    /// Who made the workload's busy-waiting threads wait, largest first
-    /// ([`crate::kernel::waits`]); the rows sum to the threads' spin and remote-call wait time.
-    pub wait_chains: Vec<crate::kernel::waits::WaitChainRow>,
+    /// With `[record] wait_chains`: who made the workload's busy-waiting threads wait, largest
+    /// first ([`crate::kernel::waits`]); the rows sum to the threads' spin and remote-call wait
+    /// time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_chains: Option<Vec<crate::kernel::waits::WaitChainRow>>,
 }
 
 /// Name of a host-layer cause in `host_ns_by_reason` (exit reasons as perf kvm names them;
@@ -562,7 +564,7 @@ impl RunRecord {
             vms,
             core_busy_ns: (0..cfg.cores as usize).map(|c| l.core_total(c, true)).collect(),
             ledger,
-            wait_chains: w.wait_chain_rows(),
+            wait_chains: w.record_wait_chains.then(|| w.wait_chain_rows()),
         }
     }
 

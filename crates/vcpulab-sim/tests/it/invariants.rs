@@ -57,6 +57,7 @@ proptest! {
             format!("vm.ple.window_policy={window}"),
             // A model bug that never ends a run fails the case (and shrinks) instead of hanging.
             "limits.max_events=20000000".to_string(),
+            "record.wait_chains=true".to_string(),
         ];
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         for r in run_inline(&exp, &prog, &sets) {
@@ -70,7 +71,7 @@ proptest! {
             }
             // Wait chains blame every nanosecond of busy-waiting exactly once.
             let waited: u64 = run.instances.iter().map(|i| i.counters.spin_ns + i.counters.tlb_wait_ns).sum();
-            let blamed: u64 = run.wait_chains.iter().map(|w| w.ns).sum();
+            let blamed: u64 = run.wait_chains.as_ref().expect("recorded").iter().map(|w| w.ns).sum();
             prop_assert_eq!(blamed, waited);
         }
     }

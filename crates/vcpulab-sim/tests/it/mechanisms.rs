@@ -120,7 +120,7 @@ fn ple_window_series_follows_the_window_policy() {
 /// Busy-wait time per culprit state, summed over the wait-chain rows matching `on`.
 fn waits_by_state(r: &vcpulab_sim::api::ScenarioResult, on: &str) -> std::collections::BTreeMap<&'static str, u64> {
     let mut m = std::collections::BTreeMap::new();
-    for w in r.run.wait_chains.iter().filter(|w| w.on.starts_with(on)) {
+    for w in r.run.wait_chains.as_ref().expect("recorded").iter().filter(|w| w.on.starts_with(on)) {
         *m.entry(w.state).or_insert(0) += w.ns;
     }
     m
@@ -132,20 +132,21 @@ fn wait_chains_blame_preempted_vcpus_under_overcommit() {
     // vCPUs the host descheduled (TPDS §2.5).
     let spec = "[experiment]\nworkloads = [\"spinbarrier\"]\nscenarios = [\"UC\", \"OC\"]\nvcpus = [4]\n\
                 [workloads.spinbarrier.params]\nsteps = 200\n";
-    let r = run_text(spec, &[]);
+    let r = run_text(spec, &["record.wait_chains=true"]);
     let (uc, oc) = (waits_by_state(&r[0], "spin_barrier"), waits_by_state(&r[1], "spin_barrier"));
     assert_eq!(uc.get("vcpu_preempted").copied().unwrap_or(0), 0, "{uc:?}");
     assert!(uc.get("running").copied().unwrap_or(0) > 0, "{uc:?}");
     let total: u64 = oc.values().sum();
     assert!(oc["vcpu_preempted"] * 10 > total * 9, "OC spinning is nearly all on preempted vCPUs: {oc:?}");
-    let row = &r[1].run.wait_chains[0];
+    let row = &r[1].run.wait_chains.as_ref().expect("recorded")[0];
     assert!(row.waiter.starts_with("vm") && row.culprit.starts_with("vm") && row.waiter != row.culprit, "{row:?}");
 
     // TLB shootdowns: the sender waits for the targets' acknowledgements. In UC every target
     // runs (the wait is IPI delivery and the handler); in OC a large part is spent on targets
     // whose vCPUs are descheduled (the TLB shootdown preemption problem).
     let spec = "[experiment]\nworkloads = [\"heapchurn\"]\nscenarios = [\"UC\", \"OC\"]\nvcpus = [4]\n";
-    let r = run_text(spec, &[]);
+    let r = run_text(spec, &["record.wait_chains=true"]);
+    assert!(run_text(spec, &[])[0].run.wait_chains.is_none(), "not recorded unless asked");
     let (uc, oc) = (waits_by_state(&r[0], "tlb_shootdown"), waits_by_state(&r[1], "tlb_shootdown"));
     assert!(!uc.contains_key("vcpu_preempted") && uc["running"] > 0, "{uc:?}");
     let total: u64 = oc.values().sum();
