@@ -32,7 +32,7 @@ from ._vcpulab import (
 from .atomic import AtomicWriter
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
-from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file, toml_value
+from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
 from .store import COMPACT_ABOVE, ResultsStore, StoreError, result_from_row
 from .sweep import (
     CellFailed,
@@ -693,16 +693,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         _check_writable(args.out)
-    plan, payload = make_payload(args)
+    _, payload = make_payload(args)
     try:
         want = parse_only(args.only)
     except OnlyError as e:
         raise CliError(str(e)) from None
-    # The native run of the same configuration is the reference: make sure the plan has it.
-    scenarios = list(dict.fromkeys(c["scenario"] for c in plan.cells()))
     overrides = list(payload.overrides)
-    if "native" not in scenarios:
-        overrides.append(f"experiment.scenarios={toml_value(['native', *scenarios])}")
 
     def selected(cells: Sequence[Mapping[str, Any]]) -> list[int]:
         return select_cells(cells, want)

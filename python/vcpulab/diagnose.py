@@ -495,11 +495,17 @@ def run(
     on_plan: Callable[[int], None] = lambda n: None,
 ) -> Diagnosis:
     """Diagnoses the one VM cell that ``selected`` picks from the plan of ``text`` +
-    ``overrides`` (whose scenarios must include native), then re-runs it with each applicable
-    mitigation."""
+    ``overrides`` (native is added to its scenarios when missing), then re-runs it with each
+    applicable mitigation."""
     overrides = [*overrides, "record.wait_chains=true"]
     plan = Plan(text, source, overrides)
     cells = plan.cells()
+    scenarios = list(dict.fromkeys(c["scenario"] for c in cells))
+    if "native" not in scenarios:
+        # The native run of the same configuration is the reference.
+        overrides.append(f"experiment.scenarios={toml_value(['native', *scenarios])}")
+        plan = Plan(text, source, overrides)
+        cells = plan.cells()
     i, j = find_cell(cells, selected(cells))
     cell = cells[i]
     on_step(f"{_label(cell)} and its native run")
