@@ -51,18 +51,20 @@ class Namer:
         return " ".join(parts) or "all"
 
 
+_FIGURE_IDS = itertools.count(1)
+"""Shared by every :class:`Figures`: sections drawn by different callers (the diagnosis) never
+share an id prefix."""
+
+
 class Figures:
     """Renders figures to inline SVG with page-unique id prefixes."""
-
-    def __init__(self) -> None:
-        self._ids = itertools.count(1)
 
     def svg(self, draw: Callable[[], Figure], label: str) -> str:
         from .figures import style, to_svg
 
         with style():
             fig = draw()
-            return to_svg(fig, f"f{next(self._ids)}", label)
+            return to_svg(fig, f"f{next(_FIGURE_IDS)}", label)
 
     def html(self, draw: Callable[[], Figure], label: str, caption: str = "") -> str:
         return figure(self.svg(draw, label), caption)
