@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .data import StoreData, scenario_rank
+from .data import scenario_rank
 from .page import figure
 
 if TYPE_CHECKING:
@@ -84,11 +84,3 @@ def inline(text: str) -> str:
     """Plain text escaped for HTML, with `backquoted` spans as code."""
     parts = html.escape(text).split("`")
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
-
-
-def cell_where(data: StoreData, **fields: Any) -> list[dict[str, Any]]:
-    return [c for c in data.cells if all(c[k] == v for k, v in fields.items())]
-
-
-def fmt_list(values: Iterable[Any]) -> str:
-    return ", ".join(str(v) for v in values)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..store import ResultsStore
@@ -211,20 +210,3 @@ def spec_settings(text: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return {}
-
-
-def group_mean(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], value: str) -> dict[tuple[Any, ...], float]:
-    """Mean of ``value`` per distinct ``keys`` (rows with a None value are skipped)."""
-    sums: dict[tuple[Any, ...], list[float]] = {}
-    for r in rows:
-        v = r.get(value)
-        if v is None:
-            continue
-        sums.setdefault(tuple(r[k] for k in keys), []).append(float(v))
-    return {k: sum(vs) / len(vs) for k, vs in sums.items()}
-
-
-def spec_paths(store: ResultsStore) -> list[Path]:
-    """Every materialised spec file of the store."""
-    directory = store.root / "specs"
-    return sorted(directory.glob("*.toml")) if directory.is_dir() else []

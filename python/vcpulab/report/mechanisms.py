@@ -205,8 +205,8 @@ def _tlb_summaries(title: str, anchor: str, rows: list[dict[str, Any]], figs: Fi
     )
     body += figs.html(lambda: F.range_dots(panels), "TLB-shootdown latency ranges")
     body += how(
-        "Line: from the p50 log2-bucket upper bound (not an exact quantile) to the maximum; dot: the mean; means "
-        "over seeds (the maximum: the largest). Set [record] tlb_samples = true for exact CDFs per policy."
+        "Line: from the p50 log2-bucket upper bound (not an exact quantile) to the maximum; dot: the mean; means over "
+        "seeds (the maximum: the largest). Set [record] tlb_samples = true for exact CDFs per policy."
     )
     for r in summary:
         del r["_series"]
@@ -258,18 +258,16 @@ def ple_window(data: StoreData, figs: Figures) -> Section:
     keys = _limit(sorted(panels_by_key), weight)
     shown = [F.LinePanel(_panel_title(k, namer), panels_by_key[k], "time (s)", "PLE window (cycles)") for k in keys]
     body = what(
-        "How the pause-loop-exiting window of each VM evolves during the run, one line per policy (variant) and VM, "
-        "as in the APPLES study (DIS ch. 3)."
+        "How the pause-loop-exiting window of each VM evolves during the run, one line per policy (variant) and VM, as "
+        "in the APPLES study (DIS ch. 3)."
     )
     body += figs.html(lambda: F.line_panels(shown, ncols=2), "PLE window over time")
     if len(shown) < len(panels_by_key):
         body += paragraph(f"Showing {len(shown)} of {len(panels_by_key)} panels; the CSV has all.", "note")
     body += how(
         "run.vms[i].ple_window_series: [t_ns, window_cycles] recorded at every window change ([record] ple_window = "
-        "true); "
-        f"the first seed of each cell is drawn (at most {F.MAX_POINTS} points per line, evenly spaced), the CSV has "
-        f"every "
-        "seed and point."
+        f"true); the first seed of each cell is drawn (at most {F.MAX_POINTS} points per line, evenly spaced), the CSV "
+        "has every seed and point."
     )
     cols = ("workload", "scenario", "variant", "vcpus", "threads", "oc_vms", "seed", "vm", "t_ns", "window_cycles")
     return Section(title, anchor, body, (Table.of("ple_window", points, cols),))
@@ -391,17 +389,14 @@ def speedup(data: StoreData, figs: Figures, categories: Sequence[Mapping[str, An
     if len(shown) < len(panels):
         body += paragraph(f"Showing {len(shown)} of {len(panels)} workloads; the CSV has all.", "note")
     body += how(
-        "S(n) = n₀ · t(n₀) / t(n): the time at the smallest vCPU count n₀ of the series over the time at n, scaled "
-        "so that "
-        "S(n₀) = n₀; t is t_native for native and t_virt (the measured instances' mean completion time) in VMs; mean "
-        "over seeds. "
-        "E(n) = useful CPU time / (γ · completion time), the digest §1.4 efficiency-based speedup N × (useful / "
-        "allocated "
-        "CPU time): useful = the measured instance's threads' compute time (spinning and TLB waits excluded), γ = 1 "
-        "natively "
-        "and in UC, 1/k in OC and OC2 (the VM's share of the cores). Dotted: ideal (S = n). Scalability type (digest "
-        "§1.4, "
-        "from the native cell): 1 high parallelism / low synchronization, 2 low/high, 3 high/high, 4 low/low."
+        "S(n) = n₀ · t(n₀) / t(n): the time at the smallest vCPU count n₀ of the series over the time at n, scaled so "
+        "that S(n₀) = n₀; t is t_native for native and t_virt (the measured instances' mean completion time) in VMs; "
+        "mean over seeds. E(n) = useful CPU time / (γ · completion time), the digest §1.4 efficiency-based speedup N × "
+        "(useful / allocated CPU time): useful = the measured instance's threads' compute time (spinning and TLB waits "
+        "excluded), γ = 1 natively and in UC, 1/k in OC and OC2 (the VM's share of the cores). Dotted: ideal (S = n). "
+        "Series that share a simulation draw on top of each other (OC and OC2 share their VM run). Scalability type "
+        "(digest §1.4, from the native cell): 1 high parallelism / low synchronization, 2 low/high, 3 high/high, 4 "
+        "low/low."
     )
     cols = ("workload", "scenario", "variant", "vcpus", "seeds", "t_s", "speedup", "efficiency_speedup")
     return Section(title, anchor, body, (Table.of("speedup", records, cols),))

@@ -111,17 +111,14 @@ def boxes(data: StoreData, figs: Figures) -> Section:
     body = (
         what(
             "The spread of the overhead over workloads: for each vCPU count one box per scenario, of δη_r (extra "
-            "cycles), "
-            "δη_t (lost time efficiency) and ω (their ratio)."
+            "cycles), δη_t (lost time efficiency) and ω (their ratio)."
         )
         + svg
         + how(
             "Each point is one workload's mean over its seeds. δη_r = (C_v − C_p)/C_p, δη_t = (t_v·γ_v − "
-            "t_p·γ_p)/(t_p·γ_p), "
-            "ω = (1 + δη_t)/(1 + δη_r): ω > 1 puts the overhead on the critical path. Boxes: quartiles and median; "
-            "whiskers: the furthest points within 1.5 × the inter-quartile range; dots: every workload. Dotted line: "
-            "no "
-            "overhead (0 %, ω = 1)."
+            "t_p·γ_p)/(t_p·γ_p), ω = (1 + δη_t)/(1 + δη_r): ω > 1 puts the overhead on the critical path. Boxes: "
+            "quartiles and median; whiskers: the furthest points within 1.5 × the inter-quartile range; dots: every "
+            "workload. Dotted line: no overhead (0 %, ω = 1)."
         )
     )
     return Section(title, anchor, body, (table,))
@@ -222,16 +219,12 @@ def per_workload(data: StoreData, figs: Figures) -> Section:
         )
     body += how(
         "Per vCPU count the value is the mean over seeds; average: the mean over vCPU counts; maximum: the largest "
-        "(the "
-        "guest/host parts shown for the maximum are those at the vCPU count where δη_r is largest). Guest part = "
-        "(G/m − C_p)/C_p, "
-        "host part = (H/m)/C_p, with G the guest (user + kernel) busy time and H the host time charged to the VM(s), "
-        "m the "
-        "number of measured instances (k in OC/OC2 without a co-runner, else 1) and C_p the native cycles per "
-        "instance; they "
-        "add up to δη_r (black tick) except for host time charged to no VM (split evenly over the instances; usually "
-        "tiny, "
-        "host daemons when configured). The same parts decide the high guest / high host categories below."
+        "(the guest/host parts shown for the maximum are those at the vCPU count where δη_r is largest). Guest part = "
+        "(G/m − C_p)/C_p, host part = (H/m)/C_p, with G the guest (user + kernel) busy time and H the host time "
+        "charged to the VM(s), m the number of measured instances (k in OC/OC2 without a co-runner, else 1) and C_p "
+        "the native cycles per instance; they add up to δη_r (black tick) except for host time charged to no VM (split "
+        "evenly over the instances; usually tiny, host daemons when configured). The same parts decide the high guest "
+        "/ high host categories below."
     )
     columns = (
         "scenario",
@@ -310,12 +303,9 @@ def host_exits(data: StoreData, figs: Figures) -> Section:
         )
         + how(
             "Height: host time charged to the VMs' vCPUs for that reason (host_ns_<reason>, all VMs of the run, "
-            "co-runners "
-            "included) as a percentage of the run's core time (cores × run duration, cores = vCPUs); mean over "
-            "seeds, then "
-            "over workloads. Host scheduling includes switches to and from vCPU threads; halt polling counts "
-            "successful and "
-            "failed polls."
+            "co-runners included) as a percentage of the run's core time (cores × run duration, cores = vCPUs); mean "
+            "over seeds, then over workloads. Host scheduling includes switches to and from vCPU threads; halt polling "
+            "counts successful and failed polls."
         )
     )
     columns = ("series", "scenario", "variant", "vcpus", "reason", "pct_core_time")
@@ -399,19 +389,16 @@ def vcpu_cycles(data: StoreData, figs: Figures) -> Section:
     shown = panels[:MAX_RANK_PANELS]
     body = what(
         "Busy time of each vCPU of the measured VM, busiest first, relative to the average core of the native run: "
-        "whether "
-        "the overhead lands on one critical vCPU or spreads over all (TPDS Fig. 5)."
+        "whether the overhead lands on one critical vCPU or spreads over all (TPDS Fig. 5)."
     ) + figs.html(lambda: F.rank_bars(shown, "busy time / native core mean"), "cycles per vCPU normalised to native")
     if len(panels) > len(shown):
         body += paragraph(f"Showing {len(shown)} of {len(panels)} workloads; the CSV has all.", "note")
     body += how(
         "normalised = busy_ns of the vCPU (guest user + guest kernel + host time charged to it; "
-        "run.vms[0].vcpus[i].busy_ns) / "
-        "the mean per-core busy time of the native cell with the same workload, vCPU count, threads and seed "
-        "(run.core_busy_ns). "
-        "vCPUs are ranked by busy time within each run; bars are means over seeds per rank, at each workload's "
-        "largest vCPU "
-        "count (the CSV has every count). Black line: the native cores ranked the same way (their mean is 1)."
+        "run.vms[0].vcpus[i].busy_ns) / the mean per-core busy time of the native cell with the same workload, vCPU "
+        "count, threads and seed (run.core_busy_ns). vCPUs are ranked by busy time within each run; bars are means "
+        "over seeds per rank, at each workload's largest vCPU count (the CSV has every count). Black line: the native "
+        "cores ranked the same way (their mean is 1)."
     )
     columns = (
         "workload",

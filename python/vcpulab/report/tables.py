@@ -86,15 +86,12 @@ def categorization(data: StoreData, rows: Sequence[Mapping[str, Any]], th: analy
         + table.html()
         + how(
             f"From the means over seeds. high guest: UC's guest part (G − C_p)/C_p > {th.guest:.0%}; high host: UC's "
-            f"host "
-            f"part H/C_p > {th.host:.0%}; high overcommit: δη_t in OC or OC2 exceeds UC's by more than "
-            f"{th.overcommit:.0%}; "
-            f"negligible: none of these and δη_t < {th.negligible:.0%} in every stored scenario (thresholds: "
-            "`vcpulab categorize --help`; docs/results.md). A category needing a scenario that is not stored is not "
-            "decided. "
-            f"Type: parallelism ≥ {th.high_parallelism:.0%} of the vCPUs is high, ≥ one voluntary switch per thread "
-            f"per "
-            f"{th.slice_ms:g} ms is high synchronization; 1 high/low, 2 low/high, 3 high/high, 4 low/low."
+            f"host part H/C_p > {th.host:.0%}; high overcommit: δη_t in OC or OC2 exceeds UC's by more than "
+            f"{th.overcommit:.0%}; negligible: none of these and δη_t < {th.negligible:.0%} in every stored scenario "
+            "(thresholds: `vcpulab categorize --help`; docs/results.md). A category needing a scenario that is not "
+            f"stored is not decided. Type: parallelism ≥ {th.high_parallelism:.0%} of the vCPUs is high, ≥ one "
+            f"voluntary switch per thread per {th.slice_ms:g} ms is high synchronization; 1 high/low, 2 low/high, 3 "
+            "high/high, 4 low/low."
         )
     )
     return Section(title, anchor, body, (table,))
@@ -134,14 +131,13 @@ def summary(data: StoreData, confidence: float = 0.95) -> Section:
     table = Table.of("summary", rows, cols)
     body = (
         what(
-            f"Per configuration, the mean of each metric over its repetitions (seeds) and the half-width of its "
+            "Per configuration, the mean of each metric over its repetitions (seeds) and the half-width of its "
             f"{confidence:.0%} confidence interval, as `vcpulab summary` prints them."
         )
         + _shown(shown, "Summary")
         + how(
             "Half-width = t(1 − α/2, n − 1) · s / √n with s the sample standard deviation and t Student's quantile; "
-            "none "
-            "with one repetition. δη half-widths are in percentage points. The CSV has the plain values (ratios)."
+            "none with one repetition. δη half-widths are in percentage points. The CSV has the plain values (ratios)."
         )
     )
     return Section(title, anchor, body, (table,))
@@ -262,14 +258,14 @@ def methods(data: StoreData, generated: str, command: str) -> Section:
     body += "<h3>This report</h3>" + _kv(env)
     body += "<h3>Simulator builds</h3>"
     body += paragraph(
-        "The build id of the simulator (crate version + a fingerprint of its source) that ran the cells; a "
-        "changed model never reuses results of another build."
+        "The build id of the simulator (crate version + a fingerprint of its source) that ran the cells; a changed "
+        "model never reuses results of another build."
     )
     body += _kv([(v, f"{n} cells") for v, n in sorted(versions.items())])
     rows += [{"item": "simulator build", "value": f"{v} ({n} cells)"} for v, n in sorted(versions.items())]
     body += "<h3>Seeds</h3>" + paragraph(
         f"{len(seeds)} repetition{'s' if len(seeds) != 1 else ''}: seeds {', '.join(map(str, seeds))}. Every random "
-        f"stream of a run derives from its seed; the same spec, seed and build give bit-identical results."
+        "stream of a run derives from its seed; the same spec, seed and build give bit-identical results."
     )
     rows.append({"item": "seeds", "value": " ".join(map(str, seeds))})
     body += "<h3>Specs</h3>"
@@ -315,12 +311,12 @@ def methods(data: StoreData, generated: str, command: str) -> Section:
         for k, v in costs.items():
             rows.append({"item": f"{spec_hash} machine.costs.{k}", "value": str(v)})
         body += (
-            f"<details><summary>The materialised spec (specs/{html.escape(spec_hash)}.toml)</summary>"
-            f"<pre>{html.escape(text)}</pre></details>"
+            "<details><summary>The materialised spec "
+            f"(specs/{html.escape(spec_hash)}.toml)</summary><pre>{html.escape(text)}</pre></details>"
         )
     body += paragraph(
-        "Fields a spec does not set take the defaults of the simulator build that ran it: the machine and "
-        "cost table in docs/spec.md and docs/costs.md of that version.",
+        "Fields a spec does not set take the defaults of the simulator build that ran it: the machine and cost table "
+        "in docs/spec.md and docs/costs.md of that version.",
         "how",
     )
     body += "<h3>How to cite</h3>"
@@ -331,9 +327,8 @@ def methods(data: StoreData, generated: str, command: str) -> Section:
         + inline(
             f"Simulated with vcpulab (build {builds}) from spec {hashes} with seeds {', '.join(map(str, seeds))}; "
             "methodology and metrics (δη_r, δη_t, ω) after Schildermans, Shan, Aerts, Jackrel and Ding, "
-            "“Virtualization Overhead of Multithreading in X86 State-of-the-Art & Remaining Challenges”, "
-            "IEEE TPDS 32(10), 2021. To regenerate: `vcpulab run RESULTS/specs/<hash>.toml --results DIR` with the "
-            "same build, "
+            "“Virtualization Overhead of Multithreading in X86 State-of-the-Art & Remaining Challenges”, IEEE TPDS "
+            "32(10), 2021. To regenerate: `vcpulab run RESULTS/specs/<hash>.toml --results DIR` with the same build, "
             "then `vcpulab report DIR`."
         )
         + "</p>"
