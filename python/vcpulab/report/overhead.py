@@ -5,6 +5,7 @@ reason (Fig. 9) and busy time per vCPU normalised to native (Fig. 5)."""
 from __future__ import annotations
 
 import functools
+import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -214,7 +215,7 @@ def per_workload(data: StoreData, figs: Figures) -> Section:
             )
             for r in rows
         ]
-        body += f"<h3>{group}</h3>" + figs.html(
+        body += f"<h3>{html.escape(group)}</h3>" + figs.html(
             functools.partial(F.overhead_bars, bars), f"overhead per workload, {group}"
         )
     body += how(
