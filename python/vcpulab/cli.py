@@ -341,6 +341,20 @@ def build_parser() -> argparse.ArgumentParser:
     cat.add_argument("--json", action="store_true", help="print JSON Lines")
     cat.set_defaults(func=cmd_categorize)
 
+    rp = commands.add_parser(
+        "report",
+        help="write an HTML report of a results directory (figures, tables, methods)",
+        description="Write one self-contained HTML file (inline SVG figures, no network needed) with whatever the "
+        "results contain: overhead distributions, per-workload overheads with their guest/host split, host time by "
+        "exit reason, cycles per vCPU, TLB-shootdown latency, PLE window, speedup curves, categories, summary and "
+        "methods; every table and the data behind every figure as CSV in the folder <FILE stem>_csv/ beside it. "
+        "See docs/report.md.",
+    )
+    rp.add_argument("results", metavar="RESULTS", help="results directory")
+    rp.add_argument("-o", "--out", metavar="FILE", help="the HTML file to write (default: RESULTS/report.html)")
+    rp.add_argument("--title", metavar="TEXT", help="the report's title (default: vcpulab report: <results folder>)")
+    rp.set_defaults(func=cmd_report)
+
     pol = commands.add_parser(
         "policies",
         help="list the pluggable policies",
@@ -612,6 +626,31 @@ def cmd_categorize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    import shlex
+
+    out = Path(args.out) if args.out else Path(args.results) / "report.html"
+    try:
+        store = report.open_store(args.results)
+        report.build.check_output(out)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            missing = "vcpulab report draws with matplotlib, which is not installed (pip install matplotlib)"
+            raise CliError(missing) from None
+        command = shlex.join(["vcpulab", *getattr(args, "argv", ["report", args.results])])
+        with report.build.progress_bar(sys.stderr.isatty()) as step:
+            built = report.build_report(store, title=args.title, command=command, progress=step)
+        written = report.write_report(built, out)
+    except report.ReportError as e:
+        raise CliError(str(e)) from None
+    csvs = written[1:]
+    print(f"wrote {written[0]}")
+    if csvs:
+        print(f"wrote {csvs[0].parent}/ ({len(csvs)} CSV files: {', '.join(p.name for p in csvs)})")
+    return 0
+
+
 def _cdf_out(path: str | None, info: report.PlanInfo) -> Path | None:
     """Check ``--cdf-out`` before running anything."""
     if path is None:
@@ -779,6 +818,7 @@ def _fail(message: object, code: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(argv) if argv is not None else sys.argv[1:]
         if args.command is None:
             raise CliError("missing command (run, summary, query, validate, workloads, ...); see 'vcpulab --help'")
         code: int = args.func(args)

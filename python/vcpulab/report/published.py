@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .atomic import AtomicWriter, write_bytes_atomic
-from .spec import toml_value
+from ..atomic import AtomicWriter, write_bytes_atomic
+from ..spec import toml_value
 
 CDF_QUANTILES: tuple[tuple[str, float], ...] = (("p10", 0.10), ("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 """The quantiles of the CDF summary table (``max`` is shown too)."""
