@@ -353,6 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("results", metavar="RESULTS", help="results directory")
     rp.add_argument("-o", "--out", metavar="FILE", help="the HTML file to write (default: RESULTS/report.html)")
     rp.add_argument("--title", metavar="TEXT", help="the report's title (default: vcpulab report: <results folder>)")
+    rp.add_argument(
+        "--diagnose",
+        action="append",
+        default=[],
+        metavar="FILTER",
+        help="add a diagnosis section for the stored UC/OC/OC2 cells matching FILTER (as for run --only, e.g. "
+        "'workload=parsec.dedup,scenario=OC,vcpus=16,seed=1'); repeatable; re-runs them and their mitigations",
+    )
     rp.set_defaults(func=cmd_report)
 
     pol = commands.add_parser(
@@ -639,8 +647,18 @@ def cmd_report(args: argparse.Namespace) -> int:
             missing = "vcpulab report draws with matplotlib, which is not installed (pip install matplotlib)"
             raise CliError(missing) from None
         command = shlex.join(["vcpulab", *getattr(args, "argv", ["report", args.results])])
+        try:
+            filters = [parse_only([f]) for f in args.diagnose]
+        except OnlyError as e:
+            raise CliError(str(e).replace("--only", "--diagnose")) from None
         with report.build.progress_bar(sys.stderr.isatty()) as step:
-            built = report.build_report(store, title=args.title, command=command, progress=step)
+            extra = []
+            if filters:
+                from .report import diagnosis
+
+                step("diagnosing")
+                extra.append(diagnosis.section(diagnosis.diagnose_stored(store, filters, on_step=step)))
+            built = report.build_report(store, title=args.title, command=command, progress=step, extra_sections=extra)
         written = report.write_report(built, out)
     except report.ReportError as e:
         raise CliError(str(e)) from None

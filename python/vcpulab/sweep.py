@@ -434,7 +434,7 @@ def parse_only(texts: Iterable[str]) -> dict[str, set[str]]:
     return want
 
 
-def select_cells(cells: Sequence[Mapping[str, Any]], want: dict[str, set[str]]) -> list[int]:
+def select_cells(cells: Sequence[Mapping[str, Any]], want: Mapping[str, set[str]]) -> list[int]:
     """Indices of the cells matching ``want`` (scenario names case-insensitively)."""
 
     def norm(name: str, value: Any) -> str:

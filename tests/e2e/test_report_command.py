@@ -327,3 +327,27 @@ def test_the_browser_check_sees_errors_and_requests(tmp_path: Path) -> None:
     errors = tools.errors()
     assert any("exception" in e for e in errors) and any("console.error" in e for e in errors), errors
     assert "http://127.0.0.1:9/x.png" in tools.requests()
+
+
+def test_report_with_a_diagnosis_section(stores: dict[str, Path], cli: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    r = cli("report", stores["tpds"], "-o", out, "--diagnose", "workload=splash2x.volrend,scenario=OC,vcpus=4,seed=1")
+    assert r.code == 0, r.err
+    text = out.read_text(encoding="utf-8")
+    check_page_text(text)
+    assert '<section id="diagnosis">' in text and "splash2x.volrend in OC, 4 vCPUs, seed 1" in text
+    causes = list(csv.DictReader(io.StringIO((tmp_path / "report_csv" / "diagnosis_1_causes.csv").read_text())))
+    assert causes[0]["cause"] == "user spinning" and float(causes[0]["added_s"]) > 0
+    assert (tmp_path / "report_csv" / "diagnosis_1_mitigations.csv").is_file()
+    _, _, tools = open_in_chromium(out, tmp_path / "profile")
+    assert tools.errors() == []
+    # Errors: no matching cell, too many cells, a bad field; nothing written.
+    bad = tmp_path / "bad.html"
+    for flt, msg in (
+        ("workload=parsec.dedup,scenario=OC2", "no stored UC, OC or OC2 cell matches"),
+        ("scenario=UC|OC", "at most 8"),
+        ("colour=red", "unknown field"),
+    ):
+        r = cli("report", stores["tpds"], "-o", bad, "--diagnose", flt)
+        assert r.code == 2 and msg in r.err and r.err.count("\n") == 1, r.err
+        assert not bad.exists()
