@@ -231,6 +231,16 @@ def test_many_threads_and_processes_append_whole_blocks(kit: Kit, tmp_path: Path
         assert sum(t["kinds"].get("MALLOC", 0) for t in proc["threads"] if t["tid"] != proc["pid"]) == 8 * 2000
 
 
+def test_vtrace_max_bytes_bounds_the_file_and_keeps_it_readable(kit: Kit, tmp_path: Path) -> None:
+    trace = tmp_path / "cap.vtrace"
+    r = run([str(kit.bins / "threads"), "8", "20000"], trace, kit, VTRACE_MAX_BYTES="300000")
+    assert r.returncode == 0, r.stderr  # the program runs on, untraced
+    assert 0 < trace.stat().st_size <= 300_000
+    assert "the trace reached VTRACE_MAX_BYTES" in Path(f"{trace}.log").read_text()
+    s = summary(kit, trace)  # whole blocks only: it reads back
+    assert s["processes"] and all(t["lost_blocks"] == 0 for p in s["processes"] for t in p["threads"])
+
+
 def test_without_vtrace_out_the_library_does_nothing(kit: Kit, tmp_path: Path) -> None:
     p = run([str(kit.bins / "threads"), "2", "100"], None, kit, preload=str(kit.lib))
     assert p.returncode == 0 and p.stdout == b"counter=200 spin=200 rw=20 turn=2\n"

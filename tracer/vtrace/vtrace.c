@@ -109,6 +109,8 @@ static _Atomic unsigned g_nbufs;
 
 static _Atomic int g_enabled;
 static int g_fd = -1;
+/* VTRACE_MAX_BYTES: no block is written that would make the file larger (0 = no limit). */
+static uint64_t g_max_bytes = 0;
 static dev_t g_dev; /* the trace file's identity: the application may close our descriptor */
 static ino_t g_ino;
 static char g_logpath[4096];
@@ -248,6 +250,14 @@ static void flush_buf(struct vt_buf *b) {
         errno = saved;
         vt_fail("the VTRACE_OUT descriptor was closed or replaced by the application", 0);
         g_fd = -1;
+        b->pos = 0;
+        b->nrec = 0;
+        return;
+    }
+    if (g_max_bytes && (uint64_t)st.st_size + VT_BLOCK_HEADER_LEN + (uint64_t)b->pos > g_max_bytes) {
+        /* The trace stays readable (whole blocks only); the rest of the run is not traced. */
+        errno = saved;
+        vt_fail("the trace reached VTRACE_MAX_BYTES", 0);
         b->pos = 0;
         b->nrec = 0;
         return;
@@ -673,6 +683,8 @@ __attribute__((constructor(101))) static void vt_init(void) {
     crc_init();
     const char *gap = getenv("VTRACE_CPU_GAP_NS");
     if (gap && *gap) g_cpu_gap = strtoull(gap, NULL, 10);
+    const char *max = getenv("VTRACE_MAX_BYTES");
+    if (max && *max) g_max_bytes = strtoull(max, NULL, 10);
     g_base = now();
     g_pid = (uint32_t)getpid();
     int fd = open_out(out);
