@@ -17,6 +17,7 @@
 
 pub mod build;
 pub mod record;
+pub mod timeline;
 
 use std::collections::VecDeque;
 
@@ -146,6 +147,8 @@ pub struct World {
     pub(crate) record_tlb_samples: bool,
     /// Core clock (GHz), for cycle counts such as the PLE window.
     pub(crate) freq_ghz: f64,
+    /// The timeline being recorded, if any (`vcpulab run --timeline`; [`World::enable_timeline`]).
+    pub(crate) timeline: Option<Box<crate::account::Timeline>>,
 }
 
 /// How often (in events) a run asks its caller whether to stop.
@@ -204,7 +207,12 @@ impl World {
                     }
                 }
                 Ev::Timer { k, cpu, gen } => self.timer_event(k, cpu, gen),
-                Ev::Ipi { k, cpu, kind } => self.raise_irq(k, cpu, kind),
+                Ev::Ipi { k, cpu, kind } => {
+                    if self.timeline.is_some() {
+                        self.tl_ipi_recv(k, cpu, kind);
+                    }
+                    self.raise_irq(k, cpu, kind)
+                }
             }
             self.drain()?;
         }
@@ -231,9 +239,12 @@ impl World {
         if elapsed == 0 {
             return;
         }
-        c.since = self.now;
+        let start = std::mem::replace(&mut c.since, self.now);
         let leaf = c.leaf;
         self.ledger.add(core, leaf.attr, elapsed);
+        if self.timeline.is_some() {
+            self.tl_interval(core, leaf, start);
+        }
         match leaf.rem {
             Rem::Inf => {}
             Rem::HostWork => {

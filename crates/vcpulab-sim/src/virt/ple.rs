@@ -24,6 +24,7 @@ impl World {
         let Some(core) = self.vcpu_core(v) else { return };
         self.exit(v, ExitReason::PauseInstruction);
         let (vm, idx) = (self.vcpus[v as usize].vm as usize, self.vcpus[v as usize].idx);
+        let traced = self.timeline.is_some().then(|| (self.vms[vm].policies.window.window(idx), self.vcpus[v as usize].ple.yields));
         if self.vms[vm].policies.window.on_ple_exit(idx, self.now) {
             self.vcpus[v as usize].ple.window_grows += 1;
         }
@@ -35,6 +36,16 @@ impl World {
         self.vms[vm].policies.yielder = yielder;
         let attr = Attr { owner: self.vcpus[v as usize].owner, layer: Layer::Host, cause: Cause::Exit(ExitReason::PauseInstruction) };
         self.push_work(HOST, core, attr, u64::from(examined) * self.costs.ple_scan_per_vcpu);
+        if let Some((window_cycles, yields)) = traced {
+            let what = crate::account::timeline::Instant::PleExit {
+                window_cycles,
+                window_ns: self.cycles_to_ns(window_cycles),
+                next_window_cycles: self.vms[vm].policies.window.window(idx),
+                examined,
+                yielded: self.vcpus[v as usize].ple.yields > yields,
+            };
+            self.tl_vcpu_instant(v, what);
+        }
     }
 
     /// What `kvm_vcpu_on_spin` sees of vCPU `u`.

@@ -52,6 +52,7 @@ impl World {
             free_remote_calls: Vec::new(),
             record_tlb_samples: cfg.record.tlb_samples,
             freq_ghz: cfg.machine.freq_ghz,
+            timeline: None,
         };
         match cfg.layout {
             Layout::Native { instances } => {
