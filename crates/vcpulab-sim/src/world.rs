@@ -239,12 +239,9 @@ impl World {
         if elapsed == 0 {
             return;
         }
-        let start = std::mem::replace(&mut c.since, self.now);
+        c.since = self.now;
         let leaf = c.leaf;
         self.ledger.add(core, leaf.attr, elapsed);
-        if self.timeline.is_some() {
-            self.tl_interval(core, leaf, start);
-        }
         match leaf.rem {
             Rem::Inf => {}
             Rem::HostWork => {
@@ -275,6 +272,9 @@ impl World {
                 Cause::TlbWait => th.stats.tlb_wait_ns += elapsed,
                 _ => th.stats.spin_ns += elapsed,
             }
+        }
+        if self.timeline.is_some() {
+            self.tl_interval(core, elapsed);
         }
     }
 

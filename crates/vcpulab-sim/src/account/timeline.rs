@@ -26,6 +26,8 @@ use crate::virt::exit::ExitReason;
 pub const DEFAULT_WINDOW_NS: u64 = 100_000_000;
 /// Default cap on recorded events.
 pub const DEFAULT_MAX_EVENTS: u64 = 1_000_000;
+/// Thread ids of process `p` are `p * TIDS_PER_PROCESS + index`.
+const TIDS_PER_PROCESS: u32 = 10_000;
 
 /// What a timeline records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +38,19 @@ pub struct TimelineOptions {
     pub to_ns: Option<u64>,
     /// Recording stops (and the window ends) once this many events are recorded.
     pub max_events: u64,
+}
+
+impl TimelineOptions {
+    /// Checks the options: the window's end after its start, at least one event allowed.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(to) = self.to_ns.filter(|&to| to <= self.from_ns) {
+            return Err(format!("the window's end ({to} ns) must be after its start ({} ns)", self.from_ns));
+        }
+        if self.max_events == 0 {
+            return Err("max_events must be at least 1".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for TimelineOptions {
@@ -233,9 +248,10 @@ impl Timeline {
                 tracks.push(Track { kind: TrackKind::Thread, pid, tid: 0, name: format!("t{i}"), sort: i as u32 });
             }
         }
-        // Thread ids unique over the whole trace.
-        for (i, t) in tracks.iter_mut().enumerate() {
-            t.tid = i as u32 + 1;
+        // Thread ids unique over the trace and never equal to a process id (Perfetto takes a
+        // missing tid to be the pid).
+        for t in &mut tracks {
+            t.tid = t.pid * TIDS_PER_PROCESS + t.sort;
         }
         let n = tracks.len();
         Timeline {

@@ -37,17 +37,7 @@ impl Plan {
         opts: TimelineOptions,
         check: &mut dyn FnMut() -> bool,
     ) -> Result<TimelineRun, CellError> {
-        let bad = |m: String| CellError { message: m, interrupted: false };
-        if opts.to_ns.is_some_and(|to| to <= opts.from_ns) {
-            return Err(bad(format!(
-                "timeline window: the end ({} ns) must be after the start ({} ns)",
-                opts.to_ns.unwrap_or(0),
-                opts.from_ns
-            )));
-        }
-        if opts.max_events == 0 {
-            return Err(bad("timeline: max_events must be at least 1".into()));
-        }
+        opts.check().map_err(|m| CellError { message: format!("timeline: {m}"), interrupted: false })?;
         let cell = self.cells[i].clone();
         let layout = Layout::for_scenario(cell.scenario, cell.oc_vms);
         let cfg = self.run_config(&cell, layout);

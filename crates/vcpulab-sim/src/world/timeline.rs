@@ -10,7 +10,7 @@ use crate::kernel::{KernelId, ThreadId, HOST};
 use crate::virt::exit::ExitReason;
 use crate::virt::vcpu::ipi_kind;
 
-use super::{Leaf, World};
+use super::World;
 
 impl World {
     /// Records a timeline of this run (call before [`World::run`]).
@@ -43,11 +43,14 @@ impl World {
         Some(*tl)
     }
 
-    /// `core` executed `leaf` from `start` until now: a slice on its pCPU track, on its vCPU's
-    /// track while that vCPU is current there, and on its thread's track (host-kernel threads).
+    /// `core` executed its leaf for the last `elapsed` ns: a slice on its pCPU track, on its
+    /// vCPU's track while that vCPU is current there, and on its thread's track (host-kernel
+    /// threads).
     #[cold]
     #[inline(never)]
-    pub(super) fn tl_interval(&mut self, core: usize, leaf: Leaf, start: SimTime) {
+    pub(super) fn tl_interval(&mut self, core: usize, elapsed: u64) {
+        let leaf = self.cores[core].leaf;
+        let start = SimTime(self.now.ns() - elapsed);
         let Some(tl) = self.timeline.as_deref() else { return };
         let vcpu = tl.owner_vcpu[leaf.attr.owner as usize].filter(|&v| self.vcpu_core(v) == Some(core as u32));
         let vtrack = vcpu.map(|v| tl.vcpu_track[v as usize]);
@@ -74,6 +77,8 @@ impl World {
     }
 
     /// A point event on vCPU `v`'s track.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn tl_vcpu_instant(&mut self, v: u32, what: Instant) {
         let now = self.now.ns();
         if let Some(tl) = self.timeline.as_deref_mut() {
@@ -83,11 +88,15 @@ impl World {
     }
 
     /// vCPU `v` exited for `reason`, with `cost` ns of host work on `core`.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn tl_exit(&mut self, v: u32, reason: ExitReason, cost: u64, core: u32) {
         self.tl_vcpu_instant(v, Instant::Exit { reason, cost_ns: cost, pcpu: core });
     }
 
     /// vCPU `v` left its core: preempted (`runnable`) or halted.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn tl_vcpu_off(&mut self, v: u32, runnable: bool) {
         let now = self.now.ns();
         if let Some(tl) = self.timeline.as_deref_mut() {
@@ -96,6 +105,8 @@ impl World {
     }
 
     /// vCPU `v` is on a core again.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn tl_vcpu_on(&mut self, v: u32) {
         let now = self.now.ns();
         if let Some(tl) = self.timeline.as_deref_mut() {
@@ -104,6 +115,8 @@ impl World {
     }
 
     /// vCPU `v`'s blocked thread was woken.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn tl_vcpu_woken(&mut self, v: u32) {
         let now = self.now.ns();
         if let Some(tl) = self.timeline.as_deref_mut() {
@@ -113,6 +126,8 @@ impl World {
 
     /// An IPI (irq bit `bit`, counted as [`ipi_kind`] `ki`) from CPU `from` to CPU `to` of
     /// kernel `k`, arriving at `arrival`.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn tl_ipi_send(&mut self, k: KernelId, from: u32, to: u32, bit: u8, ki: usize, arrival: SimTime) {
         let (track, now) = (self.tl_track(k, from), self.now.ns());
         if let Some(tl) = self.timeline.as_deref_mut() {
@@ -121,6 +136,8 @@ impl World {
     }
 
     /// An IPI (irq bit `bit`) reaches CPU `cpu` of kernel `k` now.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn tl_ipi_recv(&mut self, k: KernelId, cpu: u32, bit: u8) {
         let (track, now) = (self.tl_track(k, cpu), self.now.ns());
         if let Some(tl) = self.timeline.as_deref_mut() {
@@ -130,6 +147,8 @@ impl World {
 
     /// A remote call starts from CPU `cpu` of kernel `k` to `targets`.
     #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
     pub(crate) fn tl_call_start(
         &mut self,
         k: KernelId,
@@ -147,6 +166,8 @@ impl World {
     }
 
     /// The remote call thread `t` waited for completed after `latency` ns.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn tl_call_done(&mut self, t: ThreadId, kind: CallKind, latency: u64) {
         let task = &self.tasks[self.threads[t as usize].task as usize];
         let (track, now) = (self.tl_track(task.kernel, task.cpu), self.now.ns());

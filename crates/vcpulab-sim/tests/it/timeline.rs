@@ -33,7 +33,7 @@ fn ns(x: &Value) -> u64 {
 fn names(v: &Value) -> (BTreeMap<u64, String>, BTreeMap<(u64, u64), String>) {
     let (mut procs, mut tracks) = (BTreeMap::new(), BTreeMap::new());
     for e in v["traceEvents"].as_array().expect("events") {
-        let (pid, tid, name) = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap(), e["args"]["name"].as_str());
+        let (pid, tid, name) = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap_or(0), e["args"]["name"].as_str());
         match (e["ph"].as_str(), e["name"].as_str()) {
             (Some("M"), Some("process_name")) => drop(procs.insert(pid, name.unwrap().to_string())),
             (Some("M"), Some("thread_name")) => drop(tracks.insert((pid, tid), name.unwrap().to_string())),
@@ -170,7 +170,7 @@ fn the_same_seed_gives_the_same_bytes() {
 fn a_bad_window_is_an_error() {
     let mut plan = Plan::new(&spec("ep", "UC", 2), "t.toml", &[]).unwrap();
     let e = plan.run_cell_with_timeline(0, opts(5, Some(5), 10)).unwrap_err();
-    assert!(e.message.contains("must be after the start"), "{e}");
+    assert!(e.message.contains("must be after its start"), "{e}");
     let e = plan.run_cell_with_timeline(0, opts(0, None, 0)).unwrap_err();
     assert!(e.message.contains("max_events"), "{e}");
 }

@@ -23,7 +23,9 @@ struct Event<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     dur: Option<f64>,
     pid: u32,
-    tid: u32,
+    /// Absent on process metadata.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tid: Option<u32>,
     /// Scope of an instant event ("t": its thread).
     #[serde(skip_serializing_if = "Option::is_none")]
     s: Option<&'static str>,
@@ -37,7 +39,7 @@ struct Event<'a> {
 }
 
 impl<'a> Event<'a> {
-    fn new(name: impl Into<Cow<'a, str>>, ph: &'static str, pid: u32, tid: u32) -> Self {
+    fn new(name: impl Into<Cow<'a, str>>, ph: &'static str, pid: u32, tid: Option<u32>) -> Self {
         Event { name: name.into(), cat: None, ph, ts: None, dur: None, pid, tid, s: None, id: None, bp: None, args: Map::new() }
     }
 }
@@ -99,7 +101,7 @@ impl Timeline {
         let track = &self.tracks[r.track as usize];
         let mut e = match label {
             Label::Leaf(a, thread) => {
-                let mut e = Event::new(self.leaf_name(track.kind, a, thread), "X", track.pid, track.tid);
+                let mut e = Event::new(self.leaf_name(track.kind, a, thread), "X", track.pid, Some(track.tid));
                 let mut pairs = Vec::with_capacity(4);
                 if track.kind == TrackKind::Pcpu {
                     pairs.push(("owner", Value::from(self.owner_name(a.owner))));
@@ -118,7 +120,7 @@ impl Timeline {
                 e
             }
             Label::Off(state) => {
-                let mut e = Event::new(state.name(), "X", track.pid, track.tid);
+                let mut e = Event::new(state.name(), "X", track.pid, Some(track.tid));
                 e.cat = Some("vcpu_off");
                 e
             }
@@ -180,7 +182,7 @@ impl Timeline {
                 (format!("{name} done").into(), cat, vec![("latency_ns", json!(latency_ns))])
             }
         };
-        let mut e = Event::new(name, "i", track.pid, track.tid);
+        let mut e = Event::new(name, "i", track.pid, Some(track.tid));
         e.cat = Some(cat);
         e.ts = Some(us(r.ts));
         e.s = Some("t");
@@ -190,7 +192,7 @@ impl Timeline {
 
     fn flow_event(&self, r: &Rec, id: u32, start: bool) -> Event<'_> {
         let track = &self.tracks[r.track as usize];
-        let mut e = Event::new("IPI", if start { "s" } else { "f" }, track.pid, track.tid);
+        let mut e = Event::new("IPI", if start { "s" } else { "f" }, track.pid, Some(track.tid));
         e.cat = Some("ipi");
         e.ts = Some(us(r.ts));
         e.id = Some(id);
@@ -203,27 +205,30 @@ impl Timeline {
     fn metadata(&self) -> Vec<Event<'_>> {
         let mut out = Vec::new();
         for (i, p) in self.processes.iter().enumerate() {
-            let mut e = Event::new("process_name", "M", p.pid, 0);
+            let mut e = Event::new("process_name", "M", p.pid, None);
             e.args = args(vec![("name", json!(p.name))]);
             out.push(e);
-            let mut e = Event::new("process_sort_index", "M", p.pid, 0);
+            let mut e = Event::new("process_sort_index", "M", p.pid, None);
             e.args = args(vec![("sort_index", json!(i))]);
             out.push(e);
         }
         for t in &self.tracks {
-            let mut e = Event::new("thread_name", "M", t.pid, t.tid);
+            let mut e = Event::new("thread_name", "M", t.pid, Some(t.tid));
             e.args = args(vec![("name", json!(t.name))]);
             out.push(e);
-            let mut e = Event::new("thread_sort_index", "M", t.pid, t.tid);
+            let mut e = Event::new("thread_sort_index", "M", t.pid, Some(t.tid));
             e.args = args(vec![("sort_index", json!(t.sort))]);
             out.push(e);
         }
         out
     }
 
-    /// The trace as JSON text (`{"traceEvents": [...], "displayTimeUnit": "ns", "otherData":
-    /// {...}}`); `other` is added to `otherData` (what ran: workload, scenario, ...). Call after
-    /// the run finished. Byte-identical for identical runs.
+    /// The trace as JSON text (`{"traceEvents": [...], "otherData": {...}}`); `other` is added
+    /// to `otherData` (what ran: workload, scenario, ...). Call after the run finished.
+    /// Byte-identical for identical runs.
+    ///
+    /// There is no `displayTimeUnit`: it only changes how the legacy viewer prints times, and
+    /// some Perfetto versions took `"ns"` to be the unit of `ts`.
     pub fn to_json(&self, other: Map<String, Value>) -> String {
         let mut order: Vec<&Rec> = self.recs.iter().collect();
         let rank = |r: &Rec| match r.ev {
@@ -261,7 +266,7 @@ impl Timeline {
         data.insert("max_events".into(), json!(self.opts.max_events));
         data.insert("events".into(), json!(self.recs.len()));
         data.insert("run_end_ns".into(), json!(self.end));
-        out.push_str("\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":");
+        out.push_str("\n],\n\"otherData\":");
         out.push_str(&serde_json::to_string(&data).expect("metadata serializes"));
         out.push_str("}\n");
         out
