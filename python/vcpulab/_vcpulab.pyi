@@ -3,6 +3,8 @@
 from typing import Self, TypedDict, final
 
 __all__ = [
+    "TIMELINE_MAX_EVENTS",
+    "TIMELINE_WINDOW_NS",
     "Plan",
     "SimulationError",
     "SpecError",
@@ -42,6 +44,11 @@ class _PolicyInfo(TypedDict):
     field: str
     description: str
 
+TIMELINE_WINDOW_NS: int
+"""Default end of a timeline's window (ns of virtual time): the first 100 ms."""
+TIMELINE_MAX_EVENTS: int
+"""Default cap on a timeline's events."""
+
 def version() -> str: ...
 def build_id() -> str:
     """``version+fingerprint of the simulator's source``: what stored results record and key on."""
@@ -70,6 +77,15 @@ class Plan:
         "variants": [label...]}``."""
     def run_cell(self, i: int) -> str:
         """Run cell ``i`` and return its result object as JSON text (IndexError if out of range)."""
+    def run_cell_with_timeline(
+        self, i: int, from_ns: int = 0, to_ns: int | None = ..., max_events: int = ...
+    ) -> tuple[str, bytes, int, int | None]:
+        """Run cell ``i`` recording a timeline of its own simulation (not its baselines) in
+        the virtual-time window [``from_ns``, ``to_ns``) (default the first
+        ``TIMELINE_WINDOW_NS``; None: until the run ends), stopping at ``max_events`` (default
+        ``TIMELINE_MAX_EVENTS``). Returns (result JSON text — the same as ``run_cell``'s —,
+        the timeline as Trace Event Format JSON bytes, its event count, the virtual ns where
+        the cap stopped recording or None). ValueError for a bad window."""
     def spec_toml(self) -> str:
         """The fully materialised spec, after overrides."""
     def cell_jobs(self, i: int) -> str:
@@ -89,6 +105,7 @@ def workload_toml(name: str) -> str: ...
 def policies() -> list[_PolicyInfo]: ...
 def characterize(workload: str, cpus: int, seed: int, slice_ns: int, overrides: list[str]) -> str:
     """Run ``workload`` natively with n = ``cpus`` and characterize it; JSON text."""
+
 def bench(seconds: float) -> str: ...
 
 class PerfCounters:

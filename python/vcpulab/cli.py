@@ -10,6 +10,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -17,8 +18,12 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from rich.console import Console
+
 from . import __version__, analysis, render, report
 from ._vcpulab import (
+    TIMELINE_MAX_EVENTS,
+    TIMELINE_WINDOW_NS,
     Plan,
     SimulationError,
     SpecError,
@@ -29,7 +34,7 @@ from ._vcpulab import (
     workload_toml,
     workloads,
 )
-from .atomic import AtomicWriter
+from .atomic import AtomicWriter, write_bytes_atomic
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
@@ -128,6 +133,33 @@ def _duration_ms(text: str) -> float:
     return value
 
 
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)?\s*")
+_NS_PER = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_WINDOW_FORM = "START:END with durations such as 0ms:50ms, 10ms:80ms or 10ms: (END empty: until the run ends)"
+
+
+def _virtual_ns(text: str) -> int:
+    """``50ms`` / ``1.5s`` / ``0`` → ns (a unit is required unless the value is 0)."""
+    m = _DURATION.fullmatch(text)
+    if m is None or (m.group(2) is None and float(m.group(1)) != 0):
+        raise argparse.ArgumentTypeError(
+            f"expected {_WINDOW_FORM}; {text.strip()!r} is not a duration (units ns, us, ms, s)"
+        )
+    return round(float(m.group(1)) * _NS_PER[m.group(2) or "ns"])
+
+
+def _window(text: str) -> tuple[int, int | None]:
+    """``START:END`` → (start ns, end ns or None = until the run ends)."""
+    start, colon, end = text.partition(":")
+    if not colon or ":" in end:
+        raise argparse.ArgumentTypeError(f"expected {_WINDOW_FORM} (got {text!r})")
+    from_ns = _virtual_ns(start) if start.strip() else 0
+    to_ns = _virtual_ns(end) if end.strip() else None
+    if to_ns is not None and to_ns <= from_ns:
+        raise argparse.ArgumentTypeError(f"the end must be after the start (got {text!r})")
+    return from_ns, to_ns
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -224,6 +256,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help='with [report] cdf = "tlb_latency": write every latency sample and its CDF to FILE (CSV),'
         " and a plot beside it as .png when matplotlib is installed",
+    )
+    run.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="also record a timeline of the run's single cell and write it to FILE: a Chrome/Perfetto trace "
+        "(JSON; open it in https://ui.perfetto.dev) with a track per pCPU and per vCPU, exits, IPIs, PLE exits "
+        "and TLB shootdowns. The selection must be one cell (see --only); it runs in this process and is not "
+        "stored. See docs/timeline.md",
+    )
+    run.add_argument(
+        "--timeline-window",
+        type=_window,
+        metavar="START:END",
+        help=f"the virtual time the timeline covers, e.g. 0ms:50ms or 10ms: (until the run ends); "
+        f"default 0ms:{TIMELINE_WINDOW_NS // 1_000_000}ms",
+    )
+    run.add_argument(
+        "--timeline-max-events",
+        type=_positive_int,
+        metavar="N",
+        help=f"stop recording the timeline after N events, and say where (default {TIMELINE_MAX_EVENTS:,})",
     )
     run.set_defaults(func=cmd_run)
 
@@ -426,6 +479,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"--only {' '.join(args.only)}: no cell of the experiment matches (see `vcpulab validate`)")
     if args.out is not None:
         _check_writable(args.out)
+    if args.timeline is not None or args.timeline_window is not None or args.timeline_max_events is not None:
+        return _run_with_timeline(args, plan, info, cdf_out, cells, selected)
     results_dir = _results_dir(args)
     spec_text = plan.spec_toml()
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
@@ -446,7 +501,7 @@ def _sweep_and_show(
     payload: SpecPayload,
     info: report.PlanInfo,
     cdf_out: Path | None,
-    cells: list[dict[str, Any]],
+    cells: Sequence[Mapping[str, Any]],
     selected: list[int],
     results_dir: str | None,
     store: ResultsStore | None,
@@ -462,9 +517,9 @@ def _sweep_and_show(
         if writer is not None:
             writer.save_spec(spec_hash, spec_text)
         if store is not None and sweep.stored:
-            rows = store.rows(sweep.jobs[i]["key"] for i in sweep.stored)
+            stored_rows = store.rows(sweep.jobs[i]["key"] for i in sweep.stored)
             for i in sweep.stored:
-                emit.add(i, rows[sweep.jobs[i]["key"]])
+                emit.add(i, stored_rows[sweep.jobs[i]["key"]])
         units = sum(len(t.cells) if t.kind == "cell" else 1 for t in sweep.tasks)
         if not sweep.tasks:
             executor.close(cancel=False)
@@ -501,41 +556,113 @@ def _sweep_and_show(
     # Large sweeps show an overview made from the rows' columns; everything else needs the
     # result objects back.
     ordered = [] if many else [result_from_row(r) for r in rows]
+    console = _report(args, info, spec_text, ordered, cdf_out, rows if len(rows) > render.MANY_CELLS else None)
+    if console is not None and results_dir is not None:
+        ran, kept_n = report_.ran, len(sweep.stored)
+        console.print(
+            f"results: {results_dir} ({ran} cells run, {kept_n} already stored); "
+            f"query with `vcpulab summary {results_dir}` or `vcpulab query {results_dir} SQL`",
+            style="dim",
+            highlight=False,
+        )
+    return 0
+
+
+def _report(
+    args: argparse.Namespace,
+    info: report.PlanInfo,
+    spec_text: str,
+    ordered: list[dict[str, Any]],
+    cdf_out: Path | None,
+    overview: list[dict[str, Any]] | None,
+) -> Console | None:
+    """Writes ``--out`` and ``--cdf-out`` and, without ``--json``, prints the results table (or
+    the overview of ``overview``'s stored rows for a large sweep), the published and CDF tables;
+    returns the console for more footer lines (None with ``--json``)."""
     if args.out is not None:
         with AtomicWriter(args.out) as out:
             for r in ordered:
                 out.write(json.dumps(r, ensure_ascii=False) + "\n")
     written = _write_cdf(cdf_out, ordered) if cdf_out is not None else []
-    if not args.json:
-        console = render.stdout_console()
-        if len(rows) > render.MANY_CELLS:
-            console.print(render.overview_table(rows))
-            console.print(
-                f"{len(rows)} cells: per-cell figures with --json, or from the results directory "
-                "(vcpulab summary / query)",
-                style="dim",
-                highlight=False,
-            )
-        else:
-            console.print(render.results_table(ordered, info.columns))
-            console.print(render.legend())
-        if info.published:
-            settings = tomllib.loads(spec_text)
-            console.print()
-            console.print(render.published_table(report.compare_published(info.published, ordered, settings)))
-        if info.cdf == "tlb_latency":
-            console.print()
-            console.print(render.cdf_table(ordered, [report.cdf_summary(r) for r in ordered]))
-        if written:
-            console.print(f"wrote {', '.join(written)}", style="dim", highlight=False)
-        if results_dir is not None:
-            ran, kept_n = report_.ran, len(sweep.stored)
-            console.print(
-                f"results: {results_dir} ({ran} cells run, {kept_n} already stored); "
-                f"query with `vcpulab summary {results_dir}` or `vcpulab query {results_dir} SQL`",
-                style="dim",
-                highlight=False,
-            )
+    if args.json:
+        return None
+    console = render.stdout_console()
+    if overview is not None:
+        console.print(render.overview_table(overview))
+        console.print(
+            f"{len(overview)} cells: per-cell figures with --json, or from the results directory "
+            "(vcpulab summary / query)",
+            style="dim",
+            highlight=False,
+        )
+    else:
+        console.print(render.results_table(ordered, info.columns))
+        console.print(render.legend())
+    if info.published:
+        settings = tomllib.loads(spec_text)
+        console.print()
+        console.print(render.published_table(report.compare_published(info.published, ordered, settings)))
+    if info.cdf == "tlb_latency":
+        console.print()
+        console.print(render.cdf_table(ordered, [report.cdf_summary(r) for r in ordered]))
+    if written:
+        console.print(f"wrote {', '.join(written)}", style="dim", highlight=False)
+    return console
+
+
+def _run_with_timeline(
+    args: argparse.Namespace,
+    plan: Plan,
+    info: report.PlanInfo,
+    cdf_out: Path | None,
+    cells: Sequence[Mapping[str, Any]],
+    selected: list[int],
+) -> int:
+    """``run --timeline``: the one selected cell, run here (not stored) with a timeline of
+    its own simulation; the same output as a normal run, and the timeline file."""
+    if args.timeline is None:
+        raise CliError("--timeline-window and --timeline-max-events need --timeline FILE")
+    if len(selected) != 1:
+        example = ",".join(f"{k}={cells[selected[0]][k]}" for k in ("workload", "scenario", "vcpus", "seed"))
+        raise CliError(
+            f"--timeline records one cell; this run selects {len(selected)} "
+            f"(choose one with --only, e.g. --only '{example}')"
+        )
+    if args.cluster:
+        raise CliError("--timeline runs its cell in this process: drop --cluster")
+    if args.results:
+        raise CliError("--timeline runs its cell without storing it: drop --results")
+    _check_writable(args.timeline, option="--timeline")
+    from_ns, to_ns = args.timeline_window or (0, TIMELINE_WINDOW_NS)
+    max_events = args.timeline_max_events or TIMELINE_MAX_EVENTS
+    i = selected[0]
+    try:
+        with render.sweep_progress(1, sys.stderr.isatty(), 1) as done:
+            result_json, trace, events, truncated_at = plan.run_cell_with_timeline(i, from_ns, to_ns, max_events)
+            done(render.cell_label(cells[i]))
+    except KeyboardInterrupt:
+        raise CliError("interrupted", EXIT_INTERRUPTED) from None
+    write_bytes_atomic(args.timeline, trace)
+    # The same object (key order included) a stored result gives back.
+    raw = json.loads(result_json)
+    rest = {k: v for k, v in raw.items() if k != "run"}
+    result = result_from_row(
+        {"result_json": json.dumps(rest, sort_keys=True), "run_json": json.dumps(raw["run"], sort_keys=True)}
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+    _report(args, info, plan.spec_toml(), [result], cdf_out, None)
+    sys.stdout.flush()
+    cut = (
+        f", cut at {truncated_at / 1e6:g} ms of virtual time by --timeline-max-events"
+        if truncated_at is not None
+        else ""
+    )
+    if events == 0:
+        cut = f": the run ended at {float(result['duration_s']) * 1e3:g} ms, before the window starts"
+    sys.stderr.write(
+        f"vcpulab: wrote timeline {args.timeline} ({events:,} events{cut}; open in https://ui.perfetto.dev)\n"
+    )
     return 0
 
 
@@ -693,15 +820,17 @@ def _write_cdf(path: Path, results: Sequence[dict[str, Any]]) -> list[str]:
     return [str(path)]
 
 
-def _check_writable(path: str) -> None:
-    """One-line errors, before anything runs, for an output path that cannot be written."""
+def _check_writable(path: str, option: str | None = None) -> None:
+    """One-line errors, before anything runs, for an output path that cannot be written
+    (naming ``option`` when given)."""
+    what = f"{option}: " if option else ""
     if os.path.isdir(path):
-        raise CliError(f"cannot write '{path}': is a directory")
+        raise CliError(f"{what}cannot write '{path}': is a directory")
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
-        raise CliError(f"cannot write '{path}': directory '{directory}' does not exist")
+        raise CliError(f"{what}cannot write '{path}': directory '{directory}' does not exist")
     if not os.access(directory, os.W_OK):
-        raise CliError(f"cannot write '{path}': directory '{directory}' is not writable")
+        raise CliError(f"{what}cannot write '{path}': directory '{directory}' is not writable")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -6,8 +6,9 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 
+use vcpulab_sim::account::timeline::{TimelineOptions, DEFAULT_MAX_EVENTS, DEFAULT_WINDOW_NS};
 use vcpulab_sim::api;
 use vcpulab_sim::workload::builtin::{builtin_names, builtin_text};
 
@@ -71,6 +72,28 @@ impl Plan {
         let inner = &mut self.inner;
         let r = interruptible(py, |check| inner.run_cell_checked(i, check))?;
         serde_json::to_string(&r).map_err(|e| VcpulabError::new_err(e.to_string()))
+    }
+
+    /// Runs cell `i` recording a timeline of its own simulation in the virtual-time window
+    /// [`from_ns`, `to_ns`) (`to_ns` None: until the run ends), stopping at `max_events`.
+    /// Returns (result JSON text, timeline JSON bytes, events, ns where the cap stopped
+    /// recording or None). ValueError for a bad window.
+    #[pyo3(signature = (i, from_ns=0, to_ns=Some(DEFAULT_WINDOW_NS), max_events=DEFAULT_MAX_EVENTS))]
+    fn run_cell_with_timeline<'py>(
+        &mut self,
+        py: Python<'py>,
+        i: usize,
+        from_ns: u64,
+        to_ns: Option<u64>,
+        max_events: u64,
+    ) -> PyResult<(String, Bound<'py, PyBytes>, u64, Option<u64>)> {
+        self.check_index(i)?;
+        let opts = TimelineOptions { from_ns, to_ns, max_events };
+        opts.check().map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let inner = &mut self.inner;
+        let r = interruptible(py, |check| inner.run_cell_with_timeline_checked(i, opts, check))?;
+        let result = serde_json::to_string(&r.result).map_err(|e| VcpulabError::new_err(e.to_string()))?;
+        Ok((result, PyBytes::new(py, r.json.as_bytes()), r.events, r.truncated_at_ns))
     }
 
     /// The simulations cell `i` needs and its content keys, as JSON text (`key`,
@@ -264,6 +287,8 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SpecError", py.get_type::<SpecError>())?;
     m.add("SimulationError", py.get_type::<SimulationError>())?;
     m.add("TraceError", py.get_type::<TraceError>())?;
+    m.add("TIMELINE_WINDOW_NS", DEFAULT_WINDOW_NS)?;
+    m.add("TIMELINE_MAX_EVENTS", DEFAULT_MAX_EVENTS)?;
     m.add_class::<Plan>()?;
     m.add_class::<PerfCounters>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;

@@ -9,7 +9,9 @@ pub mod attr;
 pub mod histogram;
 pub mod ledger;
 pub mod metrics;
+pub mod timeline;
 
 pub use attr::{Attr, Cause, Layer, OwnerId, OwnerKind};
 pub use histogram::Log2Histogram;
 pub use ledger::Ledger;
+pub use timeline::{Timeline, TimelineOptions};

@@ -17,7 +17,9 @@ use crate::world::record::RunRecord;
 use crate::world::RunError;
 
 mod jobs;
+mod timeline;
 pub use jobs::{CellJobs, JobRef, RunSummary};
+pub use timeline::TimelineRun;
 
 /// One cell of the experiment matrix.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -347,18 +349,13 @@ impl Plan {
             return Ok(Arc::clone(r));
         }
         let start = Instant::now();
-        let rec = simulate_run_checked(&cfg, check).map_err(|e: RunError| CellError {
-            message: format!(
-                "workload '{}' {} vcpus {} seed {} ({}): {e}",
-                cell.workload,
-                cell.scenario,
-                cell.vcpus,
-                cell.seed,
-                layout.describe()
-            ),
-            interrupted: e == RunError::Interrupted,
-        })?;
-        let r = Arc::new((rec, start.elapsed().as_secs_f64()));
+        let rec = simulate_run_checked(&cfg, check).map_err(|e| cell_error(cell, layout, e))?;
+        Ok(self.remember(key, rec, start.elapsed().as_secs_f64()))
+    }
+
+    /// Keeps the record of simulation `key` for reuse (and its summary for the baselines).
+    fn remember(&mut self, key: String, rec: RunRecord, wall: f64) -> Arc<(RunRecord, f64)> {
+        let r = Arc::new((rec, wall));
         let summary = RunSummary::of(&r.0);
         if self.summaries.insert(key.clone(), summary).is_none() {
             self.fresh.push((key.clone(), summary));
@@ -370,7 +367,7 @@ impl Plan {
         }
         self.run_order.push_back(key.clone());
         self.runs.insert(key, Arc::clone(&r));
-        Ok(r)
+        r
     }
 
     /// The summary of `cell` with `layout`: provided or simulated earlier, else simulated now.
@@ -403,15 +400,21 @@ impl Plan {
     /// Like [`Plan::run_cell`], asking `check` every few thousand events whether to stop.
     pub fn run_cell_checked(&mut self, i: usize, check: &mut dyn FnMut() -> bool) -> Result<ScenarioResult, CellError> {
         let cell = self.cells[i].clone();
+        let main = self.run(&cell, Layout::for_scenario(cell.scenario, cell.oc_vms), check)?;
+        self.pair(&cell, &main, check)
+    }
+
+    /// Pairs `cell`'s own run `main` (record, wall seconds) with its baselines (simulated
+    /// now if needed) into its result.
+    fn pair(&mut self, cell: &Cell, main: &(RunRecord, f64), check: &mut dyn FnMut() -> bool) -> Result<ScenarioResult, CellError> {
         let k = cell.oc_vms;
-        let main = self.run(&cell, Layout::for_scenario(cell.scenario, k), check)?;
         let base = match Layout::baseline(cell.scenario, k) {
-            Some(l) => Some(self.summary(&cell, l, check)?),
+            Some(l) => Some(self.summary(cell, l, check)?),
             None => None,
         };
         let alone = match cell.scenario {
             Scenario::Native => None,
-            _ => Some(self.summary(&cell, Layout::Vms { vms: 1 }, check)?),
+            _ => Some(self.summary(cell, Layout::Vms { vms: 1 }, check)?),
         };
         let (rec, wall) = (&main.0, main.1);
         let virt = cell.scenario != Scenario::Native;
@@ -443,7 +446,7 @@ impl Plan {
                 *breakdown.entry(row.layer.to_string()).or_default().entry(row.cause.clone()).or_insert(0) += row.ns;
             }
         }
-        let spec = &self.variants[self.variant_index(&cell)].1;
+        let spec = &self.variants[self.variant_index(cell)].1;
         let wl = spec.workloads.iter().find(|w| w.name == cell.workload).expect("cell workload exists");
         Ok(ScenarioResult {
             workload: cell.workload.clone(),
@@ -475,6 +478,21 @@ impl Plan {
             metrics: mechanism_metrics(rec),
             run: rec.clone(),
         })
+    }
+}
+
+/// The error of a failed simulation of `cell` with `layout`.
+fn cell_error(cell: &Cell, layout: Layout, e: RunError) -> CellError {
+    CellError {
+        message: format!(
+            "workload '{}' {} vcpus {} seed {} ({}): {e}",
+            cell.workload,
+            cell.scenario,
+            cell.vcpus,
+            cell.seed,
+            layout.describe()
+        ),
+        interrupted: e == RunError::Interrupted,
     }
 }
 

@@ -122,6 +122,20 @@ pub fn simulate_run(cfg: &RunConfig) -> Result<RunRecord, RunError> {
     simulate_run_checked(cfg, &mut || false)
 }
 
+/// Runs one simulation recording its timeline ([`crate::account::Timeline`]).
+pub fn simulate_run_with_timeline(
+    cfg: &RunConfig,
+    opts: crate::account::TimelineOptions,
+    interrupted: &mut dyn FnMut() -> bool,
+) -> Result<(RunRecord, crate::account::Timeline), RunError> {
+    let mut w = World::new(cfg);
+    w.enable_timeline(opts);
+    let end: SimTime = w.run_checked(interrupted)?;
+    let rec = RunRecord::from_world(&w, end, cfg);
+    let tl = w.take_timeline(end).expect("enabled above");
+    Ok((rec, tl))
+}
+
 /// Runs one simulation, asking `interrupted` periodically whether to stop.
 pub fn simulate_run_checked(cfg: &RunConfig, interrupted: &mut dyn FnMut() -> bool) -> Result<RunRecord, RunError> {
     let mut w = World::new(cfg);

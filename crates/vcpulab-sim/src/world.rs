@@ -17,6 +17,7 @@
 
 pub mod build;
 pub mod record;
+pub mod timeline;
 
 use std::collections::VecDeque;
 
@@ -152,6 +153,8 @@ pub struct World {
     pub(crate) record_wait_chains: bool,
     /// Who made busy-waiting threads wait ([`crate::kernel::waits`]).
     pub(crate) waits: crate::kernel::waits::WaitChains,
+    /// The timeline being recorded, if any (`vcpulab run --timeline`; [`World::enable_timeline`]).
+    pub(crate) timeline: Option<Box<crate::account::Timeline>>,
 }
 
 /// How often (in events) a run asks its caller whether to stop.
@@ -210,7 +213,12 @@ impl World {
                     }
                 }
                 Ev::Timer { k, cpu, gen } => self.timer_event(k, cpu, gen),
-                Ev::Ipi { k, cpu, kind } => self.raise_irq(k, cpu, kind),
+                Ev::Ipi { k, cpu, kind } => {
+                    if self.timeline.is_some() {
+                        self.tl_ipi_recv(k, cpu, kind);
+                    }
+                    self.raise_irq(k, cpu, kind)
+                }
             }
             self.drain()?;
         }
@@ -273,6 +281,9 @@ impl World {
             if self.record_wait_chains && leaf.attr.cause != Cause::Compute {
                 self.charge_wait(t, elapsed);
             }
+        }
+        if self.timeline.is_some() {
+            self.tl_interval(core, elapsed);
         }
     }
 

@@ -305,7 +305,11 @@ impl World {
                 let attr = self.ctx_attr(k, from, Cause::IpiSend);
                 self.push_work(k, from, attr, self.costs.ipi_send);
             }
-            self.q.schedule(self.now + self.costs.ipi_latency, crate::world::Ev::Ipi { k, cpu: to, kind });
+            let at = self.now + self.costs.ipi_latency;
+            if self.timeline.is_some() {
+                self.tl_ipi_send(k, from, to, kind, ki, at);
+            }
+            self.q.schedule(at, crate::world::Ev::Ipi { k, cpu: to, kind });
         } else {
             self.virt_send_ipi(k, from, to, kind, ki, sender_cost);
         }

@@ -122,6 +122,9 @@ impl World {
             TlbPolicy::Shoot4u => self.shoot4u(k, cpu, sd, &targets),
             TlbPolicy::Ipi | TlbPolicy::Pv => self.call_others(k, cpu, sd, &targets, policy == TlbPolicy::Pv),
         };
+        if self.timeline.is_some() {
+            self.tl_call_start(k, cpu, CallKind::TlbFlush, &targets, policy.name(), pages, deferred);
+        }
         self.insts[inst as usize].tlb.deferred += deferred;
         self.wait_remote_call(t, sd)
     }
@@ -139,6 +142,9 @@ impl World {
         stats.shootdowns += 1;
         stats.targets += targets.len() as u64;
         let sd = self.new_remote_call(t, CallKind::Membarrier);
+        if self.timeline.is_some() {
+            self.tl_call_start(k, cpu, CallKind::Membarrier, &targets, "ipi", 0, 0);
+        }
         self.call_others(k, cpu, sd, &targets, false);
         self.wait_remote_call(t, sd)
     }
@@ -321,6 +327,9 @@ impl World {
             return false;
         }
         let lat = self.now.since(s.start);
+        if self.timeline.is_some() {
+            self.tl_call_done(t, s.kind, lat);
+        }
         let inst = &mut self.insts[self.threads[t as usize].inst as usize];
         match s.kind {
             CallKind::TlbFlush => {

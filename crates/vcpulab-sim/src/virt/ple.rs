@@ -36,6 +36,7 @@ impl World {
                 _ => series.push((bucket, window, 1)),
             }
         }
+        let traced = self.timeline.is_some().then(|| (self.vms[vm].policies.window.window(idx), self.vcpus[v as usize].ple.yields));
         if self.vms[vm].policies.window.on_ple_exit(idx, self.now) {
             self.vcpus[v as usize].ple.window_grows += 1;
         }
@@ -47,6 +48,16 @@ impl World {
         self.vms[vm].policies.yielder = yielder;
         let attr = Attr { owner: self.vcpus[v as usize].owner, layer: Layer::Host, cause: Cause::Exit(ExitReason::PauseInstruction) };
         self.push_work(HOST, core, attr, u64::from(examined) * self.costs.ple_scan_per_vcpu);
+        if let Some((window_cycles, yields)) = traced {
+            let what = crate::account::timeline::Instant::PleExit {
+                window_cycles,
+                window_ns: self.cycles_to_ns(window_cycles),
+                next_window_cycles: self.vms[vm].policies.window.window(idx),
+                examined,
+                yielded: self.vcpus[v as usize].ple.yields > yields,
+            };
+            self.tl_vcpu_instant(v, what);
+        }
     }
 
     /// What `kvm_vcpu_on_spin` sees of vCPU `u`.

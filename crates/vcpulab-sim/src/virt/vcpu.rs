@@ -319,6 +319,9 @@ impl World {
         vc.ple_epoch = vc.ple_epoch.wrapping_add(1);
         let attr = Attr { owner: vc.owner, layer: Layer::Host, cause: Cause::Exit(reason) };
         self.push_work(HOST, core, attr, cost);
+        if self.timeline.is_some() {
+            self.tl_exit(v, reason, cost, core);
+        }
     }
 
     /// Host-layer work charged to vCPU `v` on its core (no exit counted).
@@ -385,11 +388,19 @@ impl World {
         let blocked = matches!(self.vcpus[vt as usize].run, VcpuRun::Blocked { .. })
             && self.tasks[self.vcpus[vt as usize].task as usize].state == TaskState::Blocked;
         if blocked {
+            if self.timeline.is_some() {
+                // The host wakes the target at once: sent and received now.
+                self.tl_ipi_send(k, from, to, kind, ki, self.now);
+                self.tl_ipi_recv(k, to, kind);
+            }
             self.kernels[k as usize].cpus[to as usize].pending |= kind;
             let waker = self.vcpu_core(vf);
             self.vcpu_unhalt(vt, waker);
         } else {
             let at = self.now + self.costs.ipi_posted_latency;
+            if self.timeline.is_some() {
+                self.tl_ipi_send(k, from, to, kind, ki, at);
+            }
             self.q.schedule(at, crate::world::Ev::Ipi { k, cpu: to, kind });
         }
     }
@@ -402,6 +413,9 @@ impl World {
         vc.hp.wakeups += 1;
         vc.ready = true;
         let task = vc.task;
+        if self.timeline.is_some() {
+            self.tl_vcpu_woken(v);
+        }
         self.wake_task(task, waker_core.map(|c| (HOST, c)));
     }
 
@@ -427,10 +441,16 @@ impl World {
         let vm = vc.vm as usize;
         let idx = vc.idx;
         self.vms[vm].policies.yielder.on_sched_out(idx, why, now);
+        if self.timeline.is_some() {
+            self.tl_vcpu_off(v, runnable);
+        }
     }
 
     /// `kvm_sched_in` + `vcpu_load`: vCPU `v`'s thread runs again on `core`.
     pub(crate) fn vcpu_sched_in(&mut self, v: u32) {
+        if self.timeline.is_some() {
+            self.tl_vcpu_on(v);
+        }
         let now = self.now;
         let vc = &mut self.vcpus[v as usize];
         vc.preempted = false;

@@ -55,6 +55,7 @@ impl World {
             freq_ghz: cfg.machine.freq_ghz,
             record_wait_chains: cfg.record.wait_chains,
             waits: Default::default(),
+            timeline: None,
         };
         match cfg.layout {
             Layout::Native { instances } => {

@@ -8,6 +8,7 @@ mod language;
 mod mechanisms;
 mod profiles;
 mod scenarios;
+mod timeline;
 
 use vcpulab_sim::api::{Plan, ScenarioResult};
 
