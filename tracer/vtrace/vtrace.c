@@ -111,6 +111,9 @@ static _Atomic int g_enabled;
 static int g_fd = -1;
 /* VTRACE_MAX_BYTES: no block is written that would make the file larger (0 = no limit). */
 static uint64_t g_max_bytes = 0;
+/* Bytes this process has committed to the file (including what other processes had written when
+ * it opened it): threads reserve their block here first, so they cannot overshoot together. */
+static _Atomic uint64_t g_reserved;
 static dev_t g_dev; /* the trace file's identity: the application may close our descriptor */
 static ino_t g_ino;
 static char g_logpath[4096];
@@ -254,7 +257,9 @@ static void flush_buf(struct vt_buf *b) {
         b->nrec = 0;
         return;
     }
-    if (g_max_bytes && (uint64_t)st.st_size + VT_BLOCK_HEADER_LEN + (uint64_t)b->pos > g_max_bytes) {
+    uint64_t len = VT_BLOCK_HEADER_LEN + (uint64_t)b->pos;
+    uint64_t end = g_max_bytes ? atomic_fetch_add(&g_reserved, len) + len : 0;
+    if (g_max_bytes && (end > g_max_bytes || (uint64_t)st.st_size + len > g_max_bytes)) {
         /* The trace stays readable (whole blocks only); the rest of the run is not traced. */
         errno = saved;
         vt_fail("the trace reached VTRACE_MAX_BYTES", 0);
@@ -706,6 +711,7 @@ __attribute__((constructor(101))) static void vt_init(void) {
     }
     g_dev = st.st_dev;
     g_ino = st.st_ino;
+    atomic_store(&g_reserved, (uint64_t)st.st_size);
     if (pthread_key_create(&g_key, thread_exit) != 0) {
         vt_log("pthread_key_create failed", 0);
         t_guard--;
