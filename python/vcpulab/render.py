@@ -15,6 +15,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -335,6 +336,21 @@ def cell_label(cell: Mapping[str, Any]) -> str:
     return f"{label} [{cell['variant']}]" if cell.get("variant") else label
 
 
+def _stderr_bar(*extra: ProgressColumn) -> Progress:
+    """A transient progress bar on stderr: what is running, bar, done/total, elapsed, ``extra``."""
+    return Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        *extra,
+        console=Console(stderr=True),
+        transient=True,
+        redirect_stdout=sys.stdout.isatty(),
+        redirect_stderr=False,
+    )
+
+
 @contextmanager
 def sweep_progress(total: int, enabled: bool, workers: int) -> Iterator[Callable[[str], None]]:
     """A progress bar with an ETA over ``total`` simulations run by ``workers`` workers;
@@ -342,18 +358,7 @@ def sweep_progress(total: int, enabled: bool, workers: int) -> Iterator[Callable
     if not enabled or total == 0:
         yield lambda _label: None
         return
-    bar = Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        redirect_stdout=sys.stdout.isatty(),
-        redirect_stderr=False,
-    )
+    bar = _stderr_bar(TextColumn("ETA"), TimeRemainingColumn())
     with bar:
         task = bar.add_task(f"{workers} worker{'s' if workers != 1 else ''}", total=total)
 
@@ -385,15 +390,7 @@ def step_progress(enabled: bool) -> Iterator[Steps]:
     if not enabled:
         yield Steps(None)
         return
-    bar = Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    with bar:
+    with _stderr_bar() as bar:
         yield Steps(bar)
 
 
