@@ -208,12 +208,14 @@ class Cause:
         }
 
 
-def _metric(result: Mapping[str, Any], name: str) -> float:
+def metric(result: Mapping[str, Any], name: str) -> float:
+    """``result["metrics"][name]``, 0 when the run did not measure it."""
     value = (result.get("metrics") or {}).get(name)
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
-def _exits(result: Mapping[str, Any], reason: str) -> int:
+def exits(result: Mapping[str, Any], reason: str) -> int:
+    """VM exits of ``reason`` (all VMs), 0 without any."""
     return int((result.get("exits") or {}).get(reason, 0))
 
 
@@ -221,7 +223,7 @@ def _evidence(name: str, r: Mapping[str, Any]) -> str:
     """The counters behind a cause, in words."""
 
     def m(name: str) -> float:
-        return _metric(r, name)
+        return metric(r, name)
 
     if name == "TLB shootdowns":
         return (
@@ -233,14 +235,14 @@ def _evidence(name: str, r: Mapping[str, Any]) -> str:
     if name == BLOCKING:
         rate = (r.get("metrics") or {}).get("halt_poll_success_rate")
         polled = f", halt-poll success {rate:.0%}" if isinstance(rate, (int, float)) else ""
-        return f"{_exits(r, 'HLT')} HLT exits{polled}"
+        return f"{exits(r, 'HLT')} HLT exits{polled}"
     if name == "timer writes":
-        deadline, timer = _exits(r, "MSR_WRITE_TSC_DEADLINE"), _exits(r, "PREEMPTION_TIMER")
+        deadline, timer = exits(r, "MSR_WRITE_TSC_DEADLINE"), exits(r, "PREEMPTION_TIMER")
         return f"{deadline} TSC_DEADLINE writes, {timer} preemption-timer exits"
     if name == IPIS:
         return (
-            f"{_exits(r, 'MSR_WRITE_ICR')} ICR writes ({m('ipis_resched'):.0f} reschedule, {m('ipis_call'):.0f} "
-            f"function-call), {_exits(r, 'EXTERNAL_INTERRUPT')} external-interrupt exits"
+            f"{exits(r, 'MSR_WRITE_ICR')} ICR writes ({m('ipis_resched'):.0f} reschedule, {m('ipis_call'):.0f} "
+            f"function-call), {exits(r, 'EXTERNAL_INTERRUPT')} external-interrupt exits"
         )
     if name == USER_SPIN:
         return "busy-waiting in user mode"
@@ -375,7 +377,7 @@ CATALOGUE: tuple[Mitigation, ...] = (
         "PLE off",
         "kernel spinning / LHP",
         lambda w: ("vm.ple.enabled=false",),
-        lambda r: _exits(r, "PAUSE_INSTRUCTION") > 0,
+        lambda r: exits(r, "PAUSE_INSTRUCTION") > 0,
     ),
     Mitigation("no host halt polling", "blocking sync / halt polling", lambda w: ("vm.halt_poll.enabled=false",)),
     Mitigation("guest haltpoll", "blocking sync / halt polling", lambda w: ('guest.idle="haltpoll"',)),
@@ -467,7 +469,7 @@ def find_cell(cells: Sequence[Mapping[str, Any]], selected: Sequence[int]) -> tu
     if not vm:
         raise DiagnoseError("diagnose explains virtualization overhead: select a UC, OC or OC2 cell (--scenario)")
     if len(vm) > 1:
-        labels = "; ".join(_label(cells[i]) for i in vm[:4]) + ("; ..." if len(vm) > 4 else "")
+        labels = "; ".join(label(cells[i]) for i in vm[:4]) + ("; ..." if len(vm) > 4 else "")
         raise DiagnoseError(
             f"diagnose needs one cell; the selection has {len(vm)} ({labels}): narrow it with "
             "--workload/--scenario/--vcpus/--seed or --only FIELD=VALUE"
@@ -476,13 +478,14 @@ def find_cell(cells: Sequence[Mapping[str, Any]], selected: Sequence[int]) -> tu
     same = ("workload", "vcpus", "threads", "seed", "variant")
     native = [i for i, c in enumerate(cells) if c["scenario"] == "native" and all(c[k] == cell[k] for k in same)]
     if not native:
-        raise DiagnoseError(f"no native cell beside {_label(cell)} (the spec must allow scenario native)")
+        raise DiagnoseError(f"no native cell beside {label(cell)} (the spec must allow scenario native)")
     return vm[0], native[0]
 
 
-def _label(cell: Mapping[str, Any]) -> str:
+def label(cell: Mapping[str, Any]) -> str:
+    """``heapchurn in OC, 16 vCPUs, seed 1`` (with the variant in brackets if any)."""
     variant = f" [{cell['variant']}]" if cell.get("variant") else ""
-    return f"{cell['workload']} {cell['scenario']} {cell['vcpus']} vCPUs seed {cell['seed']}{variant}"
+    return f"{cell['workload']} in {cell['scenario']}, {cell['vcpus']} vCPUs, seed {cell['seed']}{variant}"
 
 
 def run(
@@ -508,7 +511,7 @@ def run(
         cells = plan.cells()
     i, j = find_cell(cells, selected(cells))
     cell = cells[i]
-    on_step(f"{_label(cell)} and its native run")
+    on_step(f"{label(cell)} and its native run")
     native = json.loads(plan.run_cell(j))
     result = json.loads(plan.run_cell(i))
     cause_list = causes(result, native)
@@ -525,7 +528,7 @@ def run(
     mits = applicable(cause_list, result, float(result.get("c_native_ns") or 0.0), settings)
     on_plan(len(mits))
     for m in mits:
-        on_step(f"{_label(cell)} with {m.name}")
+        on_step(f"{label(cell)} with {m.name}")
         extra = m.overrides(str(cell["workload"]))
         with_plan = Plan(text, source, [*overrides, *extra])
         k, _ = find_cell(with_plan.cells(), selected(with_plan.cells()))

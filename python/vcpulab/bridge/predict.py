@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._vcpulab import Plan, trace_info
+from ..diagnose import exits, metric
 
 WORKLOAD = "app"
 
@@ -44,14 +45,6 @@ class SimMitigation:
     applies: Callable[[dict[str, Any]], bool]
 
 
-def _metric(r: dict[str, Any], name: str) -> float:
-    return float(r.get("metrics", {}).get(name, 0.0) or 0.0)
-
-
-def _exits(r: dict[str, Any], reason: str) -> int:
-    return int(r.get("exits", {}).get(reason, 0))
-
-
 def _spins(r: dict[str, Any]) -> bool:
     """Whether the program's threads busy-waited in user space (spin locks)."""
     user = r.get("breakdown", {}).get("user", {})
@@ -59,19 +52,19 @@ def _spins(r: dict[str, Any]) -> bool:
 
 
 CATALOGUE: tuple[SimMitigation, ...] = (
-    SimMitigation("PV TLB flush", "TLB shootdowns", ('vm.tlb="pv"',), lambda r: _metric(r, "tlb_shootdowns") > 0),
-    SimMitigation("Shoot4U", "TLB shootdowns", ('vm.tlb="shoot4u"',), lambda r: _metric(r, "tlb_shootdowns") > 0),
+    SimMitigation("PV TLB flush", "TLB shootdowns", ('vm.tlb="pv"',), lambda r: metric(r, "tlb_shootdowns") > 0),
+    SimMitigation("Shoot4U", "TLB shootdowns", ('vm.tlb="shoot4u"',), lambda r: metric(r, "tlb_shootdowns") > 0),
     SimMitigation(
         "allocator trim threshold / top pad",
         "TLB shootdowns",
         (f'workloads.{WORKLOAD}.heap.trim_threshold="256MiB"', f'workloads.{WORKLOAD}.heap.top_pad="64MiB"'),
-        lambda r: _metric(r, "tlb_shootdowns") > 0,
+        lambda r: metric(r, "tlb_shootdowns") > 0,
     ),
-    SimMitigation("PV send-IPI", "IPIs", ("vm.pv.send_ipi=true",), lambda r: _metric(r, "ipis_tlb") > 0),
+    SimMitigation("PV send-IPI", "IPIs", ("vm.pv.send_ipi=true",), lambda r: metric(r, "ipis_tlb") > 0),
     SimMitigation(
-        "no host halt polling", "blocking sync", ("vm.halt_poll.enabled=false",), lambda r: _exits(r, "HLT") > 0
+        "no host halt polling", "blocking sync", ("vm.halt_poll.enabled=false",), lambda r: exits(r, "HLT") > 0
     ),
-    SimMitigation("guest haltpoll", "blocking sync", ('guest.idle="haltpoll"',), lambda r: _exits(r, "HLT") > 0),
+    SimMitigation("guest haltpoll", "blocking sync", ('guest.idle="haltpoll"',), lambda r: exits(r, "HLT") > 0),
     SimMitigation(
         "spin-then-block spin locks",
         "user spinning",

@@ -72,11 +72,6 @@ def diagnose_stored(
     return out
 
 
-def _label(cell: Mapping[str, Any]) -> str:
-    variant = f" [{cell['variant']}]" if cell.get("variant") else ""
-    return f"{cell['workload']} in {cell['scenario']}, {cell['vcpus']} vCPUs, seed {cell['seed']}{variant}"
-
-
 def section(diagnoses: Sequence[Mapping[str, Any]]) -> Section:
     """One section with, per diagnosed cell, its causes, wait chains and mitigations."""
     if not diagnoses:
@@ -94,7 +89,7 @@ def section(diagnoses: Sequence[Mapping[str, Any]]) -> Section:
     tables: list[Table] = []
     for n, d in enumerate(diagnoses, 1):
         r = d["result"]
-        parts.append(f"<h3>{html.escape(_label(d['cell']))}</h3>")
+        parts.append(f"<h3>{html.escape(diagnose.label(d['cell']))}</h3>")
         parts.append(
             paragraph(
                 f"t_native {r['t_native_s']:.4g} s, t_virt {r['t_virt_s']:.4g} s, δη_t {r['delta_eta_t']:+.1%}, "
