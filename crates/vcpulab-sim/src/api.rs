@@ -204,9 +204,13 @@ pub struct Plan {
 /// How many full run records a plan keeps for reuse (the summaries are kept for all).
 const RECENT_RUNS: usize = 16;
 
-/// Every combination of `vary`'s values as (label, `--set` overrides).
-fn variant_sets(vary: &indexmap::IndexMap<String, Vec<toml::Value>>) -> Vec<(String, Vec<String>)> {
-    let mut out = vec![(String::new(), Vec::new())];
+/// Every combination of the named variants and `vary`'s values as (label, `--set` overrides).
+fn variant_sets(named: &[crate::spec::NamedVariant], vary: &indexmap::IndexMap<String, Vec<toml::Value>>) -> Vec<(String, Vec<String>)> {
+    let mut out = if named.is_empty() {
+        vec![(String::new(), Vec::new())]
+    } else {
+        named.iter().map(|v| (v.name.clone(), v.set.iter().map(|(k, x)| format!("{k}={x}")).collect())).collect()
+    };
     for (key, values) in vary {
         let mut next = Vec::new();
         for (label, sets) in &out {
@@ -231,7 +235,7 @@ impl Plan {
     pub fn new(text: &str, source: &str, overrides: &[String]) -> Result<Plan, SpecError> {
         let spec = Spec::parse(text, source, overrides)?;
         let mut variants = Vec::new();
-        for (label, sets) in variant_sets(&spec.experiment.vary) {
+        for (label, sets) in variant_sets(&spec.experiment.variants, &spec.experiment.vary) {
             if sets.is_empty() {
                 variants.push((label, spec.clone()));
                 continue;
@@ -551,6 +555,7 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             }
             m.insert("halt_poll_ms".into(), (hp.poll_success_ns + hp.poll_fail_ns) as f64 / 1e6);
             m.insert("ple_exits".into(), vm.ple.exits as f64);
+            m.insert("ple_inefficiency".into(), vm.spin.inefficiency);
             m.insert("ple_yields".into(), vm.ple.counters.yields as f64);
             m.insert("ipis_resched".into(), vm.ipis_by_kind.get("resched").copied().unwrap_or(0) as f64);
             m.insert("ipis_tlb".into(), vm.ipis_by_kind.get("tlb").copied().unwrap_or(0) as f64);

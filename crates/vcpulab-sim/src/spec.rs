@@ -58,6 +58,22 @@ pub struct ExperimentSpec {
     /// value (the cross product for several keys), each value applied like `--set`.
     #[serde(default)]
     pub vary: IndexMap<String, Vec<toml::Value>>,
+    /// Named policy variants (`[[experiment.variants]]`), in order: each sets several fields
+    /// at once (`{ name = "fixed 512", set = { "vm.ple.window_policy" = "fixed", ... } }`).
+    /// Combined with `vary` as a cross product.
+    #[serde(default)]
+    pub variants: Vec<NamedVariant>,
+}
+
+/// One named policy variant: a label and the `--set` assignments it makes.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NamedVariant {
+    /// Its label in results (`variant`).
+    pub name: String,
+    /// Dotted spec paths and their values, applied like `--set PATH=VALUE`.
+    #[serde(default)]
+    pub set: IndexMap<String, toml::Value>,
 }
 
 fn default_scenarios() -> OneOrMany<Scenario> {
@@ -120,6 +136,12 @@ pub struct ReportSpec {
     /// Print and save the empirical CDF of this sampled latency (`tlb_latency`; needs
     /// `[record] tlb_samples = true`).
     pub cdf: Option<String>,
+    /// Print every cell's performance relative to the cell of this variant (same workload,
+    /// scenario, vCPUs and seed), as t_v(baseline) / t_v(variant): `"KVM"`.
+    pub baseline: Option<String>,
+    /// Print the PLE section: each variant's average inefficiency, the spinlock-intensive
+    /// classification, and (with `--window-out`) the PLE window over time.
+    pub ple: bool,
 }
 
 /// A published value to print next to the simulated one (`[[published]]`).
@@ -390,6 +412,27 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
                     VARIABLE_EXPERIMENT_FIELDS.join(", ")
                 ),
             ));
+        }
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (i, v) in e.variants.iter().enumerate() {
+        if v.name.is_empty() || v.name.contains(';') || v.name.contains('=') {
+            return Err((format!("variants[{i}].name"), format!("expected a non-empty name without ';' or '=' (got {:?})", v.name)));
+        }
+        if names.contains(&v.name.as_str()) {
+            return Err((format!("variants[{i}].name"), format!("'{}' names two variants", v.name)));
+        }
+        names.push(&v.name);
+        for key in v.set.keys() {
+            if key.starts_with("experiment.") && !VARIABLE_EXPERIMENT_FIELDS.contains(&key.as_str()) {
+                return Err((
+                    format!("variants[{i}].set.\"{key}\""),
+                    format!("the experiment's axes cannot be set by a variant; of [experiment] only {} can be", VARIABLE_EXPERIMENT_FIELDS.join(", ")),
+                ));
+            }
+            if e.vary.contains_key(key) {
+                return Err((format!("variants[{i}].set.\"{key}\""), "is also a key of experiment.vary: set it in one place".into()));
+            }
         }
     }
     if e.oc_vms < 2 {

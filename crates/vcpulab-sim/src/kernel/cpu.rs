@@ -52,6 +52,7 @@ impl World {
         if matches!(self.vcpus[v as usize].run, crate::virt::vcpu::VcpuRun::Halting { .. }) {
             return self.step_halting(v, core);
         }
+        self.ple_reentry(core);
         self.ple_spin_done(v);
         let (k, cpu) = (self.vcpus[v as usize].kernel, self.vcpus[v as usize].idx);
         if std::mem::take(&mut self.kernels[k as usize].cpus[cpu as usize].pv_unhalted) {

@@ -4,7 +4,7 @@
 
 use crate::engine::SimTime;
 
-use super::PleWindowPolicy;
+use super::{PleWindowPolicy, SpinCost};
 
 /// `__grow_ple_window`: modifier < 1 resets to base, < base multiplies, else adds; capped.
 pub fn grow(w: u64, base: u64, modifier: u64, max: u64) -> u64 {
@@ -52,7 +52,7 @@ impl PleWindowPolicy for KvmWindow {
         self.windows[vcpu as usize]
     }
 
-    fn on_ple_exit(&mut self, vcpu: u32, _now: SimTime) -> bool {
+    fn on_ple_exit(&mut self, vcpu: u32, _now: SimTime, _cost: &SpinCost) -> bool {
         let w = &mut self.windows[vcpu as usize];
         let old = *w;
         *w = grow(old, self.base, self.grow, self.max);
@@ -84,7 +84,7 @@ impl PleWindowPolicy for FixedWindow {
     fn window(&self, _vcpu: u32) -> u64 {
         self.window
     }
-    fn on_ple_exit(&mut self, _vcpu: u32, _now: SimTime) -> bool {
+    fn on_ple_exit(&mut self, _vcpu: u32, _now: SimTime, _cost: &SpinCost) -> bool {
         false
     }
     fn on_sched_in(&mut self, _vcpu: u32, _now: SimTime) -> bool {
@@ -99,9 +99,9 @@ mod tests {
     #[test]
     fn window_doubles_on_exits_and_resets_on_sched_in() {
         let mut p = KvmWindow::new(2, 4096, 2, 0, u64::from(u32::MAX));
-        assert!(p.on_ple_exit(0, SimTime::ZERO));
+        assert!(p.on_ple_exit(0, SimTime::ZERO, &SpinCost::default()));
         assert_eq!(p.window(0), 8192);
-        p.on_ple_exit(0, SimTime::ZERO);
+        p.on_ple_exit(0, SimTime::ZERO, &SpinCost::default());
         assert_eq!(p.window(0), 16384);
         assert_eq!(p.window(1), 4096, "windows are per vCPU");
         assert!(p.on_sched_in(0, SimTime::ZERO));

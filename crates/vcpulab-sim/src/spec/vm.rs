@@ -53,9 +53,33 @@ pub struct PleSpec {
     /// Window policy: `kvm` (grow on every PLE exit, shrink when scheduled in) or `fixed`
     /// (always `window_cycles`). `vcpulab policies` lists them.
     pub window_policy: String,
-    /// Candidate-selection policy on a PLE exit: `kvm` (`kvm_vcpu_on_spin` directed yield) or
-    /// `none` (exit and re-enter).
+    /// Candidate-selection policy on a PLE exit: `kvm` (`kvm_vcpu_on_spin` directed yield),
+    /// `none` (exit and re-enter), `hvs` or an HVS ablation.
     pub yield_policy: String,
+    /// APLE's parameters (`window_policy = "aple"`).
+    pub aple: ApleSpec,
+}
+
+/// APLE's parameters (DIS ch.3, digest §4.2), in TSC cycles and PLE exits.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApleSpec {
+    /// PLE exits of the VM per epoch (1,000 in DIS).
+    pub epoch_exits: u64,
+    /// The first threshold T_0 (8,192).
+    pub initial: u64,
+    /// The lowest threshold T_l (4,096).
+    pub min: u64,
+    /// The highest threshold T_u (32,768).
+    pub max: u64,
+    /// The probe step δ (1,024; DIS: 512–2,048 works).
+    pub delta: u64,
+}
+
+impl Default for ApleSpec {
+    fn default() -> Self {
+        ApleSpec { epoch_exits: 1000, initial: 8192, min: 4096, max: 32768, delta: 1024 }
+    }
 }
 
 impl Default for PleSpec {
@@ -68,6 +92,7 @@ impl Default for PleSpec {
             max_cycles: u64::from(u32::MAX),
             window_policy: "kvm".into(),
             yield_policy: "kvm".into(),
+            aple: ApleSpec::default(),
         }
     }
 }
@@ -198,6 +223,22 @@ impl VmSpec {
                 let names: Vec<&str> = crate::policy::REGISTRY.iter().filter(|e| e.kind == kind).map(|e| e.name).collect();
                 return Err((field.into(), format!("unknown policy '{name}' (expected one of: {})", names.join(", "))));
             }
+        }
+        let a = &p.aple;
+        if a.epoch_exits == 0 {
+            return Err(("ple.aple.epoch_exits".into(), "expected a positive number of PLE exits per epoch".into()));
+        }
+        if a.min == 0 || a.min > a.max {
+            return Err(("ple.aple.min".into(), format!("expected 1..=ple.aple.max ({}) cycles (got {})", a.max, a.min)));
+        }
+        if a.initial < a.min || a.initial > a.max {
+            return Err((
+                "ple.aple.initial".into(),
+                format!("expected a threshold within [ple.aple.min, ple.aple.max] = [{}, {}] cycles (got {})", a.min, a.max, a.initial),
+            ));
+        }
+        if a.delta == 0 {
+            return Err(("ple.aple.delta".into(), "expected a positive step in cycles".into()));
         }
         if self.pv.spinlocks && self.pv.spin_threshold == 0 {
             return Err(("pv.spin_threshold".into(), "expected a positive number of PAUSE iterations".into()));

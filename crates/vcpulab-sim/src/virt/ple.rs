@@ -37,7 +37,15 @@ impl World {
             }
         }
         let traced = self.timeline.is_some().then(|| (self.vms[vm].policies.window.window(idx), self.vcpus[v as usize].ple.yields));
-        if self.vms[vm].policies.window.on_ple_exit(idx, self.now) {
+        // APLE's measures, for every VM: the spin this exit ended, and the switch it starts
+        // (closed at the core's next guest entry, `ple_reentry`).
+        let window_ns = self.cycles_to_ns(self.vms[vm].policies.window.window(idx));
+        let spin = &mut self.vms[vm].spin;
+        spin.ple_exits += 1;
+        spin.wasted_spin_ns += window_ns;
+        self.cores[core as usize].ple_switch_from = Some((vm as u32, self.now));
+        let cost = if self.vms[vm].policies.window.wants_cost() { self.spin_cost(vm) } else { self.vms[vm].spin };
+        if self.vms[vm].policies.window.on_ple_exit(idx, self.now, &cost) {
             self.vcpus[v as usize].ple.window_grows += 1;
         }
         let cands: Vec<Candidate> = self.vms[vm].vcpus.iter().map(|&u| self.candidate(u)).collect();
@@ -88,6 +96,15 @@ impl World {
             self.push_work(HOST, core, attr, self.costs.yield_to);
         }
         r
+    }
+
+    /// `core` enters guest mode: the switch time of a PLE exit on it ends (whichever vCPU
+    /// enters: the spinner itself after an unsuccessful yield, or the vCPU switched to).
+    #[inline]
+    pub(crate) fn ple_reentry(&mut self, core: u32) {
+        if let Some((vm, at)) = self.cores[core as usize].ple_switch_from.take() {
+            self.vms[vm as usize].spin.switch_ns += self.now.since(at);
+        }
     }
 
     /// vCPU `v` is back in guest mode: a pending `kvm_vcpu_on_spin` has returned.

@@ -261,6 +261,9 @@ pub struct Vm {
     /// The PLE window over time (`[record] ple_window`): per interval, the sum of the windows
     /// (cycles) in force at its PLE exits and their count, keyed by the interval's index.
     pub ple_series: Vec<(u64, u64, u64)>,
+    /// Its spinning cost so far (APLE's inputs, kept for every VM); `cpu_ns` is filled in
+    /// only when read through [`World::spin_cost`].
+    pub spin: crate::policy::SpinCost,
 }
 
 impl World {
@@ -279,6 +282,19 @@ impl World {
             KernelKind::Guest { vm } => &self.vms[vm as usize],
             KernelKind::Host => unreachable!("the host kernel is not a VM"),
         }
+    }
+
+    /// VM `vm`'s spinning cost so far, with the CPU time its vCPU threads received until now.
+    pub(crate) fn spin_cost(&self, vm: usize) -> crate::policy::SpinCost {
+        let cpu_ns = self.vms[vm]
+            .vcpus
+            .iter()
+            .map(|&v| {
+                let t = &self.tasks[self.vcpus[v as usize].task as usize];
+                t.sum_exec + if t.state == TaskState::Running { self.now.since(t.exec_start) } else { 0 }
+            })
+            .sum();
+        crate::policy::SpinCost { cpu_ns, ..self.vms[vm].spin }
     }
 
     /// The settings of vCPU `v`'s VM.

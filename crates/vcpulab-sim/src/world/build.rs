@@ -89,6 +89,7 @@ impl World {
                         policies: VmPolicies::new(spec, n),
                         spec: spec.clone(),
                         ple_series: Vec::new(),
+                        spin: Default::default(),
                     });
                     let background = cfg.corunner.is_some() && vm > 0;
                     w.add_instance(cfg, k, Some(vm), first_owner, format!("vm{vm}"), background);
@@ -98,7 +99,7 @@ impl World {
         w.add_host_daemons(cfg);
         w.ledger = Ledger::new(w.owners.len(), n as usize);
         let idle = Leaf { attr: Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle }, rem: Rem::Inf, thread: None };
-        w.cores = (0..n).map(|_| Core { leaf: idle, since: SimTime::ZERO, gen: 0 }).collect();
+        w.cores = (0..n).map(|_| Core { leaf: idle, since: SimTime::ZERO, gen: 0, ple_switch_from: None }).collect();
         // Tasks start with a random virtual runtime below one minimum slice, so that which of
         // the tasks sharing a CPU runs first is arbitrary (as on a real host, where VMs and
         // threads never start in lockstep) instead of every core picking the same VM first.

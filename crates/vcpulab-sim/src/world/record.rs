@@ -336,6 +336,42 @@ pub struct VmRecord {
     /// `t_ns` the interval's start and the window the mean in force at those exits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ple_window_series: Option<Vec<(u64, f64)>>,
+    /// Its PLE window and directed-yield policies (`vm.ple.window_policy`, `yield_policy`).
+    pub window_policy: String,
+    /// See `window_policy`.
+    pub yield_policy: String,
+    /// Its spinning cost over the run, as APLE measures it (digest §4.2).
+    pub spin: SpinRecord,
+    /// The epochs of an epoch-based window policy (APLE): start, end, threshold, inefficiency.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ple_epochs: Vec<crate::policy::WindowEpoch>,
+}
+
+/// A VM's spinning cost over a run (APLE's inefficiency, digest §4.2).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SpinRecord {
+    /// PLE exits.
+    pub ple_exits: u64,
+    /// Wasteful spinning: the window in force at each PLE exit, summed (ns).
+    pub wasted_spin_ns: u64,
+    /// Wasteful vCPU switches: from each PLE exit to the next guest entry on its core (ns).
+    pub switch_ns: u64,
+    /// CPU time the VM's vCPU threads received (ns).
+    pub cpu_ns: u64,
+    /// (wasted_spin_ns + switch_ns) / cpu_ns.
+    pub inefficiency: f64,
+}
+
+impl From<crate::policy::SpinCost> for SpinRecord {
+    fn from(c: crate::policy::SpinCost) -> Self {
+        SpinRecord {
+            ple_exits: c.ple_exits,
+            wasted_spin_ns: c.wasted_spin_ns,
+            switch_ns: c.switch_ns,
+            cpu_ns: c.cpu_ns,
+            inefficiency: c.inefficiency_since(&Default::default()),
+        }
+    }
 }
 
 /// One row of the ledger.
@@ -534,6 +570,10 @@ impl RunRecord {
                 ple_window_series: w
                     .record_ple_window
                     .map(|interval| vm.ple_series.iter().map(|&(b, sum, n)| (b * interval, sum as f64 / n as f64)).collect()),
+                window_policy: vm.spec.ple.window_policy.clone(),
+                yield_policy: vm.spec.ple.yield_policy.clone(),
+                spin: w.spin_cost(i).into(),
+                ple_epochs: vm.policies.window.epochs().to_vec(),
             });
         }
         let owner_name = |o: u32| match w.owners[o as usize] {
