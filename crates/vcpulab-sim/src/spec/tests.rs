@@ -65,8 +65,18 @@ fn thread_dependent_checks_use_the_run_thread_count() {
 #[test]
 fn mechanism_settings_reject_bad_input_with_the_field() {
     let cases: &[(&str, &[&str], &str, &str)] = &[
-        (MIN, &["vm.ple.window_policy=\"aple\""], "vm.ple.window_policy", "unknown policy 'aple'"),
-        (MIN, &["vm.ple.yield_policy=\"hvs\""], "vm.ple.yield_policy", "expected one of: kvm, none"),
+        (MIN, &["vm.ple.window_policy=\"adaptive\""], "vm.ple.window_policy", "unknown policy 'adaptive'"),
+        (MIN, &["vm.ple.yield_policy=\"hvs_all\""], "vm.ple.yield_policy", "expected one of: kvm, none, hvs, hvs_causality"),
+        (MIN, &["vm.ple.aple.epoch_exits=0"], "vm.ple.aple.epoch_exits", "positive number of PLE exits"),
+        (MIN, &["vm.ple.aple.initial=100"], "vm.ple.aple.initial", "within [ple.aple.min, ple.aple.max] = [4096, 32768]"),
+        (MIN, &["vm.ple.aple.min=40000"], "vm.ple.aple.min", "expected 1..=ple.aple.max (32768)"),
+        (MIN, &["vm.ple.aple.delta=0"], "vm.ple.aple.delta", "positive step"),
+        (MIN, &["vm.ple.aple.epochs=5"], "vm.ple.aple.epochs", "unknown field"),
+        (MIN, &["experiment.variants=[{set={}}]"], "experiment.variants[0]", "missing field `name`"),
+        (MIN, &["experiment.variants=[{name=\"a;b\"}]"], "experiment.variants[0].name", "without ';'"),
+        (MIN, &["experiment.variants=[{name=\"a\"},{name=\"a\"}]"], "experiment.variants[1].name", "names two variants"),
+        (MIN, &["experiment.variants=[{name=\"a\",set={\"experiment.vcpus\"=[2]}}]"], "experiment.variants[0].set.\"experiment.vcpus\"", "axes cannot be set"),
+        (MIN, &["experiment.variants=[{name=\"a\",set={\"vm.tlb\"=\"pv\"}}]", "experiment.vary={\"vm.tlb\"=[\"ipi\"]}"], "experiment.variants[0].set.\"vm.tlb\"", "also a key of experiment.vary"),
         (MIN, &["vm.ple.max_cycles=100"], "vm.ple.max_cycles", "at least ple.window_cycles"),
         (MIN, &["vm.tlb=\"flush\""], "vm.tlb", "flush"),
         (MIN, &["vm.pv.spinlocks=true", "vm.pv.spin_threshold=0"], "vm.pv.spin_threshold", "positive"),
