@@ -427,7 +427,10 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
             if key.starts_with("experiment.") && !VARIABLE_EXPERIMENT_FIELDS.contains(&key.as_str()) {
                 return Err((
                     format!("variants[{i}].set.\"{key}\""),
-                    format!("the experiment's axes cannot be set by a variant; of [experiment] only {} can be", VARIABLE_EXPERIMENT_FIELDS.join(", ")),
+                    format!(
+                        "the experiment's axes cannot be set by a variant; of [experiment] only {} can be",
+                        VARIABLE_EXPERIMENT_FIELDS.join(", ")
+                    ),
                 ));
             }
             if e.vary.contains_key(key) {

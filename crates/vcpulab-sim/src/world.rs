@@ -368,7 +368,10 @@ impl World {
         if std::env::var_os("VCPULAB_DEBUG_STUCK").is_some() {
             for (i, th) in self.threads.iter().enumerate() {
                 let task = &self.tasks[th.task as usize];
-                eprintln!("thread {i} inst {} act {:?} kdepth {} ticket {} task {:?} cpu {} ", th.inst, th.act, th.kdepth, th.ticket, task.state, task.cpu);
+                eprintln!(
+                    "thread {i} inst {} act {:?} kdepth {} ticket {} task {:?} cpu {} ",
+                    th.inst, th.act, th.kdepth, th.ticket, task.state, task.cpu
+                );
             }
             for (i, v) in self.vcpus.iter().enumerate() {
                 let task = &self.tasks[v.task as usize];

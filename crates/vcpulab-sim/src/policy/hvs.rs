@@ -87,12 +87,14 @@ impl Hvs {
                     (_, l) => l as u8,
                 };
                 c.sort_by(|a, b| {
-                    rank(a.0).cmp(&rank(b.0)).then_with(|| match a.0 {
-                        // Newest resource waiter first; oldest lock / yielded waiter first.
-                        List::Resource => b.1.cmp(&a.1),
-                        _ => a.1.cmp(&b.1),
-                    })
-                    .then_with(|| ring(a.2).cmp(&ring(b.2)))
+                    rank(a.0)
+                        .cmp(&rank(b.0))
+                        .then_with(|| match a.0 {
+                            // Newest resource waiter first; oldest lock / yielded waiter first.
+                            List::Resource => b.1.cmp(&a.1),
+                            _ => a.1.cmp(&b.1),
+                        })
+                        .then_with(|| ring(a.2).cmp(&ring(b.2)))
                 });
             }
             Order::CausalityOnly => c.sort_by_key(|&(l, _, i)| (l, ring(i))),

@@ -1,5 +1,6 @@
 //! Integration tests of the simulator through its public API (one binary, several modules).
 
+mod apples;
 mod examples;
 mod golden;
 mod invariants;
