@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 
 from rich.console import Console
 
-from . import __version__, analysis, render, report
+from . import __version__, analysis, ple, render, report
 from ._vcpulab import (
     TIMELINE_MAX_EVENTS,
     TIMELINE_WINDOW_NS,
@@ -258,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
         " and a plot beside it as .png when matplotlib is installed",
     )
     run.add_argument(
+        "--window-out",
+        metavar="FILE.png",
+        help="with [record] ple_window = true: plot the PLE window over time, one panel per workload, scenario "
+        "and vCPU count, a line per variant with an adaptive window (and APLE's epoch thresholds), to FILE.png, "
+        "and write every recorded series beside it as FILE.csv",
+    )
+    run.add_argument(
         "--timeline",
         metavar="FILE",
         help="also record a timeline of the run's single cell and write it to FILE: a Chrome/Perfetto trace "
@@ -465,7 +472,9 @@ def _read_spec(path: str) -> SpecSource:
 def cmd_run(args: argparse.Namespace) -> int:
     plan, payload = make_payload(args)
     info = report.parse_info(plan.info())
+    _check_baseline(info)
     cdf_out = _cdf_out(args.cdf_out, info)
+    _check_window_out(args.window_out)
     if args.jobs is not None and args.jobs < 1:
         raise CliError(f"--jobs must be at least 1 (got {args.jobs})")
     if args.jobs is not None and args.cluster:
@@ -552,7 +561,16 @@ def _sweep_and_show(
         if writer is not None and report_.ran:
             writer.compact(above=COMPACT_ABOVE)
     rows = [emit.rows[i] for i in selected]
-    many = len(rows) > render.MANY_CELLS and not args.json and args.out is None and not info.published and cdf_out is None
+    many = (
+        len(rows) > render.MANY_CELLS
+        and not args.json
+        and args.out is None
+        and not info.published
+        and cdf_out is None
+        and info.baseline is None
+        and not info.ple
+        and args.window_out is None
+    )
     # Large sweeps show an overview made from the rows' columns; everything else needs the
     # result objects back.
     ordered = [] if many else [result_from_row(r) for r in rows]
@@ -576,14 +594,17 @@ def _report(
     cdf_out: Path | None,
     overview: list[dict[str, Any]] | None,
 ) -> Console | None:
-    """Writes ``--out`` and ``--cdf-out`` and, without ``--json``, prints the results table (or
-    the overview of ``overview``'s stored rows for a large sweep), the published and CDF tables;
-    returns the console for more footer lines (None with ``--json``)."""
+    """Writes ``--out``, ``--cdf-out`` and ``--window-out`` and, without ``--json``, prints the
+    results table (or the overview of ``overview``'s stored rows for a large sweep), the
+    published, CDF and PLE tables; returns the console for more footer lines (None with
+    ``--json``)."""
     if args.out is not None:
         with AtomicWriter(args.out) as out:
             for r in ordered:
                 out.write(json.dumps(r, ensure_ascii=False) + "\n")
     written = _write_cdf(cdf_out, ordered) if cdf_out is not None else []
+    if args.window_out is not None:
+        written += _write_window(Path(args.window_out), ordered)
     if args.json:
         return None
     console = render.stdout_console()
@@ -605,6 +626,7 @@ def _report(
     if info.cdf == "tlb_latency":
         console.print()
         console.print(render.cdf_table(ordered, [report.cdf_summary(r) for r in ordered]))
+    _print_ple(console, info, ordered)
     if written:
         console.print(f"wrote {', '.join(written)}", style="dim", highlight=False)
     return console
@@ -810,6 +832,81 @@ def _cdf_out(path: str | None, info: report.PlanInfo) -> Path | None:
     return Path(path)
 
 
+def _check_baseline(info: report.PlanInfo) -> None:
+    """``[report] baseline`` must name a variant of the experiment (checked before running)."""
+    if info.baseline is None or info.baseline in info.variants:
+        return
+    baseline = json.dumps(info.baseline, ensure_ascii=False)
+    named = [v for v in info.variants if v]
+    if not named:
+        raise CliError(
+            f"report.baseline = {baseline}: the experiment has no variants to compare "
+            f"(declare them with [[experiment.variants]], one named {baseline})"
+        )
+    known = ", ".join(json.dumps(v, ensure_ascii=False) for v in named)
+    raise CliError(f"report.baseline = {baseline} is not a variant of the experiment (variants: {known})")
+
+
+def _print_ple(console: Console, info: report.PlanInfo, results: Sequence[Mapping[str, Any]]) -> None:
+    """The tables of ``[report] baseline`` (performance relative to it) and ``[report] ple``
+    (PLE inefficiency, spinlock-intensive classification)."""
+    if info.baseline is not None:
+        console.print()
+        if any(r.get("variant") == info.baseline and r["scenario"] != "native" for r in results):
+            matrix = ple.performance_matrix(results, info.baseline, info.variants)
+            console.print(render.performance_table(matrix, info.baseline))
+        else:
+            console.print(
+                f"performance relative to {info.baseline}: no VM cell of variant {info.baseline} was run (see --only)",
+                style="dim",
+                highlight=False,
+                markup=False,
+            )
+    if info.ple:
+        console.print()
+        console.print(render.inefficiency_table(ple.inefficiency_matrix(results, info.variants)))
+        classes = ple.classify(results)
+        console.print()
+        if classes:
+            console.print(render.classification_table(classes))
+        else:
+            console.print(
+                "no cell with a fixed 512-cycle window: add a variant with "
+                'vm.ple.window_policy = "fixed" and vm.ple.window_cycles = 512 to classify workloads',
+                style="dim",
+                highlight=False,
+                markup=False,
+            )
+
+
+def _check_window_out(path: str | None) -> None:
+    """Check ``--window-out`` before running anything."""
+    if path is None:
+        return
+    if Path(path).suffix.lower() != ".png":
+        raise CliError(f"--window-out '{path}': name the PNG file (FILE.png; the CSV is written beside it as FILE.csv)")
+    _check_writable(path, option="--window-out")
+    if os.path.isdir(ple.window_csv_path(path)):
+        raise CliError(f"--window-out: cannot write '{ple.window_csv_path(path)}': is a directory")
+
+
+def _write_window(path: Path, results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Write the PLE window plot and its CSV; returns the files written (none, with a note,
+    when no run recorded a window series)."""
+    csv_path = ple.window_csv_path(path)
+    if not ple.has_window_series(results):
+        sys.stderr.write(
+            f"vcpulab: note: no PLE window series: set [record] ple_window = true; did not write '{path}'\n"
+        )
+        return []
+    if ple.write_window_plot(path, results):
+        return [str(path), str(csv_path)]
+    ple.write_window_csv(csv_path, results)
+    missing = f"vcpulab: note: matplotlib is not installed; skipped the plot '{path}' (pip install matplotlib)"
+    sys.stderr.write(missing + "\n")
+    return [str(csv_path)]
+
+
 def _write_cdf(path: Path, results: Sequence[dict[str, Any]]) -> list[str]:
     """Write the CDF CSV and, if matplotlib is available, its plot; returns the files written."""
     report.write_cdf_csv(path, results)
@@ -835,6 +932,7 @@ def _check_writable(path: str, option: str | None = None) -> None:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     plan = make_plan(args)
+    _check_baseline(report.parse_info(plan.info()))
     if args.print_spec:
         _write(sys.stdout, plan.spec_toml())
         return 0

@@ -23,6 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from .ple import SPINLOCK_INTENSIVE_INEFFICIENCY, Classification, Matrix
 from .report import CDF_QUANTILES, CdfSummary, Comparison, metric_value, where_text
 
 DASH = "—"
@@ -235,6 +236,95 @@ def cdf_table(results: Sequence[Mapping[str, Any]], summaries: Sequence[CdfSumma
         row += [fmt_us(s.quantiles_us[q]) for q, _ in CDF_QUANTILES]
         row.append(fmt_us(s.quantiles_us["max"]))
         table.add_row(*row)
+    return table
+
+
+def _matrix_table(
+    title: str,
+    matrix: Matrix,
+    fmt: Callable[[float | None], str],
+    best: Callable[[Sequence[float]], float] | None,
+) -> Table:
+    """A :class:`~vcpulab.ple.Matrix`: one row per (workload, scenario, vCPUs), one column per
+    variant, the ``mean`` rows after a rule; with ``best`` (``max`` or ``min``) the best value
+    of each row in bold (unless every value of the row is the same)."""
+    table = Table(title=Text(title), title_justify="left", min_width=len(title))  # the title on one line
+    table.add_column("workload")
+    table.add_column("scenario")
+    table.add_column("vCPUs", justify="right")
+    for variant in matrix.variants:
+        table.add_column(Text(variant or "(default)"), justify="right", no_wrap=True)
+    cells = sum(not row.is_mean for row in matrix.rows)
+    has_means = _has_means(matrix)
+    for i, row in enumerate(matrix.rows):
+        present = [v for v in row.values if v is not None]
+        top = best(present) if best is not None and len(set(present)) > 1 else None  # no bold for a tie of all
+        values = [Text(fmt(v), style="bold" if v is not None and v == top else "") for v in row.values]
+        label = Text(row.workload, style="bold") if row.is_mean else Text(row.workload)
+        vcpus = "all" if row.vcpus is None else str(row.vcpus)
+        table.add_row(label, Text(row.scenario), vcpus, *values, end_section=has_means and i == cells - 1)
+    return table
+
+
+def _has_means(matrix: Matrix) -> bool:
+    return any(row.is_mean for row in matrix.rows)
+
+
+def _has_gaps(matrix: Matrix) -> bool:
+    return any(v is None for row in matrix.rows for v in row.values)
+
+
+def performance_table(matrix: Matrix, baseline: str) -> Table:
+    """Each variant's performance relative to ``baseline`` (:func:`vcpulab.ple.performance_matrix`)."""
+    title = f"Performance relative to {baseline} (t_{baseline} / t; > 1 is faster)"
+    table = _matrix_table(title, matrix, fmt_ratio, max)
+    notes = [f"t: t_virt of the measured VM; t_{baseline} / t, mean over seeds"]
+    if _has_means(matrix):
+        notes.append("mean: of the rows of its scenario")
+    if _has_gaps(matrix):
+        notes.append(f"{DASH}: no {baseline} run of the cell")
+    table.caption = Text("; ".join(notes))
+    table.caption_justify = "left"
+    return table
+
+
+def _fraction(value: float | None) -> str:
+    """``0.0523`` → ``5.2%``."""
+    return DASH if value is None else f"{value * 100:.1f}%"
+
+
+def inefficiency_table(matrix: Matrix) -> Table:
+    """Mean PLE inefficiency per variant (:func:`vcpulab.ple.inefficiency_matrix`)."""
+    table = _matrix_table("Average PLE inefficiency (wasted spin + switch time) / CPU time", matrix, _fraction, min)
+    means = "; mean: of the rows of its scenario" if _has_means(matrix) else ""
+    table.caption = f"measured VM, mean over seeds{means}"
+    table.caption_justify = "left"
+    return table
+
+
+def classification_table(classes: Sequence[Classification]) -> Table:
+    """Spinlock-intensive workloads (:func:`vcpulab.ple.classify`)."""
+    threshold = f"{SPINLOCK_INTENSIVE_INEFFICIENCY * 100:g} %"
+    title = f"Spinlock-intensive? (fixed 512-cycle window, inefficiency > {threshold})"
+    table = Table(title=title, title_justify="left", min_width=len(title))
+    table.add_column("workload")
+    table.add_column("scenario")
+    table.add_column("vCPUs", justify="right")
+    table.add_column("measured with", no_wrap=True)
+    table.add_column("runs", justify="right")
+    table.add_column("inefficiency", justify="right")
+    table.add_column("spinlock-intensive")
+    for c in classes:
+        verdict = Text("yes", style="bold") if c.spinlock_intensive else Text("no")
+        table.add_row(
+            Text(c.workload),
+            Text(c.scenario),
+            str(c.vcpus),
+            Text(c.variant or "(default)"),
+            str(c.seeds),
+            _fraction(c.inefficiency),
+            verdict,
+        )
     return table
 
 

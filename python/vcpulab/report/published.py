@@ -50,6 +50,10 @@ class PlanInfo:
     columns: tuple[str, ...] = ()
     cdf: str | None = None
     variants: tuple[str, ...] = ()
+    baseline: str | None = None
+    """``[report] baseline``: the variant the others' performance is shown relative to."""
+    ple: bool = False
+    """``[report] ple``: show PLE inefficiency and the spinlock-intensive classification."""
 
 
 def parse_info(text: str) -> PlanInfo:
@@ -70,6 +74,8 @@ def parse_info(text: str) -> PlanInfo:
         columns=tuple(str(c) for c in report.get("columns") or ()),
         cdf=report.get("cdf"),
         variants=tuple(str(v) for v in data.get("variants") or ()),
+        baseline=None if report.get("baseline") is None else str(report["baseline"]),
+        ple=bool(report.get("ple", False)),
     )
 
 
