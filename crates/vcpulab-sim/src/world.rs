@@ -365,23 +365,6 @@ impl World {
             };
             *groups.entry(what).or_insert(0) += 1;
         }
-        if std::env::var_os("VCPULAB_DEBUG_STUCK").is_some() {
-            for (i, th) in self.threads.iter().enumerate() {
-                let task = &self.tasks[th.task as usize];
-                eprintln!(
-                    "thread {i} inst {} act {:?} kdepth {} ticket {} task {:?} cpu {} ",
-                    th.inst, th.act, th.kdepth, th.ticket, task.state, task.cpu
-                );
-            }
-            for (i, v) in self.vcpus.iter().enumerate() {
-                let task = &self.tasks[v.task as usize];
-                let kc = &self.kernels[v.kernel as usize].cpus[v.idx as usize];
-                eprintln!("vcpu {i} vm {} run {:?} task {:?} core {} ready {} preempted {} pik {} pending {} csd {} kwork {} curr {:?} ple {:?} exits {:?}", v.vm, v.run, task.state, task.cpu, v.ready, v.preempted, v.preempted_in_kernel, kc.pending, kc.csd.len(), kc.kwork.len(), kc.curr, v.ple, v.exits);
-            }
-            for (c, hc) in self.kernels[0].cpus.iter().enumerate() {
-                eprintln!("core {c} curr {:?} kwork {} need_resched {}", hc.curr, hc.kwork.len(), hc.need_resched);
-            }
-        }
         groups.iter().map(|(w, n)| format!("{n} thread(s) {w}")).collect::<Vec<_>>().join(", ")
     }
 }
