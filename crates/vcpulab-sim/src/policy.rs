@@ -172,6 +172,26 @@ pub enum YieldTo {
     Esrch,
 }
 
+/// `kvm_vcpu_on_spin`'s attempts: tries `candidates` in order with `try_yield` until one is
+/// boosted or three return -ESRCH; returns the boosted vCPU. `candidates` is consumed lazily,
+/// so a scan's per-candidate checks run only for the vCPUs reached.
+pub fn yield_to_first(candidates: impl IntoIterator<Item = u32>, try_yield: &mut dyn FnMut(u32) -> YieldTo) -> Option<u32> {
+    let mut esrch_left = 3;
+    for i in candidates {
+        match try_yield(i) {
+            YieldTo::Yielded => return Some(i),
+            YieldTo::Esrch => {
+                esrch_left -= 1;
+                if esrch_left == 0 {
+                    return None;
+                }
+            }
+            YieldTo::Failed => {}
+        }
+    }
+    None
+}
+
 /// Chooses the vCPU to yield to on a PLE exit.
 pub trait YieldPolicy: std::fmt::Debug + Send {
     /// vCPU `me` took a PLE exit; `cands[i]` describes vCPU i. Calls `try_yield(i)` for the

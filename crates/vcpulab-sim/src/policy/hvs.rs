@@ -23,7 +23,7 @@
 
 use crate::engine::SimTime;
 
-use super::{Candidate, SchedOut, YieldPolicy, YieldTo};
+use super::{yield_to_first, Candidate, SchedOut, YieldPolicy, YieldTo};
 
 /// Which heuristics order the candidates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,22 +109,9 @@ impl Hvs {
 impl YieldPolicy for Hvs {
     fn on_spin(&mut self, me: u32, cands: &[Candidate], try_yield: &mut dyn FnMut(u32) -> YieldTo) -> u32 {
         let ranked = self.ranked(me, cands);
-        let mut tries = 3;
-        for &i in &ranked {
-            match try_yield(i) {
-                YieldTo::Yielded => {
-                    self.marked[i as usize] = true;
-                    self.last_boosted = i;
-                    break;
-                }
-                YieldTo::Esrch => {
-                    tries -= 1;
-                    if tries == 0 {
-                        break;
-                    }
-                }
-                YieldTo::Failed => {}
-            }
+        if let Some(i) = yield_to_first(ranked.iter().copied(), try_yield) {
+            self.marked[i as usize] = true;
+            self.last_boosted = i;
         }
         // The lists replace KVM's scan of every vCPU: the cost is their length.
         ranked.len() as u32

@@ -1,7 +1,7 @@
 //! Directed yield on a PLE exit: KVM's `kvm_vcpu_on_spin` (linux: virt/kvm/kvm_main.c, the
 //! single-loop version with the Nov 2025 index fix; ref §2.4) and a no-yield baseline.
 
-use super::{Candidate, YieldPolicy, YieldTo};
+use super::{yield_to_first, Candidate, YieldPolicy, YieldTo};
 
 /// `kvm_vcpu_on_spin` with KVM's per-VM `last_boosted_vcpu` and per-vCPU `in_spin_loop` /
 /// `dy_eligible` state.
@@ -42,41 +42,16 @@ impl YieldPolicy for KvmOnSpin {
         }
         self.in_spin_loop[me as usize] = true;
         let start = self.last_boosted + 1;
-        let mut tries = 3;
         let mut examined = 0;
-        for i in 0..n {
-            let idx = (start + i) % n;
-            if idx == me {
-                continue;
-            }
+        let scan = (0..n).map(|i| (start + i) % n).filter(|&idx| idx != me).filter(|&idx| {
             examined += 1;
             let c = cands[idx as usize];
-            if !c.ready {
-                continue;
-            }
-            if c.blocking && !c.pending_irq {
-                continue;
-            }
             // yield_to_kernel_mode is always true for VMX PLE exits.
-            if c.preempted && !c.pending_irq && !c.preempted_in_kernel {
-                continue;
-            }
-            if !self.eligible(idx as usize) {
-                continue;
-            }
-            match try_yield(idx) {
-                YieldTo::Yielded => {
-                    self.last_boosted = idx;
-                    break;
-                }
-                YieldTo::Esrch => {
-                    tries -= 1;
-                    if tries == 0 {
-                        break;
-                    }
-                }
-                YieldTo::Failed => {}
-            }
+            let candidate = c.ready && (!c.blocking || c.pending_irq) && (!c.preempted || c.pending_irq || c.preempted_in_kernel);
+            candidate && self.eligible(idx as usize)
+        });
+        if let Some(idx) = yield_to_first(scan, try_yield) {
+            self.last_boosted = idx;
         }
         examined
     }
