@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class AtomicWriter:
@@ -72,3 +74,12 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         os.replace(tmp, target)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def write_csv_atomic(path: str | os.PathLike[str], header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Write a CSV (``header``, then ``rows``; floats as ``%.6g``) that appears whole or not at all."""
+    with AtomicWriter(path) as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(header)
+        for row in rows:
+            w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in row])

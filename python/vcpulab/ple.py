@@ -18,7 +18,6 @@ matrices' ``mean`` rows, over workloads).
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 from collections.abc import Mapping, Sequence
@@ -27,7 +26,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from .atomic import AtomicWriter, write_bytes_atomic
+from .atomic import write_bytes_atomic, write_csv_atomic
 
 SPINLOCK_INTENSIVE_INEFFICIENCY = 0.05
 """Above this mean inefficiency with a fixed 512-cycle window a workload is spinlock-intensive."""
@@ -318,11 +317,7 @@ def window_csv_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
 
 def write_window_csv(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """Write :func:`window_csv_rows`; the file appears whole or not at all."""
-    with AtomicWriter(path) as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(WINDOW_CSV_COLUMNS)
-        for line in window_csv_rows(rows):
-            w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in line])
+    write_csv_atomic(path, WINDOW_CSV_COLUMNS, window_csv_rows(rows))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ summary of such fields (a mean over seeds, an order statistic of recorded sample
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import AtomicWriter, write_bytes_atomic
+from ..atomic import write_bytes_atomic, write_csv_atomic
 from ..spec import toml_value
 
 CDF_QUANTILES: tuple[tuple[str, float], ...] = (("p10", 0.10), ("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
@@ -236,11 +235,7 @@ def cdf_rows(results: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
 
 def write_cdf_csv(path: str | Path, results: Sequence[Mapping[str, Any]]) -> None:
     """Write every sample with its CDF value; the file appears whole or not at all."""
-    with AtomicWriter(path) as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(CDF_CSV_COLUMNS)
-        for row in cdf_rows(results):
-            w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in row])
+    write_csv_atomic(path, CDF_CSV_COLUMNS, cdf_rows(results))
 
 
 def series_label(result: Mapping[str, Any]) -> str:
