@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::account::metrics::{overhead, weighted_speedup};
+use crate::account::metrics::{efficiency, overhead, weighted_speedup};
 use crate::scenario::{simulate_run, simulate_run_checked, Corunner, Layout, RunConfig};
 use crate::spec::{Scenario, Spec, SpecError};
 use crate::workload::builtin::BUILTINS;
@@ -541,6 +541,14 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
                 m.insert("qos_met_instances".into(), met.iter().filter(|&&x| x).count() as f64);
             }
         }
+        if let Some(e) = instance_efficiency(rec, i) {
+            m.insert("eff_speedup".into(), e.speedup);
+            m.insert("eff_useful".into(), e.useful);
+            m.insert("eff_busy_wait".into(), e.busy_wait);
+            m.insert("eff_overhead".into(), e.overhead);
+            m.insert("eff_unused".into(), e.unused);
+            m.insert("eff_borrowed".into(), e.borrowed);
+        }
         if i.membarrier.calls > 0 {
             m.insert("membarriers".into(), i.membarrier.calls as f64);
             m.insert("membarrier_latency_mean_us".into(), i.membarrier.latency.mean_ns / 1e3);
@@ -565,6 +573,28 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
         }
     }
     m
+}
+
+/// The efficiency-based speedup of instance `i` of `rec` (digest §1.4; see
+/// [`crate::account::metrics::efficiency`]): natively over its share of the cores for its run
+/// time, in a VM over the time slices allocated to its VM.
+fn instance_efficiency(rec: &RunRecord, i: &crate::world::record::InstanceRecord) -> Option<crate::account::metrics::Efficiency> {
+    let busy_wait = (i.counters.spin_ns + i.counters.tlb_wait_ns) as f64;
+    match i.vm {
+        None => {
+            let available = f64::from(rec.cores) * i.finish_ns as f64 / rec.instances.len().max(1) as f64;
+            Some(efficiency(rec.cores, available, i.busy_ns as f64, busy_wait, 0.0, 0.0))
+        }
+        Some(v) => {
+            let vm = rec.vms.get(v as usize)?;
+            let prefix = format!("vm{v}/");
+            let idle_poll = crate::account::Cause::IdlePoll.name();
+            let polled: u64 = rec.ledger.iter().filter(|r| r.owner.starts_with(&prefix) && r.cause == idle_poll).map(|r| r.ns).sum();
+            let consumed = (vm.guest_user_ns + vm.guest_kernel_ns + vm.host_ns) as f64;
+            let a = &vm.allocation;
+            Some(efficiency(vm.vcpus.len() as u32, a.allocated_ns, consumed, busy_wait + polled as f64, vm.host_ns as f64, a.borrowed_ns))
+        }
+    }
 }
 
 /// Throughput of the simulator on a fixed model workload.

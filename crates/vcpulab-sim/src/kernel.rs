@@ -253,6 +253,9 @@ pub struct Task {
     pub prev_sum_exec: u64,
     /// Only this CPU is allowed (pinning).
     pub pinned: Option<u32>,
+    /// Its own wake-up preemption granularity (ns) instead of the kernel's (DIS ch.5's
+    /// per-vCPU scheduling latency, set by the asymmetric-vCPU policy).
+    pub wakeup_gran: Option<u64>,
     /// When it was last woken (for wake-up latency), if it has not run since.
     pub woken_at: Option<SimTime>,
     /// Voluntary context switches (blocked).

@@ -12,6 +12,7 @@
 //! (`vcpulab policies`) and for spec validation.
 
 pub mod aple;
+pub mod asymmetric;
 pub mod hvs;
 pub mod kvm_ple;
 pub mod kvm_yield;

@@ -142,6 +142,14 @@ pub struct ReportSpec {
     /// Print the PLE section: each variant's average inefficiency, the spinlock-intensive
     /// classification, and (with `--window-out`) the PLE window over time.
     pub ple: bool,
+    /// Print the scalability section (DIS ch.4): per workload, scenario and variant, the
+    /// speedup over the vCPU counts (t at the smallest count / t) and the efficiency-based
+    /// speedup with its decomposition (`eff_*` metrics).
+    pub scalability: bool,
+    /// Print the performance spread over the values of this variant key (e.g.
+    /// `"experiment.corunner"`): for each workload and remaining variant, the mean and
+    /// standard deviation of the run time over those values (DIS ch.5's stability).
+    pub spread: Option<String>,
 }
 
 /// A published value to print next to the simulated one (`[[published]]`).
@@ -245,6 +253,13 @@ impl Spec {
         check("machine", file.machine.check())?;
         check("host", file.host.check())?;
         check("guest", file.guest.check())?;
+        if file.guest.asymmetric.enabled() {
+            return Err(SpecError::new(
+                blame("guest.asymmetric".into()),
+                "guest.asymmetric",
+                "asymmetric vCPUs are a host policy: use [host.asymmetric]",
+            ));
+        }
         if file.guest.daemons.count > 0 {
             return Err(SpecError::new(blame("guest.daemons.count".into()), "guest.daemons.count", "only [host.daemons] is supported"));
         }

@@ -8,6 +8,7 @@
 //! interrupts, PLE. Interrupts for a running vCPU are posted (APICv) or cost an exit; for a
 //! halted vCPU the host wakes its thread; for a preempted vCPU they wait for the next entry.
 
+pub mod allocation;
 pub mod exit;
 pub mod halt_poll;
 pub mod ple;

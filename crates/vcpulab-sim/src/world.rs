@@ -62,6 +62,8 @@ pub(crate) enum Ev {
     Timer { k: KernelId, cpu: u32, gen: u32 },
     /// An IPI reaches a kernel CPU.
     Ipi { k: KernelId, cpu: u32, kind: u8 },
+    /// An allocation period ends ([`crate::virt::allocation`]).
+    Period,
 }
 
 /// How much of a leaf remains, and where that count lives.
@@ -157,6 +159,8 @@ pub struct World {
     pub(crate) waits: crate::kernel::waits::WaitChains,
     /// The timeline being recorded, if any (`vcpulab run --timeline`; [`World::enable_timeline`]).
     pub(crate) timeline: Option<Box<crate::account::Timeline>>,
+    /// The allocation-period clock and the asymmetric-vCPU policy (runs with VMs).
+    pub(crate) periods: Option<crate::virt::allocation::Periods>,
 }
 
 /// How often (in events) a run asks its caller whether to stop.
@@ -221,6 +225,7 @@ impl World {
                     }
                     self.raise_irq(k, cpu, kind)
                 }
+                Ev::Period => self.period_end(),
             }
             self.drain()?;
         }

@@ -3,7 +3,9 @@
 //! - `δη_r = (C_v − C_p) / C_p` (reduced resource efficiency),
 //! - `δη_t = (t_v·γ_v − t_p·γ_p) / (t_p·γ_p)` (reduced time efficiency),
 //! - `ω = (1 + δη_t) / (1 + δη_r)` (overhead impact factor),
-//! - weighted speedup `= Σ_i t_baseline / t_i` over co-running instances.
+//! - weighted speedup `= Σ_i t_baseline / t_i` over co-running instances,
+//! - efficiency-based speedup (DIS ch.4, digest §1.4) `= N × useful / available`, with the
+//!   decomposition of the available time.
 
 use serde::Serialize;
 
@@ -30,9 +32,65 @@ pub fn weighted_speedup(t_alone: f64, t_instances: &[f64]) -> f64 {
     t_instances.iter().map(|t| t_alone / t).sum()
 }
 
+/// Efficiency-based speedup (DIS ch.4, digest §1.4) and the decomposition of the CPU time
+/// available to a workload: `available = useful + busy_wait + overhead + unused − borrowed`.
+///
+/// - Physical machine: available = N cores × run time; `unused` is idle time; `overhead`
+///   is 0 (kernel work counts as useful, as in `Speedup_PM = N − (idle + busy-waiting) / t`).
+/// - VM: available = the time slices allocated to the VM over its run; `overhead` is its
+///   host time (switching vCPUs in and out, exits); `unused` is allocated slice it left;
+///   `borrowed` is time it ran beyond its allocation (others' unused slice).
+///
+/// Busy-waiting is not useful in either. `speedup = N × useful / available`, i.e.
+/// `N − N × (busy_wait + overhead + unused − borrowed) / available`.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct Efficiency {
+    /// N × useful / available.
+    pub speedup: f64,
+    /// Useful computation / available.
+    pub useful: f64,
+    /// Busy-waiting (spins, TLB-shootdown waits, idle polling) / available.
+    pub busy_wait: f64,
+    /// Host overhead / available.
+    pub overhead: f64,
+    /// Unused (allocated but not used; idle natively) / available.
+    pub unused: f64,
+    /// Borrowed beyond the allocation / available.
+    pub borrowed: f64,
+}
+
+/// The [`Efficiency`] of `n` processing units given `available` ns, of which the workload
+/// consumed `consumed` (busy-waiting and host overhead included) and `borrowed` beyond its
+/// allocation.
+pub fn efficiency(n: u32, available: f64, consumed: f64, busy_wait: f64, overhead: f64, borrowed: f64) -> Efficiency {
+    let a = available.max(1.0);
+    let useful = (consumed - busy_wait - overhead).max(0.0);
+    let unused = available - consumed + borrowed;
+    Efficiency {
+        speedup: f64::from(n) * useful / a,
+        useful: useful / a,
+        busy_wait: busy_wait / a,
+        overhead: overhead / a,
+        unused: unused / a,
+        borrowed: borrowed / a,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn efficiency_parts_sum_to_the_available_time() {
+        // A PM: 4 cores × 10 s; 30 core-s busy of which 5 busy-waiting → speedup 2.5.
+        let e = efficiency(4, 40.0, 30.0, 5.0, 0.0, 0.0);
+        assert!((e.speedup - 2.5).abs() < 1e-12);
+        assert!((e.unused - 0.25).abs() < 1e-12);
+        // A VM given 10 s that used 12 (4 borrowed): parts still sum to 1.
+        let e = efficiency(2, 10.0, 12.0, 1.0, 1.0, 4.0);
+        assert!((e.useful + e.busy_wait + e.overhead + e.unused - e.borrowed - 1.0).abs() < 1e-12);
+        assert!((e.speedup - 2.0).abs() < 1e-12);
+    }
 
     #[test]
     fn definitions() {

@@ -81,7 +81,9 @@ impl World {
             self.kernels[k as usize].cpus[cpu as usize].resched_deferred = true;
             return;
         }
-        let chosen = self.pick_next(k, cpu, prev_runnable);
+        // A task re-pinned elsewhere while it ran leaves this CPU (the migration stopper).
+        let stays = prev_runnable.filter(|&p| self.allowed(p, cpu));
+        let chosen = self.pick_next(k, cpu, stays);
         let yielded = prev_runnable.is_some() && self.kernels[k as usize].cpus[cpu as usize].skip_buddy == prev_runnable;
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
         kc.next_buddy = None;
@@ -90,7 +92,11 @@ impl World {
             return; // prev stays
         }
         if let Some(p) = prev_runnable {
-            self.enqueue(k, cpu, p);
+            if stays.is_some() {
+                self.enqueue(k, cpu, p);
+            } else {
+                self.send_to_affine(k, p, cpu);
+            }
             self.tasks[p as usize].nivcsw += 1;
         }
         if let Some(TaskKind::Vcpu(v)) = prev.map(|p| self.tasks[p as usize].kind) {
@@ -123,7 +129,12 @@ impl World {
                 let lat = now.since(w);
                 match task.kind {
                     TaskKind::Thread(th) => self.threads[th as usize].stats.wake_latency.record(lat),
-                    TaskKind::Vcpu(v) => self.vcpus[v as usize].wake_latency.record(lat),
+                    TaskKind::Vcpu(v) => {
+                        self.vcpus[v as usize].wake_latency.record(lat);
+                        if lat > task.wakeup_gran.unwrap_or(self.kernels[k as usize].params.wakeup_gran) {
+                            self.vcpus[v as usize].alloc.late_wakeups += 1;
+                        }
+                    }
                 }
             }
         }
@@ -154,10 +165,7 @@ impl World {
             (_, Some(p)) => (p, q1),
             (a, None) => (a?, q2),
         };
-        let gran_ok = |se: TaskId| {
-            let gran = self.kernels[k as usize].params.wakeup_gran * 1024 / self.tasks[se as usize].weight;
-            self.tasks[se as usize].vr <= self.tasks[left as usize].vr.saturating_add(gran)
-        };
+        let gran_ok = |se: TaskId| self.tasks[se as usize].vr <= self.tasks[left as usize].vr.saturating_add(self.wakeup_gran(se));
         let mut se = left;
         if kc.skip_buddy == Some(left) {
             if let Some(second) = second.filter(|&t| gran_ok(t)) {
@@ -273,10 +281,7 @@ impl World {
         task.vr = task.vr.max(new_min.saturating_sub(half_latency));
         task.woken_at = Some(self.now);
         self.enqueue(k, target, t);
-        let preempt = self.kernels[k as usize].cpus[target as usize].curr.is_none() || self.wakeup_preempts(k, target, t);
-        if preempt {
-            self.resched_cpu(k, target, waker);
-        }
+        self.preempt_for(k, target, t, waker);
     }
 
     fn wakeup_preempts(&mut self, k: KernelId, cpu: u32, woken: TaskId) -> bool {
@@ -285,8 +290,14 @@ impl World {
             return false;
         }
         self.update_curr(k, cpu);
-        let gran = self.kernels[k as usize].params.wakeup_gran * 1024 / self.tasks[woken as usize].weight;
-        self.tasks[c as usize].vr > self.tasks[woken as usize].vr + gran
+        self.tasks[c as usize].vr > self.tasks[woken as usize].vr + self.wakeup_gran(woken)
+    }
+
+    /// `wakeup_gran(se)`: the wake-up granularity of task `t` in virtual time (its own, or
+    /// its kernel's), scaled by its weight.
+    fn wakeup_gran(&self, t: TaskId) -> u64 {
+        let task = &self.tasks[t as usize];
+        task.wakeup_gran.unwrap_or(self.kernels[task.kernel as usize].params.wakeup_gran) * 1024 / task.weight
     }
 
     /// Thread `t` (running) left its last kernel spinlock section: a deferred reschedule of its
@@ -417,6 +428,45 @@ impl World {
             if !moved {
                 return;
             }
+        }
+    }
+
+    /// Re-pins task `t` to CPU `to` (`sched_setaffinity`): a queued task moves to `to`'s
+    /// queue now; a running one is moved when its CPU reschedules, which is asked for now; a
+    /// blocked one wakes up on `to`.
+    pub(crate) fn set_affinity(&mut self, t: TaskId, to: u32) {
+        let (k, from, state) = (self.tasks[t as usize].kernel, self.tasks[t as usize].cpu, self.tasks[t as usize].state);
+        self.tasks[t as usize].pinned = Some(to);
+        if from == to {
+            return;
+        }
+        match state {
+            TaskState::Queued => {
+                self.touch_kcpu(k, from);
+                self.migrate(k, t, from, to);
+                self.preempt_for(k, to, t, None);
+            }
+            TaskState::Running => self.resched_cpu(k, from, None),
+            TaskState::Blocked | TaskState::Done => {}
+        }
+    }
+
+    /// Queues the runnable task `t`, just switched out of CPU `from` that it may no longer
+    /// use, on the CPU it is pinned to.
+    fn send_to_affine(&mut self, k: KernelId, t: TaskId, from: u32) {
+        let to = self.tasks[t as usize].pinned.expect("only a pinned task can be disallowed");
+        let (fm, tm) = (self.kernels[k as usize].cpus[from as usize].min_vr, self.kernels[k as usize].cpus[to as usize].min_vr);
+        let task = &mut self.tasks[t as usize];
+        task.vr = task.vr.saturating_sub(fm) + tm;
+        self.enqueue(k, to, t);
+        self.preempt_for(k, to, t, Some((k, from)));
+    }
+
+    /// Reschedules `cpu` if the task `t` just queued there should run now (idle CPU, or
+    /// wake-up preemption of the current task).
+    fn preempt_for(&mut self, k: KernelId, cpu: u32, t: TaskId, waker: Option<(KernelId, u32)>) {
+        if self.kernels[k as usize].cpus[cpu as usize].curr.is_none() || self.wakeup_preempts(k, cpu, t) {
+            self.resched_cpu(k, cpu, waker);
         }
     }
 

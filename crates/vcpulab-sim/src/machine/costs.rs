@@ -87,6 +87,14 @@ pub struct Costs {
     /// hypercall: host IPI to the target's pCPU, INVVPID there, acknowledgement — a native
     /// IPI round trip of 2 × 0.5–2 µs (ref §7) → 2 µs (*estimate*; see docs/costs.md).
     pub shoot4u_remote: u64,
+
+    // ---- scalability and asymmetric vCPUs (DIS ch.4-5) ----
+    /// A vCPU thread running on a different core than last time (host load balancing, or the
+    /// asymmetric-vCPU resolver's swaps): `vmx_vcpu_load` clears the VMCS on the old CPU by
+    /// IPI and loads it on the new one (~2-3 µs, like a vCPU switch without the context
+    /// switch) plus the stalls of refilling L1/L2 with the vCPU's working set (*estimate*)
+    /// → 10 µs, charged to the vCPU (host layer, `vcpu_switch` cause) on top of the switch.
+    pub vcpu_migration: u64,
 }
 
 impl Default for Costs {
@@ -119,6 +127,7 @@ impl Default for Costs {
             yield_to: 500,
             ple_scan_per_vcpu: 20,
             shoot4u_remote: 2_000,
+            vcpu_migration: 10_000,
         }
     }
 }

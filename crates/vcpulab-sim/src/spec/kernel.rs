@@ -71,6 +71,105 @@ pub struct KernelSpec {
     /// Background kernel/daemon threads (`[host.daemons]`: QEMU I/O threads, vhost, kworkers)
     /// that wake up now and then and run briefly; only the host supports them.
     pub daemons: DaemonSpec,
+    /// Dynamic asymmetric vCPUs (`[host.asymmetric]`, DIS ch.5); only the host supports it.
+    pub asymmetric: AsymmetricSpec,
+}
+
+/// Dynamic asymmetric vCPUs (DIS ch.5, digest §6): a host policy run at the end of every
+/// allocation period (the host's scheduling period, `sched_latency`) over every VM's vCPUs,
+/// with three components, each switchable. Defaults are the digest's where it gives them
+/// (+10 % growth, 10 % imbalance, 2× urgency conflicts); the others are the project's
+/// choices, documented in `docs/scalability.md`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AsymmetricSpec {
+    /// CPU-time allocation: predict each vCPU's demand from its consumption, split the VM's
+    /// time among its vCPUs in proportion, applied as per-vCPU weights (cgroup shares).
+    pub allocation: bool,
+    /// Scheduling-latency adjustment: per-vCPU wake-up granularity, lowered for vCPUs that
+    /// could run but did not get their time, raised for those that got it and went idle;
+    /// at the minimum, the vCPUs sending the wake-up IPIs are lowered instead. The VM's
+    /// vCPU-switch time is charged to its allocation while any of its vCPUs is urgent.
+    pub latency: bool,
+    /// Resource-conflict resolver: swap vCPUs between cores when per-core allocation is
+    /// imbalanced, or when high-urgency vCPUs conflict on a core.
+    pub resolver: bool,
+    /// Demand growth of a vCPU that used all its time and is still ready (digest: 10 %).
+    pub growth: f64,
+    /// A vCPU "used all its time" when it consumed at least this fraction of it.
+    pub full: f64,
+    /// Largest fall of a vCPU's predicted demand per period, as a fraction of its
+    /// allocation (1 = the digest's literal rule, demand = consumption; see
+    /// `docs/scalability.md` for why the default damps it like the growth).
+    pub max_drop: f64,
+    /// Floor of a vCPU's allocation, as a fraction of its symmetric share.
+    pub min_share: f64,
+    /// Lowest per-vCPU wake-up granularity.
+    pub latency_min: Dur,
+    /// Highest per-vCPU wake-up granularity (default: the host's `wakeup_granularity`).
+    pub latency_max: Option<Dur>,
+    /// Factor by which a latency is lowered or raised per period.
+    pub latency_step: f64,
+    /// Per-core allocation imbalance that triggers a swap (digest: 10 %).
+    pub imbalance: f64,
+    /// Urgency conflicts of the busiest core over the calmest that trigger swaps (digest: 2×).
+    pub urgency_ratio: f64,
+    /// Fewest urgency conflicts on the busiest core for an urgency swap.
+    pub min_conflicts: u32,
+}
+
+impl Default for AsymmetricSpec {
+    fn default() -> Self {
+        AsymmetricSpec {
+            allocation: false,
+            latency: false,
+            resolver: false,
+            growth: 0.10,
+            full: 0.95,
+            max_drop: 0.10,
+            min_share: 0.10,
+            latency_min: Dur(500_000),
+            latency_max: None,
+            latency_step: 2.0,
+            imbalance: 0.10,
+            urgency_ratio: 2.0,
+            min_conflicts: 4,
+        }
+    }
+}
+
+impl AsymmetricSpec {
+    /// Whether any component is on.
+    pub fn enabled(&self) -> bool {
+        self.allocation || self.latency || self.resolver
+    }
+
+    /// Checks values; returns (field, message).
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let unit = |f: &str, v: f64, lo: f64, hi: f64| {
+            if v.is_finite() && v >= lo && v <= hi {
+                Ok(())
+            } else {
+                Err((format!("asymmetric.{f}"), format!("expected a number in {lo}..={hi} (got {v})")))
+            }
+        };
+        unit("growth", self.growth, 0.0, 10.0)?;
+        unit("full", self.full, 0.01, 1.0)?;
+        unit("max_drop", self.max_drop, 0.0, 1.0)?;
+        unit("min_share", self.min_share, 0.001, 1.0)?;
+        unit("latency_step", self.latency_step, 1.0, 100.0)?;
+        unit("imbalance", self.imbalance, 0.0, 10.0)?;
+        unit("urgency_ratio", self.urgency_ratio, 1.0, 1000.0)?;
+        if self.latency_min.0 == 0 {
+            return Err(("asymmetric.latency_min".into(), "expected a positive duration".into()));
+        }
+        if let Some(max) = self.latency_max {
+            if max.0 < self.latency_min.0 {
+                return Err(("asymmetric.latency_max".into(), format!("expected at least latency_min ({} ns)", self.latency_min.0)));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Background threads of a kernel: `count` threads, each sleeping an exponential time of
@@ -105,6 +204,7 @@ impl Default for KernelSpec {
             haltpoll: HaltpollSpec::default(),
             tlb_lazy_skip: true,
             daemons: DaemonSpec::default(),
+            asymmetric: AsymmetricSpec::default(),
         }
     }
 }
@@ -141,6 +241,7 @@ impl KernelSpec {
         if self.daemons.count > 0 && (self.daemons.run.0 == 0 || self.daemons.interval.0 == 0) {
             return Err(("daemons".into(), "expected positive run and interval durations".into()));
         }
+        self.asymmetric.check()?;
         for (f, v) in [
             ("sched_latency", self.sched_latency),
             ("min_granularity", self.min_granularity),

@@ -212,6 +212,8 @@ pub struct Vcpu {
     pub ple: PleStats,
     /// PV features.
     pub pv: PvStats,
+    /// Allocation periods: given and used time, asymmetric-policy inputs, migrations.
+    pub alloc: crate::virt::allocation::VcpuAlloc,
 }
 
 impl Vcpu {
@@ -243,6 +245,7 @@ impl Vcpu {
             hp: HaltPollStats::default(),
             ple: PleStats::default(),
             pv: PvStats::default(),
+            alloc: Default::default(),
         }
     }
 }
@@ -410,6 +413,9 @@ impl World {
                 self.tl_ipi_recv(k, to, kind);
             }
             self.kernels[k as usize].cpus[to as usize].pending |= kind;
+            if let Some(n) = self.vcpus[vt as usize].alloc.woken_by.get_mut(from as usize) {
+                *n += 1;
+            }
             let waker = self.vcpu_core(vf);
             self.vcpu_unhalt(vt, waker);
         } else {
@@ -468,7 +474,12 @@ impl World {
             self.tl_vcpu_on(v);
         }
         let now = self.now;
+        let core = self.tasks[self.vcpus[v as usize].task as usize].cpu;
         let vc = &mut self.vcpus[v as usize];
+        let migrated = vc.alloc.last_core.replace(core).is_some_and(|c| c != core);
+        if migrated {
+            vc.alloc.migrations += 1;
+        }
         vc.preempted = false;
         vc.ready = false;
         vc.st_preempted = false;
@@ -483,6 +494,9 @@ impl World {
             self.vcpus[v as usize].ple.window_shrinks += 1;
         }
         self.vms[vm].policies.yielder.on_sched_in(idx, now);
+        if migrated {
+            self.vcpu_host_work(v, Cause::VcpuSwitch, self.costs.vcpu_migration);
+        }
         if flush {
             // record_steal_time: KVM_VCPU_FLUSH_TLB set → kvm_vcpu_flush_tlb_guest before entry.
             self.vcpu_host_work(v, Cause::TlbFlush, self.costs.tlb_flush_local);

@@ -10,6 +10,7 @@ use crate::kernel::thread::{Act, Thread, ThreadStats};
 use crate::kernel::{Kernel, KernelId, KernelKind, Task, TaskKind, TaskState, HOST};
 use crate::policy::VmPolicies;
 use crate::scenario::{Layout, RunConfig};
+use crate::virt::allocation::{Periods, VcpuAlloc};
 use crate::virt::vcpu::{Vcpu, Vm};
 use crate::workload::dist::Dist;
 use crate::workload::heap::Arena;
@@ -56,6 +57,7 @@ impl World {
             record_wait_chains: cfg.record.wait_chains,
             waits: Default::default(),
             timeline: None,
+            periods: None,
         };
         match cfg.layout {
             Layout::Native { instances } => {
@@ -66,6 +68,7 @@ impl World {
                 }
             }
             Layout::Vms { vms } => {
+                let mut vm_inst = Vec::new();
                 for vm in 0..vms {
                     let spec = cfg.vm_spec(vm);
                     let k = w.kernels.len() as KernelId;
@@ -80,6 +83,7 @@ impl World {
                         let task = w.new_task(TaskKind::Vcpu(vid), HOST, owner, i, spec.vcpu_weight(i));
                         w.tasks[task as usize].pinned = spec.pin.then_some(i);
                         w.vcpus.push(Vcpu::new(vm, i, task, k, owner));
+                        w.vcpus[vid as usize].alloc = VcpuAlloc::new(n, spec.vcpu_weight(i));
                         ids.push(vid);
                     }
                     let first_owner = w.vcpus[ids[0] as usize].owner;
@@ -92,8 +96,10 @@ impl World {
                         spin: Default::default(),
                     });
                     let background = cfg.corunner.is_some() && vm > 0;
+                    vm_inst.push(w.insts.len());
                     w.add_instance(cfg, k, Some(vm), first_owner, format!("vm{vm}"), background);
                 }
+                w.periods = Some(Periods::new(w.kernels[HOST as usize].params.latency, &cfg.host.asymmetric, vm_inst));
             }
         }
         w.add_host_daemons(cfg);
@@ -110,6 +116,7 @@ impl World {
             w.enqueue_initial(t);
         }
         w.live = w.insts.iter().filter(|i| !i.background).count() as u32;
+        w.start_periods();
         w
     }
 
@@ -127,6 +134,7 @@ impl World {
             sum_exec: 0,
             prev_sum_exec: 0,
             pinned: None,
+            wakeup_gran: None,
             woken_at: None,
             nvcsw: 0,
             nivcsw: 0,

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::account::{Cause, Layer, Log2Histogram, OwnerKind};
 use crate::engine::SimTime;
 use crate::scenario::RunConfig;
+use crate::virt::allocation::AllocTotals;
 use crate::virt::exit::ExitReason;
 use crate::virt::vcpu::{ipi_kind, HaltPollStats, PleStats, PvStats};
 
@@ -232,6 +233,16 @@ pub struct VcpuRecord {
     pub halt_poll_ns: u64,
     /// Its PLE window at the end (cycles).
     pub ple_window: u64,
+    /// Allocation periods: time given, used, unused and borrowed (ns).
+    pub allocation: AllocTotals,
+    /// Its host weight at the end (changed by the asymmetric allocation).
+    pub weight: u64,
+    /// Its wake-up granularity at the end (ns; changed by the asymmetric latency component).
+    pub wakeup_gran_ns: u64,
+    /// The core it is placed on at the end.
+    pub core: u32,
+    /// Times it ran on another core than the time before.
+    pub migrations: u64,
 }
 
 /// KVM's halt-polling statistics of a VM (ref §1.7).
@@ -345,6 +356,11 @@ pub struct VmRecord {
     /// The epochs of an epoch-based window policy (APLE): start, end, threshold, inefficiency.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ple_epochs: Vec<crate::policy::WindowEpoch>,
+    /// Allocation periods over its vCPUs (ns; digest §1.4): time given, used, unused and
+    /// borrowed, up to its instance's finish ([`crate::virt::allocation`]).
+    pub allocation: AllocTotals,
+    /// The allocation period (ns): the host's scheduling period.
+    pub period_ns: u64,
 }
 
 /// A VM's spinning cost over a run (APLE's inefficiency, digest §4.2).
@@ -421,6 +437,23 @@ pub struct RunRecord {
     /// time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_chains: Option<Vec<crate::kernel::waits::WaitChainRow>>,
+    /// With `[host.asymmetric]`: the components on and the policy's decisions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub asymmetric: Option<AsymmetricRecord>,
+}
+
+/// What the asymmetric-vCPU policy did in a run.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AsymmetricRecord {
+    /// Component 1 was on.
+    pub allocation: bool,
+    /// Component 2 was on.
+    pub latency: bool,
+    /// Component 3 was on.
+    pub resolver: bool,
+    /// Its decisions.
+    #[serde(flatten)]
+    pub counts: crate::policy::asymmetric::AsymmetricCounts,
 }
 
 /// Name of a host-layer cause in `host_ns_by_reason` (exit reasons as perf kvm names them;
@@ -538,6 +571,11 @@ impl RunRecord {
                     halt_poll_successful: vc.hp.successful,
                     halt_poll_ns: vc.halt_poll_ns,
                     ple_window: vm.policies.window.window(vc.idx),
+                    allocation: w.alloc_totals(v, end),
+                    weight: w.tasks[vc.task as usize].weight,
+                    wakeup_gran_ns: w.tasks[vc.task as usize].wakeup_gran.unwrap_or(w.kernels[0].params.wakeup_gran),
+                    core: w.tasks[vc.task as usize].pinned.unwrap_or(w.tasks[vc.task as usize].cpu),
+                    migrations: vc.alloc.migrations,
                 });
                 wake.merge(&vc.wake_latency);
                 for (i, n) in vc.ipis_sent.iter().enumerate() {
@@ -551,6 +589,8 @@ impl RunRecord {
                 ple.counters.merge(&vc.ple);
                 pv.merge(&vc.pv);
             }
+            let mut allocation = AllocTotals::default();
+            vcpus.iter().for_each(|x| allocation += x.allocation);
             vms.push(VmRecord {
                 vm: i as u32,
                 exits,
@@ -574,6 +614,8 @@ impl RunRecord {
                 yield_policy: vm.spec.ple.yield_policy.clone(),
                 spin: w.spin_cost(i).into(),
                 ple_epochs: vm.policies.window.epochs().to_vec(),
+                allocation,
+                period_ns: w.kernels[0].params.latency,
             });
         }
         let owner_name = |o: u32| match w.owners[o as usize] {
@@ -605,6 +647,12 @@ impl RunRecord {
             core_busy_ns: (0..cfg.cores as usize).map(|c| l.core_total(c, true)).collect(),
             ledger,
             wait_chains: w.record_wait_chains.then(|| w.wait_chain_rows()),
+            asymmetric: w.asymmetric_counts().map(|counts| AsymmetricRecord {
+                allocation: cfg.host.asymmetric.allocation,
+                latency: cfg.host.asymmetric.latency,
+                resolver: cfg.host.asymmetric.resolver,
+                counts,
+            }),
         }
     }
 
