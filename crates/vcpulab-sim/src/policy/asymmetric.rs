@@ -321,14 +321,26 @@ mod tests {
     fn allocation_follows_the_digest_example() {
         // Digest §6: 2 vCPUs given 40 ms each; vCPU0 used 35, vCPU1 used all 40 and is
         // ready → predictions 35 and 44; the VM's 80 ms split as 35.4 and 44.6 ms.
+        // With the literal rule (no damping of the fall: max_drop = 1).
         let v = [vcpu(0, 0, 40e6, 35e6, true), vcpu(0, 1, 40e6, 40e6, true)];
-        let d = decide(&spec(true, false, false), 4_000_000, 2, &v, &[LIVE]);
+        let literal = AsymmetricSpec { max_drop: 1.0, ..spec(true, false, false) };
+        let d = decide(&literal, 4_000_000, 2, &v, &[LIVE]);
         assert!((d.alloc_ns[0] / 1e6 - 35.4).abs() < 0.05, "{:?}", d.alloc_ns);
         assert!((d.alloc_ns[1] / 1e6 - 44.6).abs() < 0.05, "{:?}", d.alloc_ns);
         let w = |a: f64| (1024.0 * a / 40e6).round() as u64;
         assert_eq!(d.weights, vec![w(d.alloc_ns[0]), w(d.alloc_ns[1])]);
         assert_eq!(d.counts.grown, 1);
         assert!(d.swaps.is_empty());
+        // The default damps the fall to 10 % per period: 36 and 44 of 80.
+        let d = decide(&spec(true, false, false), 4_000_000, 2, &v, &[LIVE]);
+        assert!((d.alloc_ns[0] - 80e6 * 36.0 / 80.0).abs() < 1.0, "{:?}", d.alloc_ns);
+        // A starved vCPU that used all and is ready comes back to its symmetric share + 10 %.
+        let mut starved = [vcpu(0, 0, 40e6, 10e6, true), vcpu(0, 1, 40e6, 40e6, false)];
+        starved[0].alloc_ns = 10e6;
+        starved[0].given_ns = 10e6;
+        starved[1].alloc_ns = 70e6;
+        let d = decide(&spec(true, false, false), 4_000_000, 2, &starved, &[LIVE]);
+        assert!((d.alloc_ns[0] - 80e6 * 44.0 / (44.0 + 63.0)).abs() < 1.0, "{:?}", d.alloc_ns);
     }
 
     #[test]
