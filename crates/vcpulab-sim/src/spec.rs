@@ -49,6 +49,8 @@ pub struct ExperimentSpec {
     pub oc_vms: u32,
     /// A different workload for the other VMs of OC/OC2 (and the other native instances of
     /// OC2's baseline): it runs until the measured instance finishes (S4U's sysbench VM).
+    /// `"none"` (the same as leaving it out) runs identical instances, so that a `vary` over
+    /// co-runners can include that case.
     #[serde(default)]
     pub corunner: Option<String>,
     /// Threads of each co-runner instance (default: the vCPU count).
@@ -75,6 +77,9 @@ pub struct NamedVariant {
     #[serde(default)]
     pub set: IndexMap<String, toml::Value>,
 }
+
+/// The `experiment.corunner` value meaning "identical instances, no co-runner".
+pub const NO_CORUNNER: &str = "none";
 
 fn default_scenarios() -> OneOrMany<Scenario> {
     OneOrMany(vec![Scenario::Native, Scenario::Uc, Scenario::Oc, Scenario::Oc2])
@@ -299,7 +304,7 @@ impl Spec {
             }
             workloads.push(w);
         }
-        let corunner = file.experiment.corunner.as_deref().map(parse_named).transpose()?;
+        let corunner = file.experiment.corunner.as_deref().filter(|c| *c != NO_CORUNNER).map(parse_named).transpose()?;
         if let Some(c) = &file.report.cdf {
             if c != "tlb_latency" {
                 return Err(SpecError::new(
@@ -475,7 +480,7 @@ fn fold_suite_tables(doc: &mut toml::Table) {
         Some(toml::Value::String(s)) => vec![s.clone()],
         _ => Vec::new(),
     };
-    let corunner = experiment.and_then(|e| e.get("corunner")).and_then(|c| c.as_str()).map(String::from);
+    let corunner = experiment.and_then(|e| e.get("corunner")).and_then(|c| c.as_str()).filter(|c| *c != NO_CORUNNER).map(String::from);
     let Some(toml::Value::Table(w)) = doc.get_mut("workloads") else { return };
     for name in names.iter().chain(corunner.iter()) {
         let Some((suite, short)) = name.split_once('.') else { continue };
@@ -499,7 +504,8 @@ fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecE
         Some(toml::Value::String(s)) => vec![s.clone()],
         _ => return Ok(()), // serde reports the problem with its path
     };
-    let corunner = doc.get("experiment").and_then(|e| e.get("corunner")).and_then(|c| c.as_str()).map(String::from);
+    let corunner =
+        doc.get("experiment").and_then(|e| e.get("corunner")).and_then(|c| c.as_str()).filter(|c| *c != NO_CORUNNER).map(String::from);
     fold_suite_tables(doc);
     let defined: Vec<String> = match doc.get("workloads") {
         Some(toml::Value::Table(t)) => t.keys().cloned().collect(),

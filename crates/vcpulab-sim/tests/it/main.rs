@@ -8,6 +8,7 @@ mod jobs;
 mod language;
 mod mechanisms;
 mod profiles;
+mod scalability;
 mod scenarios;
 mod timeline;
 
