@@ -6,11 +6,12 @@
 //! swaps) in `virt/allocation.rs`. The three components:
 //!
 //! 1. **CPU-time allocation.** A vCPU that did not use all of the time it was given needs
-//!    what it used; one that used it all and is still ready needs its previous allocation
-//!    + `growth`. The VM's time (its symmetric share, less the switch overhead charged by
+//!    what it used (its demand falls at most `max_drop` per period); one that used it all
+//!    and is still ready needs more: the larger of its allocation and its symmetric share,
+//!    plus `growth`. The VM's time (its symmetric share, less the switch overhead charged by
 //!    component 2) is split among its vCPUs in proportion to these predictions, which become
-//!    the next allocations; each is applied as the vCPU's weight scaled by allocation /
-//!    symmetric share (per-vCPU cgroup shares in the DIS prototype).
+//!    the next allocations; each is applied as the vCPU's weight scaled by its allocation
+//!    over its symmetric share (per-vCPU cgroup shares in the DIS prototype).
 //! 2. **Scheduling latency.** A vCPU that did not get its time but could still run is
 //!    urgent: its wake-up granularity is divided by `latency_step` (down to `latency_min`);
 //!    one that used its time and is idle is raised (up to `latency_max`). When an urgent
