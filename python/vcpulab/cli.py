@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 
 from rich.console import Console
 
-from . import __version__, analysis, ple, render, report
+from . import __version__, analysis, ple, render, report, scaling
 from ._vcpulab import (
     TIMELINE_MAX_EVENTS,
     TIMELINE_WINDOW_NS,
@@ -34,7 +34,7 @@ from ._vcpulab import (
     workload_toml,
     workloads,
 )
-from .atomic import AtomicWriter, write_bytes_atomic
+from .atomic import AtomicWriter, write_bytes_atomic, write_csv_atomic
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
@@ -265,6 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
         "and write every recorded series beside it as FILE.csv",
     )
     run.add_argument(
+        "--scaling-out",
+        metavar="FILE.png",
+        help="plot the measured speedup over the vCPU counts (t at the smallest count / t), one panel per "
+        "workload, a line per scenario and variant, with the ideal speedup dashed, to FILE.png, and write "
+        "the curves beside it as FILE.csv (with the efficiency-based speedup)",
+    )
+    run.add_argument(
         "--timeline",
         metavar="FILE",
         help="also record a timeline of the run's single cell and write it to FILE: a Chrome/Perfetto trace "
@@ -473,8 +480,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan, payload = make_payload(args)
     info = report.parse_info(plan.info())
     _check_baseline(info)
+    scale_info = _scaling_settings(plan, info)
     cdf_out = _cdf_out(args.cdf_out, info)
     _check_window_out(args.window_out)
+    _check_scaling_out(args.scaling_out)
     if args.jobs is not None and args.jobs < 1:
         raise CliError(f"--jobs must be at least 1 (got {args.jobs})")
     if args.jobs is not None and args.cluster:
@@ -489,7 +498,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out is not None:
         _check_writable(args.out)
     if args.timeline is not None or args.timeline_window is not None or args.timeline_max_events is not None:
-        return _run_with_timeline(args, plan, info, cdf_out, cells, selected)
+        return _run_with_timeline(args, plan, info, scale_info, cdf_out, cells, selected)
     results_dir = _results_dir(args)
     spec_text = plan.spec_toml()
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
@@ -499,7 +508,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Workers are started first, before DuckDB and the progress bar start threads here.
     executor = make_executor(args.jobs, args.cluster)
     try:
-        return _sweep_and_show(args, plan, payload, info, cdf_out, cells, selected, results_dir, store, emit, executor)
+        return _sweep_and_show(
+            args, plan, payload, info, scale_info, cdf_out, cells, selected, results_dir, store, emit, executor
+        )
     finally:
         executor.close(cancel=True)  # a no-op after the sweep closed it
 
@@ -509,6 +520,7 @@ def _sweep_and_show(
     plan: Plan,
     payload: SpecPayload,
     info: report.PlanInfo,
+    scale_info: scaling.Settings,
     cdf_out: Path | None,
     cells: Sequence[Mapping[str, Any]],
     selected: list[int],
@@ -570,11 +582,15 @@ def _sweep_and_show(
         and info.baseline is None
         and not info.ple
         and args.window_out is None
+        and not scale_info.scalability
+        and scale_info.spread is None
+        and args.scaling_out is None
     )
     # Large sweeps show an overview made from the rows' columns; everything else needs the
     # result objects back.
     ordered = [] if many else [result_from_row(r) for r in rows]
-    console = _report(args, info, spec_text, ordered, cdf_out, rows if len(rows) > render.MANY_CELLS else None)
+    overview = rows if len(rows) > render.MANY_CELLS else None
+    console = _report(args, info, scale_info, spec_text, ordered, cdf_out, overview)
     if console is not None and results_dir is not None:
         ran, kept_n = report_.ran, len(sweep.stored)
         console.print(
@@ -589,15 +605,16 @@ def _sweep_and_show(
 def _report(
     args: argparse.Namespace,
     info: report.PlanInfo,
+    scale_info: scaling.Settings,
     spec_text: str,
     ordered: list[dict[str, Any]],
     cdf_out: Path | None,
     overview: list[dict[str, Any]] | None,
 ) -> Console | None:
-    """Writes ``--out``, ``--cdf-out`` and ``--window-out`` and, without ``--json``, prints the
-    results table (or the overview of ``overview``'s stored rows for a large sweep), the
-    published, CDF and PLE tables; returns the console for more footer lines (None with
-    ``--json``)."""
+    """Writes ``--out``, ``--cdf-out``, ``--window-out`` and ``--scaling-out`` and, without
+    ``--json``, prints the results table (or the overview of ``overview``'s stored rows for a
+    large sweep), the published, CDF, PLE, scalability, spread and asymmetric-vCPU tables;
+    returns the console for more footer lines (None with ``--json``)."""
     if args.out is not None:
         with AtomicWriter(args.out) as out:
             for r in ordered:
@@ -605,6 +622,8 @@ def _report(
     written = _write_cdf(cdf_out, ordered) if cdf_out is not None else []
     if args.window_out is not None:
         written += _write_window(Path(args.window_out), ordered)
+    if args.scaling_out is not None:
+        written += _write_scaling(Path(args.scaling_out), ordered)
     if args.json:
         return None
     console = render.stdout_console()
@@ -627,6 +646,7 @@ def _report(
         console.print()
         console.print(render.cdf_table(ordered, [report.cdf_summary(r) for r in ordered]))
     _print_ple(console, info, ordered)
+    _print_scaling(console, scale_info, info.baseline, ordered)
     if written:
         console.print(f"wrote {', '.join(written)}", style="dim", highlight=False)
     return console
@@ -636,6 +656,7 @@ def _run_with_timeline(
     args: argparse.Namespace,
     plan: Plan,
     info: report.PlanInfo,
+    scale_info: scaling.Settings,
     cdf_out: Path | None,
     cells: Sequence[Mapping[str, Any]],
     selected: list[int],
@@ -673,7 +694,7 @@ def _run_with_timeline(
     )
     if args.json:
         sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
-    _report(args, info, plan.spec_toml(), [result], cdf_out, None)
+    _report(args, info, scale_info, plan.spec_toml(), [result], cdf_out, None)
     sys.stdout.flush()
     cut = (
         f", cut at {truncated_at / 1e6:g} ms of virtual time by --timeline-max-events"
@@ -833,11 +854,12 @@ def _cdf_out(path: str | None, info: report.PlanInfo) -> Path | None:
 
 
 def _check_baseline(info: report.PlanInfo) -> None:
-    """``[report] baseline`` must name a variant of the experiment (checked before running)."""
-    if info.baseline is None or info.baseline in info.variants:
+    """``[report] baseline`` must name a variant of the experiment, by its whole label or, with
+    ``experiment.vary``, by the name of a named variant (checked before running)."""
+    if info.baseline is None or scaling.names_variant(info.variants, info.baseline):
         return
     baseline = json.dumps(info.baseline, ensure_ascii=False)
-    named = [v for v in info.variants if v]
+    named = scaling.variant_names(info.variants) or [v for v in info.variants if v]
     if not named:
         raise CliError(
             f"report.baseline = {baseline}: the experiment has no variants to compare "
@@ -852,7 +874,7 @@ def _print_ple(console: Console, info: report.PlanInfo, results: Sequence[Mappin
     (PLE inefficiency, spinlock-intensive classification)."""
     if info.baseline is not None:
         console.print()
-        if any(r.get("variant") == info.baseline and r["scenario"] != "native" for r in results):
+        if any(scaling.is_baseline(r.get("variant"), info.baseline) and r["scenario"] != "native" for r in results):
             matrix = ple.performance_matrix(results, info.baseline, info.variants)
             console.print(render.performance_table(matrix, info.baseline))
         else:
@@ -877,6 +899,89 @@ def _print_ple(console: Console, info: report.PlanInfo, results: Sequence[Mappin
                 highlight=False,
                 markup=False,
             )
+
+
+def _scaling_settings(plan: Plan, info: report.PlanInfo) -> scaling.Settings:
+    """``[report] scalability`` and ``spread``; ``spread`` must be a key of ``experiment.vary``
+    (checked before running, like the baseline)."""
+    settings = scaling.parse_settings(plan.info())
+    _check_spread(settings.spread, info.variants)
+    return settings
+
+
+def _check_spread(key: str | None, variants: Sequence[str]) -> None:
+    """``[report] spread`` must be a key in the variant labels, i.e. of ``experiment.vary``."""
+    keys = scaling.variant_keys(variants)
+    if key is None or key in keys:
+        return
+    shown = json.dumps(key, ensure_ascii=False)
+    if not keys:
+        raise CliError(
+            f"report.spread = {shown}: the experiment varies no key "
+            f"(declare its values with experiment.vary = {{ {shown} = [...] }})"
+        )
+    known = ", ".join(json.dumps(k, ensure_ascii=False) for k in keys)
+    raise CliError(f"report.spread = {shown} is not a key of experiment.vary (variant keys: {known})")
+
+
+def _print_scaling(
+    console: Console, settings: scaling.Settings, baseline: str | None, results: Sequence[Mapping[str, Any]]
+) -> None:
+    """The tables of ``[report] scalability`` (speedup curves, efficiency decomposition) and
+    ``[report] spread``, and, when a run recorded ``run.asymmetric``, the asymmetric-vCPU table."""
+
+    def note(text: str) -> None:
+        console.print(text, style="dim", highlight=False, markup=False)
+
+    if settings.scalability:
+        console.print()
+        console.print(render.speedup_table(scaling.speedup_curves(results)))
+        console.print()
+        console.print(render.efficiency_table(scaling.efficiency(results)))
+    if settings.spread is not None:
+        console.print()
+        spreads = scaling.spread(results, settings.spread, baseline)
+        if spreads:
+            console.print(render.spread_table(spreads, settings.spread, baseline))
+        else:
+            note(f"performance spread over {settings.spread}: no cell of a variant with it was run (see --only)")
+    if scaling.has_asymmetric(results):
+        console.print()
+        console.print(render.asymmetric_table(scaling.asymmetric(results)))
+
+
+def _check_scaling_out(path: str | None) -> None:
+    """Check ``--scaling-out`` before running anything."""
+    if path is None:
+        return
+    if Path(path).suffix.lower() != ".png":
+        raise CliError(
+            f"--scaling-out '{path}': name the PNG file (FILE.png; the CSV is written beside it as FILE.csv)"
+        )
+    _check_writable(path, option="--scaling-out")
+    if os.path.isdir(scaling.speedup_csv_path(path)):
+        raise CliError(f"--scaling-out: cannot write '{scaling.speedup_csv_path(path)}': is a directory")
+
+
+def _write_scaling(path: Path, results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Write the speedup plot and its CSV; returns the files written (none, with a note, when no
+    workload ran at two vCPU counts)."""
+    curves = scaling.speedup_curves(results)
+    csv_path = scaling.speedup_csv_path(path)
+    if not scaling.has_curve(curves):
+        sys.stderr.write(
+            "vcpulab: note: no speedup curve: no workload ran at two vCPU counts or more "
+            f"(set experiment.vcpus); did not write '{path}'\n"
+        )
+        return []
+    png = scaling.speedup_png(curves)
+    write_csv_atomic(csv_path, scaling.SPEEDUP_CSV_COLUMNS, scaling.speedup_csv_rows(curves))
+    if png is None:
+        missing = f"vcpulab: note: matplotlib is not installed; skipped the plot '{path}' (pip install matplotlib)"
+        sys.stderr.write(missing + "\n")
+        return [str(csv_path)]
+    write_bytes_atomic(path, png)
+    return [str(path), str(csv_path)]
 
 
 def _check_window_out(path: str | None) -> None:
@@ -932,7 +1037,9 @@ def _check_writable(path: str, option: str | None = None) -> None:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     plan = make_plan(args)
-    _check_baseline(report.parse_info(plan.info()))
+    info = report.parse_info(plan.info())
+    _check_baseline(info)
+    _scaling_settings(plan, info)
     if args.print_spec:
         _write(sys.stdout, plan.spec_toml())
         return 0

@@ -27,6 +27,7 @@ from statistics import fmean
 from typing import Any
 
 from .atomic import write_bytes_atomic, write_csv_atomic
+from .scaling import baseline_label
 
 SPINLOCK_INTENSIVE_INEFFICIENCY = 0.05
 """Above this mean inefficiency with a fixed 512-cycle window a workload is spinlock-intensive."""
@@ -123,18 +124,22 @@ class NormRow:
 
 def normalized(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[NormRow]:
     """Every VM row (native rows are skipped), in order, with its performance relative to the
-    row of variant ``baseline`` that has the same workload, scenario, vCPUs, threads, k and seed."""
-    base: dict[CellKey, float | None] = {}
+    row of variant ``baseline`` that has the same workload, scenario, vCPUs, threads, k and seed.
+    A ``baseline`` that is a named variant's name stands for that variant with the row's
+    ``experiment.vary`` values (:func:`vcpulab.scaling.baseline_label`): for the baseline
+    ``symmetric``, the row ``asym;experiment.corunner=matmul`` is compared with
+    ``symmetric;experiment.corunner=matmul``."""
+    times: dict[tuple[CellKey, str], float | None] = {}
     for r in rows:
-        if _is_vm_row(r) and _variant(r) == baseline:
-            base.setdefault(cell_key(r), _number(r.get("t_virt_s")))
+        if _is_vm_row(r):
+            times.setdefault((cell_key(r), _variant(r)), _number(r.get("t_virt_s")))
     out = []
     for r in rows:
         if not _is_vm_row(r):
             continue
         key = cell_key(r)
         t = _number(r.get("t_virt_s"))
-        t_base = base.get(key)
+        t_base = times.get((key, baseline_label(_variant(r), baseline)))
         perf = t_base / t if t_base is not None and t is not None and t > 0 else None
         workload, scenario, vcpus, threads, oc_vms, seed = key
         out.append(NormRow(_variant(r), workload, scenario, vcpus, threads, oc_vms, seed, t, perf))

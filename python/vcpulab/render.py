@@ -25,6 +25,7 @@ from rich.text import Text
 
 from .ple import SPINLOCK_INTENSIVE_INEFFICIENCY, Classification, Matrix
 from .report import CDF_QUANTILES, CdfSummary, Comparison, metric_value, where_text
+from .scaling import ASYMMETRIC_COUNTS, AsymmetricSummary, Efficiency, SpeedupCurve, Spread, vcpu_counts
 
 DASH = "—"
 
@@ -326,6 +327,138 @@ def classification_table(classes: Sequence[Classification]) -> Table:
             verdict,
         )
     return table
+
+
+# --- scalability, performance spread, asymmetric vCPUs (vcpulab.scaling) -------------------------
+
+
+def _speedup(value: float | None) -> str:
+    return DASH if value is None else f"{value:.2f}"
+
+
+def _caption(table: Table, *notes: str) -> Table:
+    table.caption = Text("; ".join(notes))
+    table.caption_justify = "left"
+    return table
+
+
+def speedup_table(curves: Sequence[SpeedupCurve]) -> Table:
+    """The speedup curves (:func:`vcpulab.scaling.speedup_curves`): one row per (workload,
+    scenario, variant), one column per vCPU count, each cell ``measured / efficiency-based``."""
+    title = "Speedup over vCPU counts: measured / efficiency-based"
+    table = Table(title=Text(title), title_justify="left", min_width=len(title))
+    show_variant = any(c.variant for c in curves)
+    table.add_column("workload")
+    table.add_column("scenario")
+    if show_variant:
+        width = max(len(c.variant) for c in curves)
+        table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+    counts = vcpu_counts(curves)
+    for n in counts:
+        table.add_column(f"{n} vCPU{'s' if n != 1 else ''}", justify="right", no_wrap=True)
+    for c in curves:
+        row: list[str | Text] = [Text(c.workload), Text(c.scenario)]
+        if show_variant:
+            row.append(Text(c.variant))
+        for n in counts:
+            p = c.point(n)
+            row.append(DASH if p is None else f"{_speedup(p.speedup)} / {_speedup(p.eff_speedup)}")
+        table.add_row(*row)
+    bases = sorted({c.base_vcpus for c in curves})
+    n0 = f"n₀ = {bases[0]}" if len(bases) == 1 else "n₀ = the row's smallest vCPU count"
+    return _caption(
+        table,
+        f"measured: t(n₀) / t(n), t = t_virt (t_native natively) mean over seeds, {n0}",
+        "efficiency-based: N × useful / available (eff_speedup, DIS ch.4), mean over seeds",
+    )
+
+
+def efficiency_table(items: Sequence[Efficiency]) -> Table:
+    """The efficiency-based speedup and its decomposition (:func:`vcpulab.scaling.efficiency`)."""
+    title = "Efficiency decomposition (% of available time; useful + busy-wait + overhead + unused − borrowed = 100%)"
+    table = Table(title=Text(title), title_justify="left", min_width=len(title))
+    show_variant = any(e.variant for e in items)
+    table.add_column("workload")
+    table.add_column("scenario")
+    if show_variant:
+        width = max(len(e.variant) for e in items)
+        table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+    runs = {e.runs for e in items}
+    show_runs = len(runs) > 1  # else said once in the caption
+    for name in ("vCPUs", "runs", "eff speedup", "useful", "busy-wait", "overhead", "unused", "borrowed"):
+        if name != "runs" or show_runs:
+            table.add_column(name, justify="right")
+    for e in items:
+        row: list[str | Text] = [Text(e.workload), Text(e.scenario)]
+        if show_variant:
+            row.append(Text(e.variant))
+        row += [str(e.vcpus), *([str(e.runs)] if show_runs else []), _speedup(e.speedup)]
+        row += [_fraction(v) for v in (e.useful, e.busy_wait, e.overhead, e.unused, e.borrowed)]
+        table.add_row(*row)
+    seeds = "mean over seeds"
+    if not show_runs and runs:
+        n = next(iter(runs))
+        seeds += f" ({n} run{'s' if n != 1 else ''} each)"
+    return _caption(
+        table,
+        "available: the cores natively, the time slices allocated to the VM in a VM",
+        "unused: idle natively, allocated but not used in a VM; borrowed: run beyond the allocation",
+        seeds,
+    )
+
+
+def spread_table(items: Sequence[Spread], key: str, baseline: str | None = None) -> Table:
+    """The run time's spread over the values of ``key`` (:func:`vcpulab.scaling.spread`)."""
+    title = f"Performance spread over {key} (σ: population standard deviation over its values and seeds)"
+    table = Table(title=Text(title), title_justify="left", min_width=len(title))
+    show_variant = any(s.variant for s in items)
+    table.add_column("workload")
+    table.add_column("scenario")
+    table.add_column("vCPUs", justify="right")
+    if show_variant:
+        width = max(len(s.variant) for s in items)
+        table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+    table.add_column(Text(key), overflow="fold")
+    for name in ("runs", "mean t", "σ", "CV"):
+        table.add_column(name, justify="right")
+    if baseline is not None:
+        table.add_column(Text(f"vs {baseline}"), justify="right", no_wrap=True)
+    for s in items:
+        row: list[str | Text] = [Text(s.workload), Text(s.scenario), str(s.vcpus)]
+        if show_variant:
+            row.append(Text(s.variant))
+        row += [Text(", ".join(s.values)), str(s.runs), fmt_seconds(s.mean_s), fmt_seconds(s.std_s), _fraction(s.cv)]
+        if baseline is not None:
+            row.append(fmt_ratio(s.performance))
+        table.add_row(*row)
+    notes = ["t: t_virt of the measured VM (t_native natively)", "CV = σ / mean t"]
+    if baseline is not None:
+        notes.append(f"vs {baseline}: mean of t_{baseline} / t over the runs (> 1 is faster)")
+    return _caption(table, *notes)
+
+
+def asymmetric_table(items: Sequence[AsymmetricSummary]) -> Table:
+    """What the asymmetric-vCPU policy did (:func:`vcpulab.scaling.asymmetric`)."""
+    title = "Asymmetric vCPUs ([host.asymmetric]; mean per cell)"
+    table = Table(title=Text(title), title_justify="left", min_width=len(title))
+    width = max((len(a.variant) for a in items), default=0)
+    table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+    table.add_column("cells", justify="right")
+    table.add_column("components on")
+    for name in ASYMMETRIC_COUNTS:
+        table.add_column(name.replace("_", "\n"), justify="right")  # two-line headers keep the table narrow
+    table.add_column("migrations", justify="right")
+    for a in items:
+        row: list[str | Text] = [Text(a.variant or "(default)"), str(a.cells), Text(", ".join(a.components) or DASH)]
+        row += [fmt_number(v) for v in a.counts]
+        row.append(fmt_number(a.migrations))
+        table.add_row(*row)
+    return _caption(
+        table,
+        "periods: allocation periods decided; grown: vCPU demands grown; latency lowered/raised: wake-up "
+        "granularities changed; source lowered: wake-up IPI senders' granularities lowered for an urgent vCPU",
+        "swaps: the resolver's; migrations: total over the measured VM's vCPUs",
+    )
 
 
 def legend() -> Text:
