@@ -27,7 +27,7 @@ from statistics import fmean
 from typing import Any
 
 from .atomic import write_bytes_atomic, write_csv_atomic
-from .scaling import baseline_label
+from .scaling import CellKey, baseline_label, cell_key, finite_number, row_variant
 
 SPINLOCK_INTENSIVE_INEFFICIENCY = 0.05
 """Above this mean inefficiency with a fixed 512-cycle window a workload is spinlock-intensive."""
@@ -40,26 +40,12 @@ MEAN_ROW = "mean"
 
 WINDOW_CSV_COLUMNS: tuple[str, ...] = ("variant", "workload", "scenario", "vcpus", "seed", "t_ms", "window_cycles")
 
-CellKey = tuple[str, str, int, Any, Any, int]
-"""(workload, scenario, vcpus, threads, oc_vms, seed): what a variant's run is compared on."""
-
 
 # --- reading a result ---------------------------------------------------------------------------
 
 
 def _is_vm_row(row: Mapping[str, Any]) -> bool:
     return row.get("scenario") != "native"
-
-
-def _variant(row: Mapping[str, Any]) -> str:
-    return str(row.get("variant") or "")
-
-
-def _number(value: Any) -> float | None:
-    """A finite number, else ``None``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def measured_vm(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -74,10 +60,10 @@ def measured_vm(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def inefficiency(row: Mapping[str, Any]) -> float | None:
     """The measured VM's PLE inefficiency: ``metrics.ple_inefficiency``, else VM 0's
     ``spin.inefficiency``; ``None`` when the run has neither (native runs)."""
-    value = _number((row.get("metrics") or {}).get("ple_inefficiency"))
+    value = finite_number((row.get("metrics") or {}).get("ple_inefficiency"))
     if value is None:
         vm = measured_vm(row)
-        value = _number(((vm or {}).get("spin") or {}).get("inefficiency"))
+        value = finite_number(((vm or {}).get("spin") or {}).get("inefficiency"))
     return value
 
 
@@ -88,18 +74,6 @@ def is_fixed_window(row: Mapping[str, Any], cycles: int = CLASSIFY_WINDOW_CYCLES
         return False
     windows = [v.get("ple_window") for v in vm.get("vcpus") or []]
     return bool(windows) and all(w == cycles for w in windows)
-
-
-def cell_key(row: Mapping[str, Any]) -> CellKey:
-    """What a row is compared with its baseline on: every cell field but the variant."""
-    return (
-        str(row["workload"]),
-        str(row["scenario"]),
-        int(row["vcpus"]),
-        row.get("threads"),
-        row.get("oc_vms"),
-        int(row["seed"]),
-    )
 
 
 # --- normalised performance -------------------------------------------------------------------
@@ -132,17 +106,17 @@ def normalized(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[NormRow
     times: dict[tuple[CellKey, str], float | None] = {}
     for r in rows:
         if _is_vm_row(r):
-            times.setdefault((cell_key(r), _variant(r)), _number(r.get("t_virt_s")))
+            times.setdefault((cell_key(r), row_variant(r)), finite_number(r.get("t_virt_s")))
     out = []
     for r in rows:
         if not _is_vm_row(r):
             continue
         key = cell_key(r)
-        t = _number(r.get("t_virt_s"))
-        t_base = times.get((key, baseline_label(_variant(r), baseline)))
+        t = finite_number(r.get("t_virt_s"))
+        t_base = times.get((key, baseline_label(row_variant(r), baseline)))
         perf = t_base / t if t_base is not None and t is not None and t > 0 else None
         workload, scenario, vcpus, threads, oc_vms, seed = key
-        out.append(NormRow(_variant(r), workload, scenario, vcpus, threads, oc_vms, seed, t, perf))
+        out.append(NormRow(row_variant(r), workload, scenario, vcpus, threads, oc_vms, seed, t, perf))
     return out
 
 
@@ -188,7 +162,7 @@ class Matrix:
 def _columns(rows: Sequence[Mapping[str, Any]], variants: Sequence[str]) -> tuple[str, ...]:
     """The variants of the VM rows: in the order of ``variants`` (the plan's), then any other
     in order of appearance. A variant no row has (one ``--only`` left out) is not a column."""
-    present = dict.fromkeys(_variant(r) for r in rows if _is_vm_row(r))
+    present = dict.fromkeys(row_variant(r) for r in rows if _is_vm_row(r))
     planned = [v for v in dict.fromkeys(str(v) for v in variants) if v in present]
     return (*planned, *(v for v in present if v not in planned))
 
@@ -242,7 +216,7 @@ def performance_matrix(rows: Sequence[Mapping[str, Any]], baseline: str, variant
 def inefficiency_matrix(rows: Sequence[Mapping[str, Any]], variants: Sequence[str] = ()) -> Matrix:
     """Mean PLE inefficiency (:func:`inefficiency`, a fraction) per (workload, scenario, vCPUs)
     × variant, laid out like :func:`performance_matrix`."""
-    items = [(_row_key(r), _variant(r), inefficiency(r)) for r in rows if _is_vm_row(r)]
+    items = [(_row_key(r), row_variant(r), inefficiency(r)) for r in rows if _is_vm_row(r)]
     return _matrix(items, _columns(rows, variants))
 
 
@@ -279,7 +253,7 @@ def classify(
         if not _is_vm_row(r) or not is_fixed_window(r):
             continue
         value = inefficiency(r)
-        group = groups.setdefault((*_row_key(r), _variant(r)), [])
+        group = groups.setdefault((*_row_key(r), row_variant(r)), [])
         if value is not None:
             group.append(value)
     out = []
@@ -316,7 +290,7 @@ def window_csv_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     out: list[list[Any]] = []
     for r in rows:
         for t_ns, window in window_series(r):
-            out.append([_variant(r), r["workload"], r["scenario"], r["vcpus"], r["seed"], t_ns / 1e6, window])
+            out.append([row_variant(r), r["workload"], r["scenario"], r["vcpus"], r["seed"], t_ns / 1e6, window])
     return out
 
 
@@ -355,13 +329,13 @@ def _panels(rows: Sequence[Mapping[str, Any]]) -> list[_Panel]:
     first_seed: dict[tuple[str, str, int, str], Any] = {}
     for r in rows:
         if window_series(r):
-            key = (*_row_key(r), _variant(r))
+            key = (*_row_key(r), row_variant(r))
             first_seed[key] = min(first_seed.get(key, r["seed"]), r["seed"])
     panels: dict[tuple[str, str, int], _Panel] = {}
     for r in rows:
         vm = measured_vm(r) or {}
         series = window_series(r)
-        variant = _variant(r)
+        variant = row_variant(r)
         if not series or vm.get("window_policy") == "fixed" or r["seed"] != first_seed[(*_row_key(r), variant)]:
             continue
         panel = panels.setdefault(_row_key(r), _Panel(_row_key(r), [], []))

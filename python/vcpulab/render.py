@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -110,8 +110,13 @@ def has_variants(rows: Sequence[Mapping[str, Any]]) -> bool:
 
 def add_variant_column(table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """The variant label is what tells rows apart: never squeezed (other columns give way)."""
-    width = max(len(str(r.get("variant") or "")) for r in rows)
-    table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+    add_label_column(table, [str(r.get("variant") or "") for r in rows])
+
+
+def add_label_column(table: Table, labels: Iterable[str], header: str = "variant") -> None:
+    """A column of labels that is never squeezed: at least as wide as its longest label."""
+    width = max((len(x) for x in labels), default=0)
+    table.add_column(header, no_wrap=True, min_width=max(width, len(header)))
 
 
 def add_cell_key_columns(
@@ -351,8 +356,7 @@ def speedup_table(curves: Sequence[SpeedupCurve]) -> Table:
     table.add_column("workload")
     table.add_column("scenario")
     if show_variant:
-        width = max(len(c.variant) for c in curves)
-        table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+        add_label_column(table, (c.variant for c in curves))
     counts = vcpu_counts(curves)
     for n in counts:
         table.add_column(f"{n} vCPU{'s' if n != 1 else ''}", justify="right", no_wrap=True)
@@ -381,8 +385,7 @@ def efficiency_table(items: Sequence[Efficiency]) -> Table:
     table.add_column("workload")
     table.add_column("scenario")
     if show_variant:
-        width = max(len(e.variant) for e in items)
-        table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+        add_label_column(table, (e.variant for e in items))
     runs = {e.runs for e in items}
     show_runs = len(runs) > 1  # else said once in the caption
     for name in ("vCPUs", "runs", "eff speedup", "useful", "busy-wait", "overhead", "unused", "borrowed"):
@@ -416,8 +419,7 @@ def spread_table(items: Sequence[Spread], key: str, baseline: str | None = None)
     table.add_column("scenario")
     table.add_column("vCPUs", justify="right")
     if show_variant:
-        width = max(len(s.variant) for s in items)
-        table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+        add_label_column(table, (s.variant for s in items))
     table.add_column(Text(key), overflow="fold")
     for name in ("runs", "mean t", "σ", "CV"):
         table.add_column(name, justify="right")
@@ -441,8 +443,7 @@ def asymmetric_table(items: Sequence[AsymmetricSummary]) -> Table:
     """What the asymmetric-vCPU policy did (:func:`vcpulab.scaling.asymmetric`)."""
     title = "Asymmetric vCPUs ([host.asymmetric]; mean per cell)"
     table = Table(title=Text(title), title_justify="left", min_width=len(title))
-    width = max((len(a.variant) for a in items), default=0)
-    table.add_column("variant", no_wrap=True, min_width=max(width, len("variant")))
+    add_label_column(table, (a.variant for a in items))
     table.add_column("cells", justify="right")
     table.add_column("components on")
     for name in ASYMMETRIC_COUNTS:

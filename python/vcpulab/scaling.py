@@ -169,26 +169,27 @@ def names_variant(labels: Iterable[str | None], baseline: str) -> bool:
 # --- reading a result ----------------------------------------------------------------------------
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
     """A finite number, else ``None``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def _variant(row: Mapping[str, Any]) -> str:
+def row_variant(row: Mapping[str, Any]) -> str:
+    """A row's variant label ("" when nothing varies)."""
     return str(row.get("variant") or "")
 
 
 def run_time(row: Mapping[str, Any]) -> float | None:
     """The run time: ``t_virt_s`` of the measured VM, ``t_native_s`` for a native cell; ``None``
     when missing or not positive."""
-    t = _number(row.get("t_native_s" if row.get("scenario") == "native" else "t_virt_s"))
+    t = finite_number(row.get("t_native_s" if row.get("scenario") == "native" else "t_virt_s"))
     return t if t is not None and t > 0 else None
 
 
 def _metric(row: Mapping[str, Any], name: str) -> float | None:
-    return _number((row.get("metrics") or {}).get(name))
+    return finite_number((row.get("metrics") or {}).get(name))
 
 
 def _measured_vm(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -224,7 +225,7 @@ def _order(rows: Sequence[Mapping[str, Any]]) -> Callable[[tuple[Any, ...]], tup
     """The sort key of (workload, scenario, variant, ...) tuples: workloads and variants in
     order of first appearance in ``rows``, scenarios in :data:`~vcpulab.spec.SCENARIOS` order."""
     workloads = _first_seen(str(r["workload"]) for r in rows)
-    variants = _first_seen(_variant(r) for r in rows)
+    variants = _first_seen(row_variant(r) for r in rows)
 
     def key(k: tuple[Any, ...]) -> tuple[Any, ...]:
         workload, scenario, variant, *rest = k
@@ -275,7 +276,7 @@ def speedup_curves(rows: Sequence[Mapping[str, Any]]) -> list[SpeedupCurve]:
     times: dict[CurveKey, dict[int, list[float]]] = {}
     effs: dict[CurveKey, dict[int, list[float]]] = {}
     for r in rows:
-        key = (str(r["workload"]), str(r["scenario"]), _variant(r))
+        key = (str(r["workload"]), str(r["scenario"]), row_variant(r))
         vcpus = int(r["vcpus"])
         by_vcpus = times.setdefault(key, {})
         group = by_vcpus.setdefault(vcpus, [])
@@ -333,7 +334,7 @@ def efficiency(rows: Sequence[Mapping[str, Any]]) -> list[Efficiency]:
     names = ("eff_speedup", *EFFICIENCY_FIELDS)
     groups: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((str(r["workload"]), str(r["scenario"]), _variant(r), int(r["vcpus"])), []).append(r)
+        groups.setdefault((str(r["workload"]), str(r["scenario"]), row_variant(r), int(r["vcpus"])), []).append(r)
     out = []
     for key in sorted(groups, key=_order(rows)):
         group = groups[key]
@@ -428,7 +429,8 @@ CellKey = tuple[str, str, int, Any, Any, int]
 """(workload, scenario, vcpus, threads, oc_vms, seed): what a run is compared with its baseline on."""
 
 
-def _cell_key(row: Mapping[str, Any]) -> CellKey:
+def cell_key(row: Mapping[str, Any]) -> CellKey:
+    """What a row is compared with its baseline on: every cell field but the variant."""
     return (
         str(row["workload"]),
         str(row["scenario"]),
@@ -447,10 +449,10 @@ def spread(rows: Sequence[Mapping[str, Any]], key: str, baseline: str | None = N
     order of workload, scenario, vCPUs, then first appearance."""
     base: dict[tuple[CellKey, str], float | None] = {}
     for r in rows:
-        base.setdefault((_cell_key(r), _variant(r)), run_time(r))
+        base.setdefault((cell_key(r), row_variant(r)), run_time(r))
     groups: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
     for r in rows:
-        label = parse_label(_variant(r))
+        label = parse_label(row_variant(r))
         if label.value(key) is None:
             continue
         rest = str(label.without(key))
@@ -462,7 +464,7 @@ def spread(rows: Sequence[Mapping[str, Any]], key: str, baseline: str | None = N
         groups, key=lambda k: (workloads[k[0]], _scenario_rank(k[1]), k[3], rests[k[2]])
     ):
         group = groups[(workload, scenario, rest, vcpus)]
-        values = tuple(dict.fromkeys(str(parse_label(_variant(r)).value(key)) for r in group))
+        values = tuple(dict.fromkeys(str(parse_label(row_variant(r)).value(key)) for r in group))
         times = [t for r in group if (t := run_time(r)) is not None]
         mean = _mean(times)
         std = pstdev(times) if times else None
@@ -471,7 +473,7 @@ def spread(rows: Sequence[Mapping[str, Any]], key: str, baseline: str | None = N
         if baseline is not None:
             ratios = []
             for r in group:
-                t_base = base.get((_cell_key(r), baseline_label(_variant(r), baseline)))
+                t_base = base.get((cell_key(r), baseline_label(row_variant(r), baseline)))
                 if t_base is not None and (t := run_time(r)) is not None:
                     ratios.append(t_base / t)
             perf = _mean(ratios)
@@ -510,13 +512,13 @@ def asymmetric(rows: Sequence[Mapping[str, Any]]) -> list[AsymmetricSummary]:
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         if (r.get("run") or {}).get("asymmetric"):
-            groups.setdefault(_variant(r), []).append(r)
+            groups.setdefault(row_variant(r), []).append(r)
     out = []
     for variant, group in groups.items():
         records = [r["run"]["asymmetric"] for r in group]
         on = tuple(c for c in ASYMMETRIC_COMPONENTS if any(a.get(c) for a in records))
         counts = tuple(
-            _mean([v for a in records if (v := _number(a.get(name))) is not None]) for name in ASYMMETRIC_COUNTS
+            _mean([v for a in records if (v := finite_number(a.get(name))) is not None]) for name in ASYMMETRIC_COUNTS
         )
         moves = _mean([float(m) for r in group if (m := migrations(r)) is not None])
         out.append(AsymmetricSummary(variant, len(group), on, counts, moves))
