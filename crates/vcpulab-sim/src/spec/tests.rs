@@ -104,6 +104,17 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["record.ple_window_interval=\"soon\""], "record.ple_window_interval", "unknown time unit"),
         (MIN, &["record.wait_chains=\"yes\""], "record.wait_chains", "expected a boolean"),
         (MIN, &["record.waitchains=true"], "record.waitchains", "unknown field"),
+        (MIN, &["guest.asymmetric.latency=true"], "guest.asymmetric", "host policy"),
+        (MIN, &["host.asymmetric.growth=-0.1"], "host.asymmetric.growth", "expected a number in 0..=10"),
+        (MIN, &["host.asymmetric.full=0"], "host.asymmetric.full", "expected a number in 0.01..=1"),
+        (MIN, &["host.asymmetric.max_drop=1.5"], "host.asymmetric.max_drop", "expected a number in 0..=1"),
+        (MIN, &["host.asymmetric.min_share=0"], "host.asymmetric.min_share", "expected a number"),
+        (MIN, &["host.asymmetric.latency_step=0.5"], "host.asymmetric.latency_step", "expected a number in 1..=100"),
+        (MIN, &["host.asymmetric.imbalance=\"10%\""], "host.asymmetric.imbalance", "expected f64"),
+        (MIN, &["host.asymmetric.urgency_ratio=0.5"], "host.asymmetric.urgency_ratio", "expected a number in 1..=1000"),
+        (MIN, &["host.asymmetric.latency_min=0"], "host.asymmetric.latency_min", "positive duration"),
+        (MIN, &["host.asymmetric.latency_max=\"0.1ms\""], "host.asymmetric.latency_max", "at least latency_min"),
+        (MIN, &["host.asymmetric.resolve=true"], "host.asymmetric.resolve", "unknown field"),
     ];
     for (text, sets, field, msg) in cases {
         let e = parse(text, sets).expect_err(field);
