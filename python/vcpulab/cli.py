@@ -11,7 +11,9 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import tomllib
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
@@ -54,6 +56,9 @@ from .sweep import (
 EXIT_USAGE = 2
 EXIT_SIMULATION = 3
 EXIT_INTERRUPTED = 130
+# After Ctrl-C, stopping the workers and committing finished cells normally takes well under a
+# second; if it takes longer than this, the process dumps its threads' stacks and exits anyway.
+INTERRUPT_GRACE_S = 30.0
 
 
 class CliError(Exception):
@@ -1167,7 +1172,57 @@ def _fail(message: object, code: int) -> int:
     return code
 
 
+class _Interrupts:
+    """Ctrl-C raises KeyboardInterrupt as usual and also starts a watchdog: the clean-up that
+    follows (stopping workers, committing finished cells) must not hang the terminal. If it
+    outlives :data:`INTERRUPT_GRACE_S`, the watchdog prints every thread's stack (for a bug
+    report) and ends the process with the interrupted exit code; the journal already holds
+    every finished cell, so nothing stored is lost."""
+
+    def __init__(self) -> None:
+        self._previous: Any = None
+        self._watchdog: threading.Timer | None = None
+
+    def __enter__(self) -> _Interrupts:
+        # Only the main thread of a process whose Ctrl-C is the default can take it over
+        # (not, e.g., a test runner calling main() from a worker thread).
+        in_main = threading.current_thread() is threading.main_thread()
+        if in_main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        if self._watchdog is None:
+            self._watchdog = threading.Timer(INTERRUPT_GRACE_S, _give_up_after_interrupt)
+            self._watchdog.daemon = True
+            self._watchdog.start()
+        raise KeyboardInterrupt
+
+
+def _give_up_after_interrupt() -> None:
+    import faulthandler
+
+    sys.stderr.write(
+        f"vcpulab: error: interrupted, but stopping took longer than {INTERRUPT_GRACE_S:g} s; exiting now "
+        "(finished cells are kept). Please report this with the thread stacks below.\n"
+    )
+    sys.stderr.flush()
+    faulthandler.dump_traceback(all_threads=True)
+    os._exit(EXIT_INTERRUPTED)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    with _Interrupts():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(argv) if argv is not None else sys.argv[1:]

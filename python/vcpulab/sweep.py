@@ -211,8 +211,10 @@ class LocalExecutor(_ResultQueue):
     def close(self, cancel: bool) -> None:
         if cancel:
             # Stop the running simulations too (Ctrl-C, a failed cell), not only queued ones.
+            # SIGKILL: a worker has nothing to clean up, and no handler or blocked signal
+            # mask can keep it alive (a live worker would hold the pool's shutdown forever).
             for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
-                proc.terminate()
+                proc.kill()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -179,13 +180,19 @@ def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # so a hung run can be killed with its workers
     )
     assert proc.stdout is not None
     first = proc.stdout.readline()  # the run is under way
     assert first, proc.communicate()[1]
     proc.send_signal(signal.SIGINT)
     started = time.monotonic()
-    _, err = proc.communicate(timeout=120)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"still running 120 s after Ctrl-C; its stderr:\n{err}")
     assert proc.returncode == 130, err
     assert len(err.splitlines()) == 1 and err.startswith("vcpulab: error: interrupted"), err
     assert "run the same command again to continue" in err
