@@ -549,6 +549,27 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("eff_unused".into(), e.unused);
             m.insert("eff_borrowed".into(), e.borrowed);
         }
+        if let Some(mem) = &i.memory {
+            // The memory model's counters (digest §1.6: CPI, local vs remote accesses).
+            if let Some(c) = mem.cpi {
+                m.insert("cpi".into(), c);
+            }
+            m.insert("mem_local_accesses".into(), mem.local_accesses);
+            m.insert("mem_remote_accesses".into(), mem.remote_accesses);
+            if let Some(r) = mem.remote_fraction {
+                m.insert("mem_remote_fraction".into(), r);
+            }
+        }
+        if let Some(mem) = &rec.memory {
+            if let Some(u) = mem.nodes.iter().map(|n| n.utilization).reduce(f64::max) {
+                m.insert("mem_bw_util_max".into(), u);
+            }
+            if let Some(n) = &mem.numad {
+                m.insert("numad_moves".into(), n.moves as f64);
+                m.insert("numad_migrated_mib".into(), n.migrated_mib);
+                m.insert("numad_host_ms".into(), n.host_ns as f64 / 1e6);
+            }
+        }
         if i.membarrier.calls > 0 {
             m.insert("membarriers".into(), i.membarrier.calls as f64);
             m.insert("membarrier_latency_mean_us".into(), i.membarrier.latency.mean_ns / 1e3);

@@ -2,7 +2,9 @@
 //! cost table every mechanism draws its latencies from.
 
 pub mod costs;
+pub mod memory;
 pub mod topology;
 
 pub use costs::Costs;
-pub use topology::{MachineSpec, Topology};
+pub use memory::MemorySpec;
+pub use topology::{MachineSpec, Placement, Topology};

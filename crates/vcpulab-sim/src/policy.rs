@@ -16,6 +16,7 @@ pub mod asymmetric;
 pub mod hvs;
 pub mod kvm_ple;
 pub mod kvm_yield;
+pub mod numad;
 
 use crate::engine::SimTime;
 use crate::spec::VmSpec;

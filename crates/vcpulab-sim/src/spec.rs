@@ -265,11 +265,22 @@ impl Spec {
                 "asymmetric vCPUs are a host policy: use [host.asymmetric]",
             ));
         }
+        if file.guest.numad.enabled {
+            return Err(SpecError::new(
+                blame("guest.numad.enabled".into()),
+                "guest.numad.enabled",
+                "numad is a host daemon: use [host.numad]",
+            ));
+        }
         if file.guest.daemons.count > 0 {
             return Err(SpecError::new(blame("guest.daemons.count".into()), "guest.daemons.count", "only [host.daemons] is supported"));
         }
         check("vm", file.vm.check())?;
+        check("vm", file.vm.check_machine(&file.machine))?;
         let vm_overrides = parse_vm_overrides(&doc_vm(&file.vm), vms_table, &blame)?;
+        for (i, v) in &vm_overrides {
+            check(&format!("vms.{i}"), v.check_machine(&file.machine))?;
+        }
         check("experiment", check_experiment(&file.experiment, &file.machine))?;
         if file.limits.max_virtual_time.0 == 0 {
             return Err(SpecError::new(blame("limits.max_virtual_time".into()), "limits.max_virtual_time", "expected a positive duration"));

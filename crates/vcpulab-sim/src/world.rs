@@ -16,6 +16,7 @@
 //! construction, and tests check it.
 
 pub mod build;
+pub mod memory;
 pub mod record;
 pub mod timeline;
 
@@ -64,6 +65,8 @@ pub(crate) enum Ev {
     Ipi { k: KernelId, cpu: u32, kind: u8 },
     /// An allocation period ends ([`crate::virt::allocation`]).
     Period,
+    /// The numad-like balancer scans the VMs ([`crate::policy::numad`]).
+    Numad,
 }
 
 /// How much of a leaf remains, and where that count lives.
@@ -161,6 +164,10 @@ pub struct World {
     pub(crate) timeline: Option<Box<crate::account::Timeline>>,
     /// The allocation-period clock and the asymmetric-vCPU policy (runs with VMs).
     pub(crate) periods: Option<crate::virt::allocation::Periods>,
+    /// The memory model ([`memory`]); None when `machine.memory.model` is off.
+    pub(crate) mem: Option<Box<memory::MemState>>,
+    /// The numad-like balancer, when `[host.numad]` is on.
+    pub(crate) numad: Option<crate::policy::numad::Numad>,
 }
 
 /// How often (in events) a run asks its caller whether to stop.
@@ -226,6 +233,7 @@ impl World {
                     self.raise_irq(k, cpu, kind)
                 }
                 Ev::Period => self.period_end(),
+                Ev::Numad => self.numad_scan(),
             }
             self.drain()?;
         }
@@ -254,7 +262,19 @@ impl World {
         }
         c.since = self.now;
         let leaf = c.leaf;
-        self.ledger.add(core, leaf.attr, elapsed);
+        if let Rem::Compute(t) = leaf.rem {
+            // Computation progresses at its memory stretch; the time beyond the work done is
+            // the memory's (remote, saturated or shared data).
+            let work = self.mem_progress(core, elapsed, self.threads[t as usize].compute_rem);
+            self.threads[t as usize].compute_rem -= work;
+            let stall = elapsed - work.min(elapsed);
+            self.ledger.add(core, leaf.attr, elapsed - stall);
+            if stall > 0 {
+                self.ledger.add(core, Attr { cause: Cause::MemoryStall, ..leaf.attr }, stall);
+            }
+        } else {
+            self.ledger.add(core, leaf.attr, elapsed);
+        }
         match leaf.rem {
             Rem::Inf => {}
             Rem::HostWork => {
@@ -265,7 +285,7 @@ impl World {
                 let w = self.kernels[k as usize].cpus[cpu as usize].kwork.front_mut().expect("guest work leaf");
                 w.rem -= elapsed;
             }
-            Rem::Compute(t) => self.threads[t as usize].compute_rem -= elapsed,
+            Rem::Compute(_) => {}
             Rem::SpinBudget(t) => {
                 let th = &mut self.threads[t as usize];
                 th.spin_budget = th.spin_budget.saturating_sub(elapsed);
@@ -322,6 +342,7 @@ impl World {
                 }
             }
         };
+        self.mem_install(core, leaf.thread, leaf.attr);
         let rem = self.rem_value(core, leaf.rem);
         let c = &mut self.cores[core as usize];
         c.leaf = leaf;
@@ -339,7 +360,7 @@ impl World {
             Rem::Inf => None,
             Rem::HostWork => self.kernels[0].cpus[core as usize].kwork.front().map(|w| w.rem),
             Rem::GuestWork(k, cpu) => self.kernels[k as usize].cpus[cpu as usize].kwork.front().map(|w| w.rem),
-            Rem::Compute(t) => Some(self.threads[t as usize].compute_rem),
+            Rem::Compute(t) => Some(self.mem_wall(core, self.threads[t as usize].compute_rem)),
             Rem::SpinWindow(t) => Some(self.threads[t as usize].spin_window.min(self.threads[t as usize].pv_left)),
             Rem::SpinBudget(t) => Some(self.threads[t as usize].spin_budget),
             Rem::HaltPoll(v) => Some(self.vcpus[v as usize].poll_rem),

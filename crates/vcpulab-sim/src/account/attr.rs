@@ -96,13 +96,19 @@ pub enum Cause {
     /// A `membarrier` caller busy-waiting for the other CPUs' function-call handlers
     /// (`smp_call_function_many` with wait, CPL 0); the handlers' own time is `interrupt`.
     CallWait,
+    /// Computation slowed by where its memory is: the time beyond its native duration
+    /// spent on remote accesses, saturated node bandwidth and cross-socket sharing
+    /// ([`crate::machine::memory`]).
+    MemoryStall,
+    /// A NUMA balancer migrating a VM's memory (host layer, charged to the VM).
+    NumaMigrate,
     /// Handling a VM exit of the given reason (host layer, charged to the vCPU).
     Exit(ExitReason),
 }
 
 impl Cause {
     /// Causes that are not exits, in dense order.
-    const BASE: [Cause; 17] = [
+    const BASE: [Cause; 19] = [
         Cause::Compute,
         Cause::SpinUser,
         Cause::SpinKernel,
@@ -120,6 +126,8 @@ impl Cause {
         Cause::TlbFlush,
         Cause::MemoryOp,
         Cause::CallWait,
+        Cause::MemoryStall,
+        Cause::NumaMigrate,
     ];
     /// Number of distinct causes (dense index range).
     pub const COUNT: usize = Self::BASE.len() + ExitReason::COUNT;
@@ -153,6 +161,8 @@ impl Cause {
             Cause::TlbFlush => 14,
             Cause::MemoryOp => 15,
             Cause::CallWait => 16,
+            Cause::MemoryStall => 17,
+            Cause::NumaMigrate => 18,
             Cause::Exit(_) => unreachable!(),
         }
     }
@@ -191,6 +201,8 @@ impl Cause {
             Cause::TlbFlush => "tlb_flush".into(),
             Cause::MemoryOp => "memory_op".into(),
             Cause::CallWait => "call_wait".into(),
+            Cause::MemoryStall => "memory_stall".into(),
+            Cause::NumaMigrate => "numa_migrate".into(),
             Cause::Exit(r) => format!("exit:{}", r.name()),
         }
     }

@@ -94,8 +94,10 @@ pub struct Thread {
     pub loops: Vec<(u64, u64)>,
     /// Current activity.
     pub act: Act,
-    /// Remaining computation (ns).
+    /// Remaining computation (ns of native work at local memory speed).
     pub compute_rem: u64,
+    /// Memory intensity of the current computation ([`crate::machine::memory`]).
+    pub mem: f32,
     /// Remaining PLE window while spinning in a guest kernel (ns).
     pub spin_window: u64,
     /// The vCPU's `ple_epoch` when the current PLE window started.
@@ -282,7 +284,7 @@ impl World {
             let pc = self.threads[t as usize].pc;
             self.threads[t as usize].pc = pc + 1;
             let flow = match &wl.program.instrs[pc as usize] {
-                Instr::Compute { dist, skew, split, .. } => {
+                Instr::Compute { dist, skew, split, mem } => {
                     let th = &mut self.threads[t as usize];
                     let mut ns = dist.sample(&mut th.rng);
                     if *skew > 0.0 || *split {
@@ -299,6 +301,7 @@ impl World {
                         0 => Flow::Continue,
                         ns => {
                             th.compute_rem = ns;
+                            th.mem = *mem;
                             th.act = Act::Compute;
                             Flow::Stop
                         }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::costs::Costs;
+use super::memory::MemorySpec;
 
 /// The `[machine]` table of a spec.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -19,14 +20,40 @@ pub struct MachineSpec {
     /// Core clock and TSC rate in GHz, used to convert cycle-denominated parameters
     /// (PLE window) to nanoseconds.
     pub freq_ghz: f64,
+    /// Which hardware threads a run of N CPUs uses: `packed` (default, TPDS's layout: the
+    /// fewest sockets that hold N, spread evenly over them) or `spread` (evenly over every
+    /// socket, e.g. to give a bandwidth-bound workload every node's memory bandwidth).
+    pub placement: Placement,
     /// Cost table overrides.
     pub costs: Costs,
+    /// The memory system (`[machine.memory]`).
+    pub memory: MemorySpec,
+}
+
+/// How a run's CPUs are chosen among the machine's sockets.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// The fewest sockets that hold the CPUs (TPDS).
+    #[default]
+    Packed,
+    /// Every socket, evenly.
+    Spread,
 }
 
 impl Default for MachineSpec {
     /// The TPDS testbed: 4 sockets × 20 cores, SMT off (Xeon Gold 6148 class, 2.4 GHz).
     fn default() -> Self {
-        MachineSpec { sockets: 4, cores_per_socket: 20, nodes_per_socket: 1, threads_per_core: 1, freq_ghz: 2.4, costs: Costs::default() }
+        MachineSpec {
+            sockets: 4,
+            cores_per_socket: 20,
+            nodes_per_socket: 1,
+            threads_per_core: 1,
+            freq_ghz: 2.4,
+            placement: Placement::Packed,
+            costs: Costs::default(),
+            memory: MemorySpec::default(),
+        }
     }
 }
 
@@ -80,7 +107,17 @@ impl MachineSpec {
         if !(self.freq_ghz.is_finite() && self.freq_ghz > 0.0) {
             return Err(("freq_ghz".into(), format!("expected a positive number (got {})", self.freq_ghz)));
         }
-        Ok(())
+        self.memory.check().map_err(|(f, m)| (format!("memory.{f}"), m))
+    }
+
+    /// Total NUMA nodes of the machine.
+    pub fn nodes(&self) -> u32 {
+        self.sockets * self.nodes_per_socket
+    }
+
+    /// Hardware threads of one NUMA node.
+    pub fn pcpus_per_node(&self) -> u32 {
+        self.cores_per_socket / self.nodes_per_socket * self.threads_per_core
     }
 
     /// Converts cycles at the machine clock to nanoseconds (rounded, at least 1).
@@ -91,12 +128,16 @@ impl MachineSpec {
     /// Chooses `n` hardware threads the way TPDS laid out its VMs: the fewest sockets that
     /// hold `n` (filling whole cores before their SMT siblings), spread evenly over those
     /// sockets, so a 32-CPU run spans 2 sockets and a 64-CPU run 4 on the 4 × 20 testbed.
+    /// With `placement = "spread"`, every socket (up to `n`) is used.
     pub fn select(&self, n: u32) -> Result<Topology, String> {
         let per_socket = self.cores_per_socket * self.threads_per_core;
         if n == 0 || n > self.total_pcpus() {
             return Err(format!("the machine has {} CPUs (got {n})", self.total_pcpus()));
         }
-        let sockets_used = n.div_ceil(per_socket);
+        let sockets_used = match self.placement {
+            Placement::Packed => n.div_ceil(per_socket),
+            Placement::Spread => self.sockets.min(n),
+        };
         let cores_per_node = self.cores_per_socket / self.nodes_per_socket;
         let mut pcpus = Vec::with_capacity(n as usize);
         for i in 0..n {
@@ -138,6 +179,15 @@ mod tests {
         let m = MachineSpec { sockets: 1, cores_per_socket: 4, threads_per_core: 2, ..Default::default() };
         let t = m.select(6).unwrap();
         assert_eq!(t.pcpus.iter().filter(|p| p.smt == 1).count(), 2);
+    }
+
+    #[test]
+    fn spread_uses_every_socket() {
+        let m = MachineSpec { placement: Placement::Spread, ..Default::default() };
+        let t = m.select(16).unwrap();
+        assert_eq!(t.sockets_used, 4);
+        assert!((0..4).all(|s| t.pcpus.iter().filter(|p| p.socket == s).count() == 4));
+        assert_eq!(m.select(2).unwrap().sockets_used, 2);
     }
 
     #[test]

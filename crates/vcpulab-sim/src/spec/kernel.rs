@@ -73,6 +73,48 @@ pub struct KernelSpec {
     pub daemons: DaemonSpec,
     /// Dynamic asymmetric vCPUs (`[host.asymmetric]`, DIS ch.5); only the host supports it.
     pub asymmetric: AsymmetricSpec,
+    /// A numad-like NUMA balancer (`[host.numad]`, digest §2.6); only the host supports it.
+    pub numad: NumadSpec,
+}
+
+/// A numad-like user-level NUMA balancer (digest §2.6; numad(8)). Every `interval` it
+/// measures each VM's CPU use; a VM that would fit fewer NUMA nodes than it spans (at
+/// `target_utilization` of each node's CPUs) is bound to the nodes holding most of its vCPUs:
+/// its vCPUs are re-pinned onto the run's cores of those nodes and its memory is migrated
+/// there, at `migrate_cost` of host CPU time per MiB moved. Like numad, it looks at CPU and
+/// memory only, never at memory bandwidth.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NumadSpec {
+    /// Run the balancer.
+    pub enabled: bool,
+    /// Time between two scans. numad's default is 5–15 s; the profiles run at 1/20 of the
+    /// benchmarks' native time, so the default is 1/20 of 5 s.
+    pub interval: Dur,
+    /// Target CPU utilization of a node when sizing a VM (numad `-u`, 85 %).
+    pub target_utilization: f64,
+    /// Host CPU time to migrate one MiB of memory (move_pages at ~4 GB/s: ≈ 250 µs/MiB,
+    /// *estimate*).
+    pub migrate_cost: Dur,
+}
+
+impl Default for NumadSpec {
+    fn default() -> Self {
+        NumadSpec { enabled: false, interval: Dur(250_000_000), target_utilization: 0.85, migrate_cost: Dur(250_000) }
+    }
+}
+
+impl NumadSpec {
+    /// Checks values; returns (field, message).
+    pub fn check(&self) -> Result<(), (String, String)> {
+        if self.interval.0 == 0 {
+            return Err(("numad.interval".into(), "expected a positive duration".into()));
+        }
+        if !(self.target_utilization > 0.0 && self.target_utilization <= 1.0) {
+            return Err(("numad.target_utilization".into(), format!("expected a number in (0, 1] (got {})", self.target_utilization)));
+        }
+        Ok(())
+    }
 }
 
 /// Dynamic asymmetric vCPUs (DIS ch.5, digest §6): a host policy run at the end of every
@@ -205,6 +247,7 @@ impl Default for KernelSpec {
             tlb_lazy_skip: true,
             daemons: DaemonSpec::default(),
             asymmetric: AsymmetricSpec::default(),
+            numad: NumadSpec::default(),
         }
     }
 }
@@ -242,6 +285,7 @@ impl KernelSpec {
             return Err(("daemons".into(), "expected positive run and interval durations".into()));
         }
         self.asymmetric.check()?;
+        self.numad.check()?;
         for (f, v) in [
             ("sched_latency", self.sched_latency),
             ("min_granularity", self.min_granularity),

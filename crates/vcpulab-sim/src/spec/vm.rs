@@ -175,6 +175,43 @@ pub struct VmSpec {
     /// (`kvm_intel.preemption_timer`, default Y): expiry is a PREEMPTION_TIMER exit. `false`:
     /// a host hrtimer fires on the core (EXTERNAL_INTERRUPT exit).
     pub preemption_timer: bool,
+    /// The NUMA topology the guest sees (digest §2.6): `hidden` (default; one flat node, as
+    /// QEMU presents a VM without `-numa` options, so the guest places threads and pages
+    /// without node knowledge) or `exposed` (one virtual node per host node the VM's vCPUs
+    /// are laid out on, each bound to that host node; the guest kernel is NUMA-aware).
+    pub numa: NumaView,
+    /// Where the host puts the memory of a guest whose NUMA is hidden: `interleave`
+    /// (default; guest-physical pages, touched during boot and recycled by the guest's
+    /// allocator, are spread over the nodes of the VM's vCPUs in proportion to them),
+    /// `first_touch` (a page lands on the node of the vCPU that first touches it: a thread's
+    /// data follows the vCPU it first ran on) or `bind` (all on `memory_node`).
+    pub memory: MemoryPlacement,
+    /// The host node of `memory = "bind"`.
+    pub memory_node: u32,
+}
+
+/// The NUMA topology a guest sees.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NumaView {
+    /// One flat node.
+    #[default]
+    Hidden,
+    /// Virtual nodes bound to the host nodes of the vCPUs.
+    Exposed,
+}
+
+/// Host placement of a NUMA-hidden guest's memory.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryPlacement {
+    /// Spread over the vCPUs' nodes.
+    #[default]
+    Interleave,
+    /// Where the vCPU that first touches it runs.
+    FirstTouch,
+    /// On one node.
+    Bind,
 }
 
 impl Default for VmSpec {
@@ -190,6 +227,9 @@ impl Default for VmSpec {
             pv: PvSpec::default(),
             tlb: TlbPolicy::Ipi,
             preemption_timer: true,
+            numa: NumaView::Hidden,
+            memory: MemoryPlacement::Interleave,
+            memory_node: 0,
         }
     }
 }
@@ -242,6 +282,17 @@ impl VmSpec {
         }
         if self.pv.spinlocks && self.pv.spin_threshold == 0 {
             return Err(("pv.spin_threshold".into(), "expected a positive number of PAUSE iterations".into()));
+        }
+        Ok(())
+    }
+
+    /// Checks the fields that depend on the machine; returns (field, message).
+    pub fn check_machine(&self, m: &crate::machine::MachineSpec) -> Result<(), (String, String)> {
+        if self.memory == MemoryPlacement::Bind && self.memory_node >= m.nodes() {
+            return Err((
+                "memory_node".into(),
+                format!("expected a NUMA node of the machine, 0..={} (got {})", m.nodes().saturating_sub(1), self.memory_node),
+            ));
         }
         Ok(())
     }

@@ -133,7 +133,7 @@ impl World {
     }
 
     /// Host run time of task `t` so far, without accounting it (read-only).
-    fn run_time_now(&self, t: u32) -> u64 {
+    pub(crate) fn run_time_now(&self, t: u32) -> u64 {
         let task = &self.tasks[t as usize];
         if task.state == TaskState::Running {
             task.sum_exec + self.now.since(task.exec_start)

@@ -8,6 +8,7 @@ use crate::engine::{stream_seed, EventQueue, SimTime, Stream};
 use crate::kernel::sync::{Instance, Obj};
 use crate::kernel::thread::{Act, Thread, ThreadStats};
 use crate::kernel::{Kernel, KernelId, KernelKind, Task, TaskKind, TaskState, HOST};
+use crate::policy::numad::Numad;
 use crate::policy::VmPolicies;
 use crate::scenario::{Layout, RunConfig};
 use crate::virt::allocation::{Periods, VcpuAlloc};
@@ -58,6 +59,8 @@ impl World {
             waits: Default::default(),
             timeline: None,
             periods: None,
+            mem: super::memory::MemState::new(&cfg.machine, n).map(Box::new),
+            numad: None,
         };
         match cfg.layout {
             Layout::Native { instances } => {
@@ -95,15 +98,26 @@ impl World {
                         ple_series: Vec::new(),
                         spin: Default::default(),
                     });
+                    if let Some(mem) = w.mem.as_mut() {
+                        let first: Vec<u32> = (0..n).collect();
+                        mem.add_vm(spec.numa, spec.memory, spec.memory_node, &first);
+                    }
                     let background = cfg.corunner.is_some() && vm > 0;
                     vm_inst.push(w.insts.len());
                     w.add_instance(cfg, k, Some(vm), first_owner, format!("vm{vm}"), background);
                 }
                 w.periods = Some(Periods::new(w.kernels[HOST as usize].params.latency, &cfg.host.asymmetric, vm_inst));
+                if cfg.host.numad.enabled && w.mem.is_some() {
+                    w.numad = Some(Numad::new(cfg.host.numad.clone(), vms as usize));
+                }
             }
         }
         w.add_host_daemons(cfg);
         w.ledger = Ledger::new(w.owners.len(), n as usize);
+        let (threads, insts, owners) = (w.threads.len(), w.insts.len(), w.owners.len());
+        if let Some(mem) = w.mem.as_mut() {
+            mem.size(threads, insts, owners);
+        }
         let idle = Leaf { attr: Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle }, rem: Rem::Inf, thread: None };
         w.cores = (0..n).map(|_| Core { leaf: idle, since: SimTime::ZERO, gen: 0, ple_switch_from: None }).collect();
         // Tasks start with a random virtual runtime below one minimum slice, so that which of
@@ -117,6 +131,7 @@ impl World {
         }
         w.live = w.insts.iter().filter(|i| !i.background).count() as u32;
         w.start_periods();
+        w.start_numad();
         w
     }
 
@@ -229,6 +244,7 @@ impl World {
                 loops: Vec::new(),
                 act: Act::Fresh,
                 compute_rem: 0,
+                mem: 0.0,
                 spin_window: 0,
                 ple_epoch: 0,
                 pv_left: u64::MAX,

@@ -62,6 +62,9 @@ pub struct InstanceRecord {
     pub thread_stats: Vec<ThreadRecord>,
     /// A co-runner (not measured; still running when the run ended).
     pub background: bool,
+    /// CPI and memory accesses of its computation (with the memory model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<super::memory::MemSummary>,
     /// TLB shootdowns sent by its threads.
     pub tlb: TlbRecord,
     /// `membarrier` calls of its threads.
@@ -440,6 +443,10 @@ pub struct RunRecord {
     /// With `[host.asymmetric]`: the components on and the policy's decisions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub asymmetric: Option<AsymmetricRecord>,
+    /// The memory system's counters (`machine.memory.model`): CPI, local and remote
+    /// accesses per (v)CPU, bandwidth per node, the NUMA balancer's work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<super::memory::MemoryRecord>,
 }
 
 /// What the asymmetric-vCPU policy did in a run.
@@ -475,7 +482,7 @@ impl RunRecord {
         let l = &w.ledger;
         let busy = |o: u32, layer: Layer| l.owner_layer_busy(o, layer);
         let mut instances = Vec::new();
-        for inst in &w.insts {
+        for (i, inst) in w.insts.iter().enumerate() {
             let owners: Vec<u32> = match inst.vm {
                 Some(vm) => w.vms[vm as usize].vcpus.iter().map(|&v| w.vcpus[v as usize].owner).collect(),
                 None => vec![w.tasks[w.threads[inst.threads[0] as usize].task as usize].owner],
@@ -513,6 +520,7 @@ impl RunRecord {
                 wake_latency: (&wake).into(),
                 thread_stats,
                 background: inst.background,
+                memory: w.mem.as_ref().and_then(|m| m.inst(i)),
                 tlb: TlbRecord {
                     shootdowns: inst.tlb.shootdowns,
                     local_only: inst.tlb.local_only,
@@ -652,6 +660,20 @@ impl RunRecord {
                 latency: cfg.host.asymmetric.latency,
                 resolver: cfg.host.asymmetric.resolver,
                 counts,
+            }),
+            memory: w.mem.as_ref().map(|m| {
+                let cpus = if w.vcpus.is_empty() {
+                    (0..w.cores.len()).map(|c| (format!("cpu{c}"), m.core_node[c], m.by_core[c])).collect()
+                } else {
+                    w.vcpus
+                        .iter()
+                        .map(|v| {
+                            let task = &w.tasks[v.task as usize];
+                            (owner_name(v.owner), m.core_node[task.cpu as usize], m.by_owner[v.owner as usize])
+                        })
+                        .collect()
+                };
+                m.record(end, cpus, w.numad.as_ref().map(|n| n.counts))
             }),
         }
     }

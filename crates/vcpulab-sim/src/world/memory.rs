@@ -1,0 +1,440 @@
+//! The memory model at run time ([`crate::machine::memory`] has the formula): where each
+//! thread's data lives, each node's bandwidth demand, the stretch of every compute segment,
+//! and the counters (local and remote accesses, CPI, bandwidth per node).
+//!
+//! Placement of a thread's data, by the kernel it runs in (digest §2.6):
+//! - **native**, and a guest with **NUMA exposed**: the kernel is NUMA-aware. First touch
+//!   places a thread's pages on its node and NUMA balancing keeps them with it, so its
+//!   private data is modelled as local to the node it runs on (for an exposed guest: the
+//!   host node its vCPU's virtual node is bound to).
+//! - a guest with **NUMA hidden**: the guest places pages without node knowledge, so where
+//!   they are on the host depends on the VM's memory placement (`vm.memory`): spread over
+//!   the vCPUs' nodes (`interleave`), on the node of the vCPU a thread first ran on
+//!   (`first_touch`), or on one node (`bind`).
+//!
+//! A numad-like balancer ([`crate::policy::numad`]) can later bind a VM's memory to chosen
+//! nodes, which overrides all of the above for that VM.
+//!
+//! A compute segment's stretch is computed when the core's leaf is resolved, and again
+//! whenever another core's bandwidth demand on a node it reads from changes (bandwidth is
+//! shared like a processor-sharing server).
+
+use serde::Serialize;
+
+use crate::account::{Attr, Cause};
+use crate::engine::SimTime;
+use crate::kernel::{KernelKind, ThreadId};
+use crate::machine::memory::{stretch, Access};
+use crate::machine::{MachineSpec, MemorySpec};
+use crate::policy::numad::NumadCounts;
+use crate::spec::vm::{MemoryPlacement, NumaView};
+
+use super::World;
+
+/// Fixed-point unit of a stretch factor.
+pub(crate) const ONE: u64 = 1 << 16;
+
+/// What one core's current compute segment does to memory.
+#[derive(Clone, Debug)]
+pub(crate) struct Segment {
+    /// Wall time per unit of work, in units of [`ONE`].
+    pub(crate) factor: u64,
+    /// Memory intensity of the operation.
+    intensity: f64,
+    /// Fraction of its accesses served remotely.
+    remote: f64,
+    /// Its bandwidth demand per node (GB/s).
+    demand: Vec<(u32, f64)>,
+    /// Thread, and counter slots: owner and instance.
+    owner: u32,
+    inst: u32,
+}
+
+/// Memory counters of one (v)CPU, core or instance.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct MemCounters {
+    /// Native work done by computation (ns at native local speed).
+    pub(crate) work_ns: u64,
+    /// Wall time computing (ns).
+    pub(crate) wall_ns: u64,
+    /// Estimated memory accesses served locally / remotely.
+    pub(crate) local: f64,
+    pub(crate) remote: f64,
+}
+
+impl MemCounters {
+    fn add(&mut self, work: u64, wall: u64, accesses: f64, remote: f64) {
+        self.work_ns += work;
+        self.wall_ns += wall;
+        self.local += accesses * (1.0 - remote);
+        self.remote += accesses * remote;
+    }
+}
+
+/// Memory placement of one VM.
+#[derive(Clone, Debug)]
+pub(crate) struct VmMem {
+    pub(crate) view: NumaView,
+    placement: MemoryPlacement,
+    bind: u32,
+    /// Host node of each vCPU's (virtual) node: where it was laid out.
+    pub(crate) vnode: Vec<u32>,
+    /// Interleave shares over nodes (in proportion to the vCPUs on each).
+    pub(crate) shares: Vec<(u32, f64)>,
+    /// Set by the NUMA balancer: the VM's memory is on these nodes, in these shares.
+    pub(crate) bound: Option<Vec<(u32, f64)>>,
+}
+
+impl VmMem {
+    /// Its placement while NUMA is hidden.
+    pub(crate) fn placement(&self) -> MemoryPlacement {
+        self.placement
+    }
+
+    /// The node of `memory = "bind"`.
+    pub(crate) fn bind_node(&self) -> u32 {
+        self.bind
+    }
+}
+
+/// The memory system of one run.
+#[derive(Debug)]
+pub(crate) struct MemState {
+    pub(crate) spec: MemorySpec,
+    ipc_ghz: f64,
+    /// Node and socket of each core.
+    pub(crate) core_node: Vec<u32>,
+    core_socket: Vec<u32>,
+    pub(crate) nodes: u32,
+    /// Node of a thread's data under `first_touch` (set at its first computation).
+    home: Vec<Option<u32>>,
+    /// Socket each thread last computed on, and per instance the count per socket.
+    thread_socket: Vec<Option<u32>>,
+    inst_sockets: Vec<Vec<u32>>,
+    pub(crate) vms: Vec<VmMem>,
+    /// Current compute segment of each core.
+    pub(crate) seg: Vec<Option<Segment>>,
+    /// Bandwidth demand per node (GB/s), its time integral (GB) and peak.
+    demand: Vec<f64>,
+    gb: Vec<f64>,
+    peak: Vec<f64>,
+    since: SimTime,
+    pub(crate) by_owner: Vec<MemCounters>,
+    pub(crate) by_core: Vec<MemCounters>,
+    pub(crate) by_inst: Vec<MemCounters>,
+}
+
+impl MemState {
+    /// The memory system of a run on `machine`'s first `cores` selected CPUs, or None when
+    /// the model is off.
+    pub(crate) fn new(machine: &MachineSpec, cores: u32) -> Option<MemState> {
+        if !machine.memory.model {
+            return None;
+        }
+        let topo = machine.select(cores).ok()?;
+        Some(MemState {
+            spec: machine.memory.clone(),
+            ipc_ghz: machine.memory.ipc * machine.freq_ghz,
+            core_node: topo.pcpus.iter().map(|p| p.node).collect(),
+            core_socket: topo.pcpus.iter().map(|p| p.socket).collect(),
+            nodes: machine.nodes(),
+            home: Vec::new(),
+            thread_socket: Vec::new(),
+            inst_sockets: Vec::new(),
+            vms: Vec::new(),
+            seg: vec![None; cores as usize],
+            demand: vec![0.0; machine.nodes() as usize],
+            gb: vec![0.0; machine.nodes() as usize],
+            peak: vec![0.0; machine.nodes() as usize],
+            since: SimTime::ZERO,
+            by_owner: Vec::new(),
+            by_core: vec![MemCounters::default(); cores as usize],
+            by_inst: Vec::new(),
+        })
+    }
+
+    /// Adds a VM whose vCPU i starts on core `first_core[i]`.
+    pub(crate) fn add_vm(&mut self, view: NumaView, placement: MemoryPlacement, bind: u32, first_core: &[u32]) {
+        let vnode: Vec<u32> = first_core.iter().map(|&c| self.core_node[c as usize]).collect();
+        self.vms.push(VmMem { view, placement, bind, shares: shares_of(&vnode), vnode, bound: None });
+    }
+
+    /// Sizes the per-thread, per-instance and per-owner tables.
+    pub(crate) fn size(&mut self, threads: usize, insts: usize, owners: usize) {
+        self.home = vec![None; threads];
+        self.thread_socket = vec![None; threads];
+        self.inst_sockets = vec![vec![0; self.core_socket.iter().max().map_or(1, |&s| s as usize + 1)]; insts];
+        self.by_owner = vec![MemCounters::default(); owners];
+        self.by_inst = vec![MemCounters::default(); insts];
+    }
+
+    /// Counters of instance `i`.
+    pub(crate) fn inst(&self, i: usize) -> Option<MemSummary> {
+        self.by_inst.get(i).map(|c| self.summary(c))
+    }
+
+    /// Charges the bandwidth integral up to `now`.
+    fn integrate(&mut self, now: SimTime) {
+        let dt = now.since(self.since) as f64 * 1e-9;
+        if dt > 0.0 {
+            for (g, d) in self.gb.iter_mut().zip(&self.demand) {
+                *g += d * dt;
+            }
+            self.since = now;
+        }
+    }
+
+    fn add_demand(&mut self, now: SimTime, demand: &[(u32, f64)], sign: f64) {
+        if demand.is_empty() {
+            return;
+        }
+        self.integrate(now);
+        for &(n, d) in demand {
+            let x = &mut self.demand[n as usize];
+            *x = (*x + sign * d).max(0.0);
+            self.peak[n as usize] = self.peak[n as usize].max(*x);
+        }
+    }
+
+    /// The record of a run that ended at `end`: `cpus` names each (v)CPU and gives its
+    /// counters; `numad` what the balancer did.
+    pub(crate) fn record(&self, end: SimTime, cpus: Vec<(String, u32, MemCounters)>, numad: Option<NumadCounts>) -> MemoryRecord {
+        let secs = (end.0 as f64 * 1e-9).max(1e-12);
+        let tail = end.since(self.since) as f64 * 1e-9;
+        let nodes = (0..self.nodes as usize)
+            .filter(|&n| self.core_node.contains(&(n as u32)) || self.gb[n] > 0.0)
+            .map(|n| {
+                let mean = (self.gb[n] + self.demand[n] * tail) / secs;
+                NodeRecord {
+                    node: n as u32,
+                    cores: self.core_node.iter().filter(|&&c| c == n as u32).count() as u32,
+                    mean_gbs: mean,
+                    peak_gbs: self.peak[n],
+                    utilization: mean / self.spec.node_bandwidth_gbs,
+                }
+            })
+            .collect();
+        let total = cpus.iter().fold(MemCounters::default(), |mut a, (_, _, c)| {
+            a.work_ns += c.work_ns;
+            a.wall_ns += c.wall_ns;
+            a.local += c.local;
+            a.remote += c.remote;
+            a
+        });
+        MemoryRecord {
+            totals: self.summary(&total),
+            cpus: cpus.into_iter().map(|(name, node, c)| CpuRecord { cpu: name, node, counters: self.summary(&c) }).collect(),
+            nodes,
+            numad,
+        }
+    }
+
+    /// CPI, instructions and access counts of `c`.
+    pub(crate) fn summary(&self, c: &MemCounters) -> MemSummary {
+        let accesses = c.local + c.remote;
+        MemSummary {
+            instructions: c.work_ns as f64 * self.ipc_ghz,
+            cpi: (c.work_ns > 0).then(|| c.wall_ns as f64 / (c.work_ns as f64 * self.spec.ipc)),
+            local_accesses: c.local,
+            remote_accesses: c.remote,
+            remote_fraction: (accesses > 0.0).then(|| c.remote / accesses),
+        }
+    }
+}
+
+/// CPI and memory accesses of some computation (estimates of the model).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MemSummary {
+    /// Instructions retired by computation (native work × clock × `ipc`).
+    pub instructions: f64,
+    /// Cycles per instruction of that computation (its wall time over its native work /
+    /// `ipc`); None without computation.
+    pub cpi: Option<f64>,
+    /// Memory accesses served by the local node (and same-socket sharing).
+    pub local_accesses: f64,
+    /// Memory accesses served by another node (and cross-socket sharing).
+    pub remote_accesses: f64,
+    /// remote / (local + remote); None without accesses.
+    pub remote_fraction: Option<f64>,
+}
+
+/// One (v)CPU's memory counters.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CpuRecord {
+    /// "vm0/vcpu3" in VM runs, "cpu3" natively.
+    pub cpu: String,
+    /// The host node it ended on.
+    pub node: u32,
+    /// Its counters.
+    #[serde(flatten)]
+    pub counters: MemSummary,
+}
+
+/// One NUMA node's memory bandwidth.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NodeRecord {
+    /// Node index.
+    pub node: u32,
+    /// Cores of the run on it.
+    pub cores: u32,
+    /// Mean demand over the run (GB/s).
+    pub mean_gbs: f64,
+    /// Highest demand (GB/s).
+    pub peak_gbs: f64,
+    /// mean / `node_bandwidth_gbs` (above 1: saturated on average).
+    pub utilization: f64,
+}
+
+/// The memory system's counters of a run (`run.memory`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MemoryRecord {
+    /// Over every (v)CPU of the run.
+    #[serde(flatten)]
+    pub totals: MemSummary,
+    /// Per vCPU of every VM (VM runs) or per core (native runs).
+    pub cpus: Vec<CpuRecord>,
+    /// Per node the run's cores or memory are on.
+    pub nodes: Vec<NodeRecord>,
+    /// What the numad-like balancer did (`[host.numad]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numad: Option<NumadCounts>,
+}
+
+/// Shares over nodes in proportion to how many of `nodes` are on each.
+pub(crate) fn shares_of(nodes: &[u32]) -> Vec<(u32, f64)> {
+    let mut out: Vec<(u32, f64)> = Vec::new();
+    for &n in nodes {
+        match out.iter_mut().find(|(m, _)| *m == n) {
+            Some((_, s)) => *s += 1.0,
+            None => out.push((n, 1.0)),
+        }
+    }
+    let total = nodes.len().max(1) as f64;
+    out.sort_by_key(|&(n, _)| n);
+    out.iter_mut().for_each(|(_, s)| *s /= total);
+    out
+}
+
+impl World {
+    /// Installs the memory segment of the leaf just resolved on `core` (removing the old
+    /// one's bandwidth demand): a compute leaf of a thread whose operation touches memory.
+    pub(crate) fn mem_install(&mut self, core: u32, thread: Option<ThreadId>, attr: Attr) {
+        let Some(mem) = self.mem.as_mut() else { return };
+        let old = mem.seg[core as usize].take().map(|o| o.demand).unwrap_or_default();
+        mem.add_demand(self.now, &old, -1.0);
+        self.mem_new_segment(core, thread, attr);
+        // Bandwidth is shared: when this core's demand changed, the segments reading from the
+        // same nodes are re-resolved at their new stretch.
+        let mem = self.mem.as_ref().expect("memory model");
+        let new = mem.seg[core as usize].as_ref().map_or(&[][..], |s| &s.demand[..]);
+        if old.as_slice() == new {
+            return;
+        }
+        let changed: Vec<u32> = old.iter().chain(new).map(|&(n, _)| n).collect();
+        let others: Vec<u32> = (0..mem.seg.len() as u32)
+            .filter(|&c| c != core && mem.seg[c as usize].as_ref().is_some_and(|s| s.demand.iter().any(|(n, _)| changed.contains(n))))
+            .collect();
+        for c in others {
+            self.touch(c);
+        }
+    }
+
+    fn mem_new_segment(&mut self, core: u32, thread: Option<ThreadId>, attr: Attr) {
+        let Some(t) = thread else { return };
+        if attr.cause != Cause::Compute {
+            return;
+        }
+        let th = &self.threads[t as usize];
+        let intensity = f64::from(th.mem);
+        if intensity <= 0.0 {
+            return;
+        }
+        let inst = th.inst;
+        let task = &self.tasks[th.task as usize];
+        let (k, cpu) = (task.kernel, task.cpu);
+        let m = &self.insts[inst as usize].wl.memory;
+        let (bw_score, numa, sharing) = (f64::from(m.bandwidth), f64::from(m.numa), f64::from(m.sharing));
+        let mem = self.mem.as_mut().expect("memory model");
+        let node = mem.core_node[core as usize];
+        let socket = mem.core_socket[core as usize];
+        // Where the thread's data is.
+        let placement: Vec<(u32, f64)> = match self.kernels[k as usize].kind {
+            KernelKind::Host => vec![(node, 1.0)],
+            KernelKind::Guest { vm } => {
+                let vmm = &mem.vms[vm as usize];
+                if let Some(b) = &vmm.bound {
+                    b.clone()
+                } else if vmm.view == NumaView::Exposed {
+                    vec![(vmm.vnode[cpu as usize], 1.0)]
+                } else {
+                    match vmm.placement {
+                        MemoryPlacement::Interleave => vmm.shares.clone(),
+                        MemoryPlacement::Bind => vec![(vmm.bind, 1.0)],
+                        MemoryPlacement::FirstTouch => vec![(*mem.home[t as usize].get_or_insert(node), 1.0)],
+                    }
+                }
+            }
+        };
+        // Who else of the instance computes on another socket.
+        if mem.thread_socket[t as usize] != Some(socket) {
+            let counts = &mut mem.inst_sockets[inst as usize];
+            if let Some(s) = mem.thread_socket[t as usize] {
+                counts[s as usize] -= 1;
+            }
+            counts[socket as usize] += 1;
+            mem.thread_socket[t as usize] = Some(socket);
+        }
+        let counts = &mem.inst_sockets[inst as usize];
+        let others: u32 = counts.iter().sum::<u32>() - 1;
+        let remote_sharers = if others == 0 { 0.0 } else { f64::from(others - (counts[socket as usize] - 1)) / f64::from(others) };
+        let bw = bw_score * mem.spec.core_bandwidth_gbs;
+        let demand: Vec<(u32, f64)> = if bw > 0.0 { placement.iter().map(|&(n, s)| (n, s * bw)).collect() } else { Vec::new() };
+        mem.add_demand(self.now, &demand, 1.0);
+        let access = Access { intensity, numa, sharing, remote_sharers };
+        let s = stretch(&mem.spec, access, node, &placement, &mem.demand);
+        // Exactly 1 when nothing is remote or saturated: the native duration, to the ns.
+        let factor = if (s.factor - 1.0).abs() < 1e-9 { ONE } else { ((s.factor * ONE as f64).round() as u64).max(1) };
+        let inst_owner = attr.owner;
+        mem.seg[core as usize] = Some(Segment { factor, intensity, remote: s.remote, demand, owner: inst_owner, inst });
+    }
+
+    /// Work done by `elapsed` ns of wall time on `core`'s compute segment (at most `rem`),
+    /// with the counters updated; the whole of `elapsed` without a memory segment.
+    pub(crate) fn mem_progress(&mut self, core: usize, elapsed: u64, rem: u64) -> u64 {
+        let Some(mem) = self.mem.as_mut() else { return elapsed };
+        let Some(seg) = &mem.seg[core] else { return elapsed };
+        let work =
+            if seg.factor == ONE { elapsed } else { (u128::from(elapsed) * u128::from(ONE)).div_ceil(u128::from(seg.factor)) as u64 };
+        let work = work.min(rem);
+        let accesses = work as f64 * seg.intensity / mem.spec.local_latency_ns;
+        let (owner, inst, remote) = (seg.owner as usize, seg.inst as usize, seg.remote);
+        mem.by_owner[owner].add(work, elapsed, accesses, remote);
+        mem.by_core[core].add(work, elapsed, accesses, remote);
+        mem.by_inst[inst].add(work, elapsed, accesses, remote);
+        work
+    }
+
+    /// Wall time `core`'s compute segment needs for `rem` ns of work.
+    pub(crate) fn mem_wall(&self, core: u32, rem: u64) -> u64 {
+        match self.mem.as_ref().and_then(|m| m.seg[core as usize].as_ref()) {
+            Some(seg) if seg.factor != ONE => (u128::from(rem) * u128::from(seg.factor)).div_ceil(u128::from(ONE)) as u64,
+            _ => rem,
+        }
+    }
+
+    /// The node of core `c` (0 without the memory model).
+    pub(crate) fn core_node(&self, c: u32) -> u32 {
+        self.mem.as_ref().map_or(0, |m| m.core_node[c as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_is_proportional() {
+        assert_eq!(shares_of(&[0, 0, 1, 1]), vec![(0, 0.5), (1, 0.5)]);
+        assert_eq!(shares_of(&[2, 0, 0, 0]), vec![(0, 0.75), (2, 0.25)]);
+    }
+}
