@@ -39,6 +39,7 @@ from ._vcpulab import (
 from .atomic import AtomicWriter, write_bytes_atomic, write_csv_atomic
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
+from .report import memory
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
 from .store import COMPACT_ABOVE, ResultsStore, StoreError, result_from_row
 from .sweep import (
@@ -652,6 +653,9 @@ def _report(
         console.print(render.cdf_table(ordered, [report.cdf_summary(r) for r in ordered]))
     _print_ple(console, info, ordered)
     _print_scaling(console, scale_info, info.baseline, ordered)
+    if memory.console_wanted(ordered or overview or []):
+        console.print()
+        console.print(render.memory_table(memory.console_rows(ordered or overview or [])))
     if written:
         console.print(f"wrote {', '.join(written)}", style="dim", highlight=False)
     return console

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from .ple import SPINLOCK_INTENSIVE_INEFFICIENCY, Classification, Matrix
 from .report import CDF_QUANTILES, CdfSummary, Comparison, metric_value, where_text
+from .report.memory import MemoryPoint, MemoryRow
 from .scaling import ASYMMETRIC_COUNTS, AsymmetricSummary, Efficiency, SpeedupCurve, Spread, vcpu_counts
 
 DASH = "—"
@@ -460,6 +461,53 @@ def asymmetric_table(items: Sequence[AsymmetricSummary]) -> Table:
         "granularities changed; source lowered: wake-up IPI senders' granularities lowered for an urgent vCPU",
         "swaps: the resolver's; migrations: total over the measured VM's vCPUs",
     )
+
+
+# --- memory and NUMA (vcpulab.report.memory) --------------------------------------------------
+
+
+def _memory_cell(p: MemoryPoint | None, numad: bool) -> str:
+    if p is None:
+        return DASH
+    parts = [fmt_ratio(p.cpi), DASH if p.remote_fraction is None else f"{100 * p.remote_fraction:.0f}%"]
+    parts.append(DASH if p.bw_util_max is None else f"{p.bw_util_max:.2f}")
+    if numad:
+        parts.append(DASH if p.numad_host_ms is None else f"{p.numad_host_ms:.3g} ms")
+    return " / ".join(parts)
+
+
+def memory_table(rows: Sequence[MemoryRow]) -> Table:
+    """The memory model's summary (:func:`vcpulab.report.memory.console_rows`): one row per
+    (workload, scenario, variant), one column per vCPU count."""
+    numad = any(p.numad_host_ms is not None for r in rows for p in r.points.values())
+    what = "CPI / remote / bandwidth" + (" / numad host time" if numad else "")
+    title = f"Memory and NUMA: {what} (mean over seeds)"
+    table = Table(title=Text(title), title_justify="left", min_width=len(title))
+    show_variant = any(r.variant for r in rows)
+    table.add_column("workload")
+    table.add_column("scenario")
+    if show_variant:
+        add_label_column(table, (r.variant for r in rows))
+    counts = sorted({n for r in rows for n in r.points})
+    for n in counts:
+        table.add_column(f"{n} vCPU{'s' if n != 1 else ''}", justify="right", no_wrap=True)
+    for r in rows:
+        row: list[str | Text] = [Text(r.workload), Text(r.scenario)]
+        if show_variant:
+            row.append(Text(r.variant))
+        on = any(p.numad_host_ms is not None for p in r.points.values())  # numad was on in this row's runs
+        row += [_memory_cell(r.points.get(n), on) for n in counts]
+        table.add_row(*row)
+    notes = [
+        "CPI: cycles per instruction of the computation (1 = all memory local and unloaded)",
+        "remote: share of memory accesses served by another node or a cross-socket cache transfer",
+        "bandwidth: the busiest node's mean demand / its bandwidth (above 1: saturated)",
+    ]
+    if numad:
+        notes.append("numad host time (rows with numad on): its page migration, charged to the host")
+    if show_variant and any(r.scenario == "native" and "/" in r.variant for r in rows):
+        notes.append("native rows name the variants whose native runs are identical")
+    return _caption(table, *notes)
 
 
 def legend() -> Text:

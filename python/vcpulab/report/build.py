@@ -20,7 +20,7 @@ from pathlib import Path
 from .. import analysis
 from ..atomic import write_bytes_atomic
 from ..store import ResultsStore, StoreError
-from . import mechanisms, overhead, tables
+from . import mechanisms, memory, overhead, tables
 from .common import Figures
 from .data import load
 from .page import Section, render_page
@@ -83,6 +83,7 @@ def build_report(
         ("cycles per vCPU", lambda: overhead.vcpu_cycles(data, figs)),
         ("TLB-shootdown latency", lambda: mechanisms.tlb_cdfs(data, figs)),
         ("PLE window", lambda: mechanisms.ple_window(data, figs)),
+        ("memory and NUMA", lambda: memory.memory(data, figs)),
     ]
     for label, make in makers:
         step(label)

@@ -201,6 +201,33 @@ def load_useful(data: StoreData) -> list[dict[str, Any]]:
     return [r for r in rows if r["compute_ns"] is not None and r["finish_ns"]]
 
 
+MEMORY_COLUMNS = (
+    "cpi",
+    "mem_remote_fraction",
+    "mem_local_accesses",
+    "mem_remote_accesses",
+    "mem_bw_util_max",
+    "numad_moves",
+    "numad_migrated_mib",
+    "numad_host_ms",
+    "ns_user_memory_stall",
+    "ns_host_numa_migrate",
+)
+"""The memory model's metrics and causes (``docs/results.md``); a column no part has is NULL."""
+
+
+def load_memory(data: StoreData) -> list[dict[str, Any]]:
+    """Per cell with ``cpi`` (the memory model on): :data:`MEMORY_COLUMNS` (the metrics of the
+    measured instance, the causes of the run's breakdown) and ``busy_ns``, the sum of every
+    ``ns_<layer>_<cause>`` column (the breakdown's busy time)."""
+    if not data.cells or not data.has("cpi"):
+        return []
+    picked = [f"CAST({c} AS DOUBLE) AS {c}" if data.has(c) else f"NULL AS {c}" for c in MEMORY_COLUMNS]
+    causes = sorted(c for c in data.columns if c.startswith("ns_"))
+    busy = " + ".join(f"coalesce(CAST({c} AS DOUBLE), 0)" for c in causes) or "NULL"
+    return _query(data, f"{', '.join(picked)}, {busy} AS busy_ns", "cpi IS NOT NULL")
+
+
 # --- the specs ------------------------------------------------------------------------------
 
 

@@ -398,6 +398,8 @@ class Line:
     marker: str | None = None
     step: bool = False
     color: str | None = None
+    hollow: bool = False
+    """Markers drawn as outlines (lines that may overlap stay visible under each other)."""
 
 
 @dataclass(frozen=True)
@@ -410,13 +412,20 @@ class LinePanel:
     ideal: bool = False
     """Draw y = x (ideal speedup)."""
     extra: Sequence[Line] = field(default_factory=tuple)
+    logx_base: int = 10
+    """The base of the log x axis (2 for vCPU counts)."""
+    xticks: Sequence[float] = ()
+    """Ticks on exactly these x values (e.g. the vCPU counts run), labelled plainly."""
+    ylim: tuple[float, float] | None = None
+    """The y range (default: matplotlib's)."""
 
 
-def _log_axis(ax: Axes) -> None:
-    """Log x axis with plain numbers (4, 10, 200) on the decades and no minor labels."""
+def _log_axis(ax: Axes, base: int = 10) -> None:
+    """Log x axis with plain numbers (4, 10, 200) on the decades (powers of ``base``) and no
+    minor labels."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    ax.set_xscale("log")
+    ax.set_xscale("log", base=base)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
 
@@ -426,10 +435,11 @@ def line_panels(
     ncols: int = 2,
     width: float = 5.2,
     height: float = 3.0,
-    shared_legend: Sequence[tuple[str, str, str]] = (),
+    shared_legend: Sequence[tuple[str, str, str] | tuple[str, str, str, str]] = (),
 ) -> Figure:
     """Panels of lines (step lines for CDFs and time series). Each panel has its own legend,
-    unless ``shared_legend`` is given: (label, colour, line style) entries under the panels."""
+    unless ``shared_legend`` is given: (label, colour, line style[, hollow marker]) entries under
+    the panels."""
     rows = legend_rows(len(shared_legend))
     fig, axes = grid(len(panels), ncols, width, height, rows)
     for ax, p in zip(axes, panels, strict=True):
@@ -443,6 +453,9 @@ def line_panels(
             if ln.marker:
                 kw["marker"] = ln.marker
                 kw["markersize"] = 3.5
+                if ln.hollow:
+                    kw["markersize"] = 5.0
+                    kw["markerfacecolor"] = "none"
             if ln.step:
                 ax.step(xs, ys, where="post", **kw)
             else:
@@ -451,7 +464,12 @@ def line_panels(
             hi = max((max(ln.xs) for ln in p.lines if ln.xs), default=1.0)
             ax.plot([0, hi], [0, hi], color="#999", linewidth=0.8, linestyle=":", label="ideal")
         if p.logx:
-            _log_axis(ax)
+            _log_axis(ax, p.logx_base)
+        if p.xticks:
+            ax.set_xticks(list(p.xticks), [f"{x:g}" for x in p.xticks])
+            ax.set_xticks([], minor=True)
+        if p.ylim is not None:
+            ax.set_ylim(*p.ylim)
         ax.set_title(p.title)
         ax.set_xlabel(p.xlabel)
         ax.set_ylabel(p.ylabel)
@@ -461,9 +479,11 @@ def line_panels(
     if shared_legend:
         from matplotlib.lines import Line2D
 
-        _legend_below(
-            fig, [Line2D([], [], color=c, linestyle=cast(Any, ls), label=label) for label, c, ls in shared_legend]
-        )
+        handles = []
+        for label, c, ls, *marker in shared_legend:
+            mk: dict[str, Any] = {"marker": marker[0], "markersize": 5.0, "markerfacecolor": "none"} if marker else {}
+            handles.append(Line2D([], [], color=c, linestyle=cast(Any, ls), label=label, **mk))
+        _legend_below(fig, handles)
     return fig
 
 

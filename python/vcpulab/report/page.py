@@ -21,11 +21,12 @@ DASH = "—"
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 
-FORMATS = ("text", "int", "num", "pct", "pct_pts", "ratio", "us", "s")
+FORMATS = ("text", "int", "num", "pct", "pct_pts", "frac", "ratio", "us", "s")
 """How a column is shown in HTML (the CSV always has the plain value):
 ``pct`` a ratio as a signed percentage (δη 0.123 → +12.3%), ``pct_pts`` a percentage already
-(12.3 → 12.3%), ``ratio`` three decimals, ``num`` three significant digits, ``us`` µs,
-``s`` seconds, ``int`` and ``text`` as they are."""
+(12.3 → 12.3%), ``frac`` a fraction as a percentage (0.123 → 12.3%), ``ratio`` three
+decimals, ``num`` three significant digits, ``us`` µs, ``s`` seconds, ``int`` and ``text`` as
+they are."""
 
 
 def fmt_value(value: Any, kind: str = "num") -> str:
@@ -43,6 +44,8 @@ def fmt_value(value: Any, kind: str = "num") -> str:
         return f"{v * 100:+.1f}%"
     if kind == "pct_pts":
         return f"{v:.2f}%"
+    if kind == "frac":
+        return f"{v * 100:.1f}%"
     if kind == "ratio":
         return f"{v:.3f}"
     if kind == "us":

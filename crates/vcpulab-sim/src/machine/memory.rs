@@ -13,7 +13,8 @@
 //! ```
 //!
 //! `p(n)` is where the thread's data lives (placement, [`crate::world::memory`]); `s` the
-//! fraction of its accesses to data other threads write (`memory.sharing`), served from the
+//! fraction of its accesses to data other threads write (`memory.sharing` × `sharing_weight`),
+//! served from the
 //! socket's shared LLC when the writer is on the same socket and by a cross-socket transfer
 //! otherwise (`x` = fraction of the other threads on other sockets); `a` the latency
 //! sensitivity of the stalls (`memory.numa`: 1 = pointer chasing, every stall pays the full
@@ -49,6 +50,12 @@ pub struct MemorySpec {
     pub node_bandwidth_gbs: f64,
     /// Bandwidth one core draws when it streams (GB/s).
     pub core_bandwidth_gbs: f64,
+    /// Fraction of a computation's memory accesses that go to lines other threads write,
+    /// per unit of the profile's `memory.sharing` score (0..1 judgement): 0.25 means a
+    /// profile scored 1 has a quarter of its stalls on shared lines (*estimate*: boundary
+    /// exchanges, reductions and queues are a minority of the accesses even in the most
+    /// sharing-intensive benchmarks).
+    pub sharing_weight: f64,
     /// Instructions per cycle of computation at native local speed, to report CPI.
     pub ipc: f64,
 }
@@ -63,6 +70,7 @@ impl Default for MemorySpec {
             share_remote_latency_ns: 130.0,
             node_bandwidth_gbs: 100.0,
             core_bandwidth_gbs: 12.0,
+            sharing_weight: 0.25,
             ipc: 1.0,
         }
     }
@@ -85,6 +93,9 @@ impl MemorySpec {
         positive(self.node_bandwidth_gbs, "node_bandwidth_gbs")?;
         positive(self.core_bandwidth_gbs, "core_bandwidth_gbs")?;
         positive(self.ipc, "ipc")?;
+        if !(0.0..=1.0).contains(&self.sharing_weight) {
+            return Err(("sharing_weight".into(), format!("expected a number in 0..=1 (got {})", self.sharing_weight)));
+        }
         if self.remote_latency_ns < self.local_latency_ns {
             return Err((
                 "remote_latency_ns".into(),

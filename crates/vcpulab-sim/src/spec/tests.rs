@@ -115,6 +115,23 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["host.asymmetric.latency_min=0"], "host.asymmetric.latency_min", "positive duration"),
         (MIN, &["host.asymmetric.latency_max=\"0.1ms\""], "host.asymmetric.latency_max", "at least latency_min"),
         (MIN, &["host.asymmetric.resolve=true"], "host.asymmetric.resolve", "unknown field"),
+        (MIN, &["machine.memory.remote_latency_ns=50"], "machine.memory.remote_latency_ns", "at least local_latency_ns"),
+        (MIN, &["machine.memory.local_latency_ns=0"], "machine.memory.local_latency_ns", "positive number"),
+        (MIN, &["machine.memory.node_bandwidth_gbs=-1"], "machine.memory.node_bandwidth_gbs", "positive number"),
+        (MIN, &["machine.memory.core_bandwidth_gbs=0"], "machine.memory.core_bandwidth_gbs", "positive number"),
+        (MIN, &["machine.memory.share_remote_latency_ns=10"], "machine.memory.share_remote_latency_ns", "at least share_local"),
+        (MIN, &["machine.memory.sharing_weight=2"], "machine.memory.sharing_weight", "0..=1"),
+        (MIN, &["machine.memory.ipc=0"], "machine.memory.ipc", "positive number"),
+        (MIN, &["machine.memory.model=\"on\""], "machine.memory.model", "expected a boolean"),
+        (MIN, &["machine.memory.latency=1"], "machine.memory.latency", "unknown field"),
+        (MIN, &["machine.placement=\"scatter\""], "machine.placement", "packed"),
+        (MIN, &["vm.numa=\"visible\""], "vm.numa", "exposed"),
+        (MIN, &["vm.memory=\"node\""], "vm.memory", "interleave"),
+        (MIN, &["vm.memory=\"bind\"", "vm.memory_node=4"], "vm.memory_node", "0..=3"),
+        (MIN, &["host.numad.interval=0"], "host.numad.interval", "positive duration"),
+        (MIN, &["host.numad.target_utilization=1.5"], "host.numad.target_utilization", "(0, 1]"),
+        (MIN, &["host.numad.period=\"1s\""], "host.numad.period", "unknown field"),
+        (MIN, &["guest.numad.enabled=true"], "guest.numad.enabled", "host daemon"),
     ];
     for (text, sets, field, msg) in cases {
         let e = parse(text, sets).expect_err(field);
@@ -123,6 +140,8 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
     }
     let e = parse(&format!("{MIN}[vms.x]\napicv = false\n"), &[]).unwrap_err();
     assert_eq!((e.field.as_str(), e.source.as_str()), ("vms.x", "t.toml"), "{e}");
+    let e = parse(&format!("{MIN}[vms.1]\nmemory = \"bind\"\nmemory_node = 9\n"), &[]).unwrap_err();
+    assert_eq!(e.field, "vms.1.memory_node", "{e}");
     let e = parse(&format!("{MIN}[vms.1.halt_poll]\nmax = -1\n"), &[]).unwrap_err();
     assert!(e.field.starts_with("vms.1.halt_poll.max"), "{e}");
     let e = parse(&format!("{MIN}[[published]]\nmetric = \"\"\nvalue = 1\nsource = \"x\"\n"), &[]).unwrap_err();

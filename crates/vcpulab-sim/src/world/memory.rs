@@ -353,7 +353,7 @@ impl World {
         let task = &self.tasks[th.task as usize];
         let (k, cpu) = (task.kernel, task.cpu);
         let m = &self.insts[inst as usize].wl.memory;
-        let (bw_score, numa, sharing) = (f64::from(m.bandwidth), f64::from(m.numa), f64::from(m.sharing));
+        let (bw_score, numa, sharing_score) = (f64::from(m.bandwidth), f64::from(m.numa), f64::from(m.sharing));
         let mem = self.mem.as_mut().expect("memory model");
         let node = mem.core_node[core as usize];
         let socket = mem.core_socket[core as usize];
@@ -390,6 +390,7 @@ impl World {
         let bw = bw_score * mem.spec.core_bandwidth_gbs;
         let demand: Vec<(u32, f64)> = if bw > 0.0 { placement.iter().map(|&(n, s)| (n, s * bw)).collect() } else { Vec::new() };
         mem.add_demand(self.now, &demand, 1.0);
+        let sharing = sharing_score * mem.spec.sharing_weight;
         let access = Access { intensity, numa, sharing, remote_sharers };
         let s = stretch(&mem.spec, access, node, &placement, &mem.demand);
         // Exactly 1 when nothing is remote or saturated: the native duration, to the ns.

@@ -21,10 +21,19 @@ fn program() -> impl Strategy<Value = String> {
             .prop_map(|us| format!("{{ malloc = \"100KiB\" }}, {{ malloc = \"100KiB\" }}, {{ compute = \"{us}us\" }}, {{ free = 2 }}")),
         (1u32..64).prop_map(|kib| format!("{{ madvise = \"{kib}KiB\" }}")),
     ];
-    (proptest::collection::vec(op, 1..6), 1u32..8).prop_map(|(ops, times)| {
+    let memory = (0u32..=10, 0u32..=10, 0u32..=10, 0u32..=10).prop_map(|(m, b, a, s)| {
+        format!(
+            "memory = {{ intensity = {}, bandwidth = {}, numa = {}, sharing = {} }}\n",
+            f64::from(m) / 10.0,
+            f64::from(b) / 10.0,
+            f64::from(a) / 10.0,
+            f64::from(s) / 10.0
+        )
+    });
+    (proptest::collection::vec(op, 1..6), 1u32..8, memory).prop_map(|(ops, times, memory)| {
         format!(
             "objects = {{ m = \"mutex\", s = \"spinlock\", k = \"kspinlock\", b = \"barrier\", sb = \"spin_barrier\" }}\n\
-             program = [ {{ repeat = {{ times = {times}, body = [ {} ] }} }} ]\n",
+             {memory}program = [ {{ repeat = {{ times = {times}, body = [ {} ] }} }} ]\n",
             ops.join(", ")
         )
     })
@@ -45,6 +54,9 @@ proptest! {
         tlb in prop_oneof![Just("ipi"), Just("pv"), Just("shoot4u")],
         pv_spin in any::<bool>(), lazy in any::<bool>(), hpoll in any::<bool>(),
         window in prop_oneof![Just("kvm"), Just("fixed")],
+        numa in prop_oneof![Just("hidden"), Just("exposed")],
+        placement in prop_oneof![Just("interleave"), Just("first_touch"), Just("bind")],
+        spread in any::<bool>(), numad in any::<bool>(),
     ) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nthreads = {threads}\nseeds = [{seed}]\n");
         let sets: Vec<String> = vec![
@@ -58,6 +70,15 @@ proptest! {
             // A model bug that never ends a run fails the case (and shrinks) instead of hanging.
             "limits.max_events=20000000".to_string(),
             "record.wait_chains=true".to_string(),
+            // A small NUMA machine, so that 1-4 CPUs span sockets and every memory path runs.
+            "machine.sockets=2".to_string(),
+            "machine.cores_per_socket=2".to_string(),
+            format!("machine.placement={}", if spread { "spread" } else { "packed" }),
+            format!("vm.numa={numa}"),
+            format!("vm.memory={placement}"),
+            "vm.memory_node=1".to_string(),
+            format!("host.numad.enabled={numad}"),
+            "host.numad.interval=\"200us\"".to_string(),
         ];
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         for r in run_inline(&exp, &prog, &sets) {

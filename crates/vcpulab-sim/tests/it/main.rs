@@ -7,6 +7,7 @@ mod invariants;
 mod jobs;
 mod language;
 mod mechanisms;
+mod numa;
 mod profiles;
 mod scalability;
 mod scenarios;

@@ -60,8 +60,9 @@ fn strong_scaled_profiles_speed_up_and_every_profile_runs_at_small_n() {
     {
         assert!(time(name, 4) > 0.0);
     }
-    // Strong scaling: a fixed total of work, so 16 threads beat 4 by a margin set by the type.
-    for (name, min) in [("parsec.swaptions", 3.5), ("splash2x.radix", 3.0), ("splash2x.cholesky", 0.95), ("kernbench", 2.5)] {
+    // Strong scaling: a fixed total of work, so 16 threads beat 4 by a margin set by the type
+    // (radix by less: 16 threads saturate one node's memory bandwidth).
+    for (name, min) in [("parsec.swaptions", 3.5), ("splash2x.radix", 2.3), ("splash2x.cholesky", 0.95), ("kernbench", 2.5)] {
         let s = time(name, 4) / time(name, 16);
         assert!(s > min, "{name}: T(4)/T(16) = {s:.2}");
     }

@@ -1,0 +1,68 @@
+//! Memory, NUMA and cache opacity (digest §2.6, TPDS §6.1/§7.2) at reduced size: the shipped
+//! `examples/numa.toml` with fewer workloads and vCPU counts, checked against the shapes the
+//! research describes.
+
+use vcpulab_sim::api::ScenarioResult;
+
+use super::run_text;
+
+fn example() -> String {
+    let path = format!("{}/../../examples/numa.toml", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn cell<'a>(r: &'a [ScenarioResult], w: &str, variant: &str, vcpus: u32) -> &'a ScenarioResult {
+    r.iter()
+        .find(|c| c.workload.ends_with(w) && c.variant == variant && c.vcpus == vcpus && c.scenario.name() == "UC")
+        .unwrap_or_else(|| panic!("no UC cell {w} {variant} {vcpus}"))
+}
+
+fn dt(c: &ScenarioResult) -> f64 {
+    c.delta_eta_t.expect("a VM cell has δη_t")
+}
+
+#[test]
+fn numa_hidden_costs_once_the_vm_spans_sockets_and_exposing_it_removes_most() {
+    let r = run_text(&example(), &["experiment.workloads=[\"canneal\", \"ocean_cp\", \"swaptions\"]", "experiment.vcpus=[16, 32]"]);
+    for w in ["canneal", "ocean_cp"] {
+        let (fits, spans) = (dt(cell(&r, w, "hidden", 16)), dt(cell(&r, w, "hidden", 32)));
+        assert!(fits.abs() < 0.02, "{w}: δη_t {fits:.3} within one socket");
+        assert!(spans > 0.1, "{w}: δη_t {spans:.3} spanning two sockets with NUMA hidden");
+        let exposed = dt(cell(&r, w, "exposed", 32));
+        assert!(exposed < spans / 3.0, "{w}: exposing NUMA leaves δη_t {exposed:.3} of {spans:.3}");
+        // The cause is visible: remote accesses and CPI.
+        let (h, e) = (&cell(&r, w, "hidden", 32).metrics, &cell(&r, w, "exposed", 32).metrics);
+        assert!(h["mem_remote_fraction"] > 0.4 && e["mem_remote_fraction"] < 0.15, "{w}: remote {h:?} vs {e:?}");
+        assert!(h["cpi"] > e["cpi"], "{w}: CPI hidden {} <= exposed {}", h["cpi"], e["cpi"]);
+    }
+    // A compute-bound profile does not care.
+    for v in ["hidden", "exposed", "numad", "spread"] {
+        for n in [16, 32] {
+            let c = cell(&r, "swaptions", v, n);
+            assert!(dt(c).abs() < 0.01, "swaptions {v} {n}: δη_t {:.4}", dt(c));
+            assert!((c.metrics["cpi"] - 1.0).abs() < 0.01, "swaptions {v} {n}: CPI {}", c.metrics["cpi"]);
+        }
+    }
+}
+
+#[test]
+fn the_balancer_buys_locality_with_host_cycles_and_hurts_a_bandwidth_bound_profile() {
+    let r = run_text(&example(), &["experiment.workloads=[\"radix\"]", "experiment.vcpus=[32]"]);
+    let (hidden, numad) = (cell(&r, "radix", "hidden", 32), cell(&r, "radix", "numad", 32));
+    let (h, n) = (&hidden.metrics, &numad.metrics);
+    assert!(n["numad_moves"] >= 1.0, "numad did not act: {n:?}");
+    assert!(n["mem_remote_fraction"] < h["mem_remote_fraction"] / 2.0, "locality: {h:?} vs {n:?}");
+    assert!(n["numad_host_ms"] > 0.0 && numad.breakdown["host"]["numa_migrate"] > 0, "no host cycles charged");
+    assert!(dt(numad) > dt(hidden) + 0.1, "radix: numad δη_t {:.3} vs hidden {:.3}", dt(numad), dt(hidden));
+}
+
+#[test]
+fn spreading_helps_a_bandwidth_bound_profile_and_hurts_a_sharing_one() {
+    let r = run_text(
+        &example(),
+        &["experiment.workloads=[\"ocean_cp\", \"canneal\"]", "experiment.vcpus=[16]", "experiment.scenarios=[\"native\"]"],
+    );
+    let t = |w: &str, v: &str| r.iter().find(|c| c.workload.ends_with(w) && c.variant == v).map(|c| c.t_native_s).expect("native cell");
+    assert!(t("ocean_cp", "spread") < 0.9 * t("ocean_cp", "hidden"), "ocean_cp gains the other nodes' bandwidth");
+    assert!(t("canneal", "spread") > t("canneal", "hidden"), "canneal's threads share data across sockets");
+}
