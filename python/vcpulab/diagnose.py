@@ -47,13 +47,14 @@ class CauseGroup:
 ICR = "host:exit:MSR_WRITE_ICR"
 PAUSE = "host:exit:PAUSE_INSTRUCTION"
 SWITCH = "host:vcpu_switch"
-TLB, USER_SPIN, KERNEL_SPIN, BLOCKING, SCHEDULING, IPIS = (
+TLB, USER_SPIN, KERNEL_SPIN, BLOCKING, SCHEDULING, IPIS, MEMORY = (
     "TLB shootdowns",
     "user spinning",
     "kernel spinning / LHP",
     "blocking sync / halt polling",
     "host scheduling (vCPU preemption)",
     "IPIs and interrupts",
+    "memory / NUMA",
 )
 
 
@@ -97,6 +98,13 @@ GROUPS: tuple[CauseGroup, ...] = (
             "kernel:timer_program",
         ),
         "tickless idle reprograms the TSC-deadline timer on every idle entry and exit (TPDS §2.1)",
+    ),
+    CauseGroup(
+        MEMORY,
+        ("user:memory_stall", "kernel:memory_stall", "host:numa_migrate"),
+        "the guest does not see the host's NUMA nodes: its threads' memory is remote, a node's "
+        "bandwidth saturates, data is shared across sockets, a NUMA balancer migrates pages "
+        "(TPDS §6.1, §7.2; docs/numa.md)",
     ),
     CauseGroup(
         IPIS,
@@ -244,6 +252,15 @@ def _evidence(name: str, r: Mapping[str, Any]) -> str:
             f"{exits(r, 'MSR_WRITE_ICR')} ICR writes ({m('ipis_resched'):.0f} reschedule, {m('ipis_call'):.0f} "
             f"function-call), {exits(r, 'EXTERNAL_INTERRUPT')} external-interrupt exits"
         )
+    if name == MEMORY:
+        metrics = r.get("metrics") or {}
+        if "cpi" not in metrics:
+            return ""
+        numad = f", numad migrated {m('numad_migrated_mib'):.0f} MiB" if m("numad_moves") > 0 else ""
+        return (
+            f"CPI {m('cpi'):.2f}, {m('mem_remote_fraction'):.0%} remote accesses, "
+            f"busiest node's bandwidth {m('mem_bw_util_max'):.0%} used{numad}"
+        )
     if name == USER_SPIN:
         return "busy-waiting in user mode"
     if name == SCHEDULING:
@@ -384,6 +401,8 @@ CATALOGUE: tuple[Mitigation, ...] = (
     Mitigation("tick never stopped", "timer writes", lambda w: ("guest.tickless=false",)),
     Mitigation("IPI virtualization", IPIS, lambda w: ("vm.ipiv=true",)),
     Mitigation("PV send-IPI", IPIS, lambda w: ("vm.pv.send_ipi=true",)),
+    Mitigation("expose NUMA to the guest", MEMORY, lambda w: ('vm.numa="exposed"',)),
+    Mitigation("numad-like balancer", MEMORY, lambda w: ("host.numad.enabled=true",)),
 )
 
 SIGNIFICANT = 0.01

@@ -57,6 +57,19 @@ def test_user_spin_barrier_in_oc_is_user_spinning_and_blocking_helps(cli: RunCli
         assert m["overrides"][0].startswith("workloads.spinbarrier.transform.spin=")
 
 
+def test_a_vm_spanning_sockets_is_memory_bound_and_exposing_numa_helps(cli: RunCli) -> None:
+    # 2 sockets of 4 cores: 8 vCPUs span both, the hidden guest's memory is interleaved.
+    d = _diagnose(
+        cli, "--workload", "canneal", "--scenario", "UC", "--vcpus", "8",
+        "--set", "machine.sockets=2", "--set", "machine.cores_per_socket=4",
+    )  # fmt: skip
+    first = d["causes"][0]
+    assert first["cause"] == "memory / NUMA", [c["cause"] for c in d["causes"]]
+    assert "remote accesses" in first["evidence"]
+    exposed = _mitigation(d, "expose NUMA to the guest")
+    assert exposed["change_delta_eta_t"] < -0.03, exposed  # a fraction: 3 percentage points
+
+
 def test_causes_account_for_all_added_time(cli: RunCli) -> None:
     """The causes split the VM's extra non-compute time without losing or inventing any."""
     r = cli("run", "--workload", "lock", "--scenario", "native,OC", "--vcpus", "4", "--json")
