@@ -348,23 +348,37 @@ def _caption(table: Table, *notes: str) -> Table:
     return table
 
 
+def _summary_table(title: str, variants: Iterable[str]) -> tuple[Table, Callable[[str, str, str], list[str | Text]]]:
+    """A summary table titled on one line, with the columns that name a row (workload,
+    scenario, and the variant when some row has one); returns it and the function that gives a
+    row's cells for those columns."""
+    table = Table(title=Text(title), title_justify="left", min_width=len(title))
+    table.add_column("workload")
+    table.add_column("scenario")
+    labels = list(variants)
+    show_variant = any(labels)
+    if show_variant:
+        add_label_column(table, labels)
+
+    def key(workload: str, scenario: str, variant: str) -> list[str | Text]:
+        return [Text(workload), Text(scenario), *([Text(variant)] if show_variant else [])]
+
+    return table, key
+
+
+def _add_vcpu_columns(table: Table, counts: Iterable[int]) -> None:
+    for n in counts:
+        table.add_column(f"{n} vCPU{'s' if n != 1 else ''}", justify="right", no_wrap=True)
+
+
 def speedup_table(curves: Sequence[SpeedupCurve]) -> Table:
     """The speedup curves (:func:`vcpulab.scaling.speedup_curves`): one row per (workload,
     scenario, variant), one column per vCPU count, each cell ``measured / efficiency-based``."""
-    title = "Speedup over vCPU counts: measured / efficiency-based"
-    table = Table(title=Text(title), title_justify="left", min_width=len(title))
-    show_variant = any(c.variant for c in curves)
-    table.add_column("workload")
-    table.add_column("scenario")
-    if show_variant:
-        add_label_column(table, (c.variant for c in curves))
+    table, key = _summary_table("Speedup over vCPU counts: measured / efficiency-based", (c.variant for c in curves))
     counts = vcpu_counts(curves)
-    for n in counts:
-        table.add_column(f"{n} vCPU{'s' if n != 1 else ''}", justify="right", no_wrap=True)
+    _add_vcpu_columns(table, counts)
     for c in curves:
-        row: list[str | Text] = [Text(c.workload), Text(c.scenario)]
-        if show_variant:
-            row.append(Text(c.variant))
+        row = key(c.workload, c.scenario, c.variant)
         for n in counts:
             p = c.point(n)
             row.append(DASH if p is None else f"{_speedup(p.speedup)} / {_speedup(p.eff_speedup)}")
@@ -381,21 +395,14 @@ def speedup_table(curves: Sequence[SpeedupCurve]) -> Table:
 def efficiency_table(items: Sequence[Efficiency]) -> Table:
     """The efficiency-based speedup and its decomposition (:func:`vcpulab.scaling.efficiency`)."""
     title = "Efficiency decomposition (% of available time; useful + busy-wait + overhead + unused − borrowed = 100%)"
-    table = Table(title=Text(title), title_justify="left", min_width=len(title))
-    show_variant = any(e.variant for e in items)
-    table.add_column("workload")
-    table.add_column("scenario")
-    if show_variant:
-        add_label_column(table, (e.variant for e in items))
+    table, key = _summary_table(title, (e.variant for e in items))
     runs = {e.runs for e in items}
     show_runs = len(runs) > 1  # else said once in the caption
     for name in ("vCPUs", "runs", "eff speedup", "useful", "busy-wait", "overhead", "unused", "borrowed"):
         if name != "runs" or show_runs:
             table.add_column(name, justify="right")
     for e in items:
-        row: list[str | Text] = [Text(e.workload), Text(e.scenario)]
-        if show_variant:
-            row.append(Text(e.variant))
+        row = key(e.workload, e.scenario, e.variant)
         row += [str(e.vcpus), *([str(e.runs)] if show_runs else []), _speedup(e.speedup)]
         row += [_fraction(v) for v in (e.useful, e.busy_wait, e.overhead, e.unused, e.borrowed)]
         table.add_row(*row)
@@ -481,20 +488,11 @@ def memory_table(rows: Sequence[MemoryRow]) -> Table:
     (workload, scenario, variant), one column per vCPU count."""
     numad = any(p.numad_host_ms is not None for r in rows for p in r.points.values())
     what = "CPI / remote / bandwidth" + (" / numad host time" if numad else "")
-    title = f"Memory and NUMA: {what} (mean over seeds)"
-    table = Table(title=Text(title), title_justify="left", min_width=len(title))
-    show_variant = any(r.variant for r in rows)
-    table.add_column("workload")
-    table.add_column("scenario")
-    if show_variant:
-        add_label_column(table, (r.variant for r in rows))
+    table, key = _summary_table(f"Memory and NUMA: {what} (mean over seeds)", (r.variant for r in rows))
     counts = sorted({n for r in rows for n in r.points})
-    for n in counts:
-        table.add_column(f"{n} vCPU{'s' if n != 1 else ''}", justify="right", no_wrap=True)
+    _add_vcpu_columns(table, counts)
     for r in rows:
-        row: list[str | Text] = [Text(r.workload), Text(r.scenario)]
-        if show_variant:
-            row.append(Text(r.variant))
+        row = key(r.workload, r.scenario, r.variant)
         on = any(p.numad_host_ms is not None for p in r.points.values())  # numad was on in this row's runs
         row += [_memory_cell(r.points.get(n), on) for n in counts]
         table.add_row(*row)
@@ -505,7 +503,7 @@ def memory_table(rows: Sequence[MemoryRow]) -> Table:
     ]
     if numad:
         notes.append("numad host time (rows with numad on): its page migration, charged to the host")
-    if show_variant and any(r.scenario == "native" and "/" in r.variant for r in rows):
+    if any(r.scenario == "native" and "/" in r.variant for r in rows):
         notes.append("native rows name the variants whose native runs are identical")
     return _caption(table, *notes)
 
@@ -516,7 +514,8 @@ def legend() -> Text:
 
 def workloads_table(items: Sequence[Mapping[str, Any]]) -> Table:
     table = Table(
-        title="built-in workloads (vcpulab workloads show NAME: the full profile with its sources)", title_justify="left"
+        title="built-in workloads (vcpulab workloads show NAME: the full profile with its sources)",
+        title_justify="left",
     )
     for name in ("name", "suite", "model", "sync", "type", "description"):
         table.add_column(name, justify="right" if name == "type" else "left")
@@ -538,7 +537,11 @@ def characterization_table(c: Mapping[str, Any]) -> Table:
         return "high" if high else "low"
 
     expected = int(c["expected_type"])
-    match = "" if expected == 0 else (" (matches the reference)" if expected == c["scalability_type"] else f" (reference: type {expected})")
+    match = (
+        ""
+        if expected == 0
+        else (" (matches the reference)" if expected == c["scalability_type"] else f" (reference: type {expected})")
+    )
     table = Table(
         title=f"{c['workload']}: native, {c['cpus']} CPUs, {c['threads']} threads, {c['run_s'] * 1e3:.1f} ms simulated",
         title_justify="left",
@@ -549,7 +552,9 @@ def characterization_table(c: Mapping[str, Any]) -> Table:
     table.add_column("class")
     par = c["parallelism"]
     table.add_row(
-        "workload parallelism (running threads)", f"{par:.2f} of {c['cpus']}", f"{level(c['high_parallelism'])} (>= 75 %)"
+        "workload parallelism (running threads)",
+        f"{par:.2f} of {c['cpus']}",
+        f"{level(c['high_parallelism'])} (>= 75 %)",
     )
     table.add_row(
         "synchronization (blocks / thread / s)",
@@ -697,7 +702,9 @@ def _estimate(metric: str, mean: float | None, ci: float | None) -> str:
 
 def summary_table(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str], confidence: float) -> Table:
     """Means ± confidence-interval half-widths per configuration."""
-    table = Table(title=f"mean ± {confidence:.0%} confidence half-width over repetitions", show_edge=False, pad_edge=False)
+    table = Table(
+        title=f"mean ± {confidence:.0%} confidence half-width over repetitions", show_edge=False, pad_edge=False
+    )
     for c in ("workload", "variant", "scenario", "vCPUs", "threads", "k", "n"):
         table.add_column(c, justify="right" if c in ("vCPUs", "threads", "k", "n") else "left")
     for m in metrics:
@@ -800,7 +807,9 @@ def wait_chains_table(d: Mapping[str, Any]) -> Table:
     w = d["wait_chains"]
     total = w["total_ns"] or 1
     states = ", ".join(f"{s} {v / total:.0%}" for s, v in w["by_state"].items())
-    title = f"Wait chains: who made busy-waiting vCPUs wait (all VMs; busy-waiting by culprit state: {states or 'none'})"
+    title = (
+        f"Wait chains: who made busy-waiting vCPUs wait (all VMs; busy-waiting by culprit state: {states or 'none'})"
+    )
     t = Table(title=title, title_justify="left")
     t.add_column("culprit")
     t.add_column("state")
