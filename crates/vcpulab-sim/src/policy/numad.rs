@@ -97,6 +97,7 @@ impl World {
     pub(crate) fn numad_scan(&mut self) {
         let Some(mut nd) = self.numad.take() else { return };
         nd.counts.scans += 1;
+        let node_cores = self.mem.as_ref().map(|m| crate::world::memory::count_nodes(&m.core_node)).unwrap_or_default();
         for vm in 0..self.vms.len() {
             let finished = self.insts.iter().any(|i| i.vm == Some(vm as u32) && i.finish.is_some());
             if nd.bound[vm] || finished {
@@ -111,14 +112,6 @@ impl World {
                 task.pinned.unwrap_or(task.cpu)
             };
             let nodes: Vec<u32> = vcpus.iter().map(|&v| self.core_node(place(self, v))).collect();
-            let mut node_cores: Vec<(u32, u32)> = Vec::new();
-            for c in 0..self.cores.len() as u32 {
-                let n = self.core_node(c);
-                match node_cores.iter_mut().find(|(m, _)| *m == n) {
-                    Some((_, k)) => *k += 1,
-                    None => node_cores.push((n, 1)),
-                }
-            }
             let Some(targets) = plan(&node_cores, nd.spec.target_utilization, used, &nodes) else { continue };
             let cores: Vec<u32> = (0..self.cores.len() as u32).filter(|&c| targets.contains(&self.core_node(c))).collect();
             // Memory not yet on the chosen nodes moves there.

@@ -307,19 +307,23 @@ pub struct MemoryRecord {
     pub numad: Option<NumadCounts>,
 }
 
-/// Shares over nodes in proportion to how many of `nodes` are on each.
-pub(crate) fn shares_of(nodes: &[u32]) -> Vec<(u32, f64)> {
-    let mut out: Vec<(u32, f64)> = Vec::new();
+/// How many of `nodes` are on each node, by node.
+pub(crate) fn count_nodes(nodes: &[u32]) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
     for &n in nodes {
         match out.iter_mut().find(|(m, _)| *m == n) {
-            Some((_, s)) => *s += 1.0,
-            None => out.push((n, 1.0)),
+            Some((_, k)) => *k += 1,
+            None => out.push((n, 1)),
         }
     }
-    let total = nodes.len().max(1) as f64;
     out.sort_by_key(|&(n, _)| n);
-    out.iter_mut().for_each(|(_, s)| *s /= total);
     out
+}
+
+/// Shares over nodes in proportion to how many of `nodes` are on each.
+pub(crate) fn shares_of(nodes: &[u32]) -> Vec<(u32, f64)> {
+    let total = nodes.len().max(1) as f64;
+    count_nodes(nodes).into_iter().map(|(n, k)| (n, f64::from(k) / total)).collect()
 }
 
 impl World {
