@@ -21,13 +21,13 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 from .atomic import write_bytes_atomic, write_csv_atomic
-from .scaling import CellKey, baseline_label, cell_key, finite_number, row_variant
+from .scaling import CellKey, baseline_label, cell_key, finite_number, parse_label, row_variant
 
 SPINLOCK_INTENSIVE_INEFFICIENCY = 0.05
 """Above this mean inefficiency with a fixed 512-cycle window a workload is spinlock-intensive."""
@@ -128,10 +128,15 @@ class MatrixRow:
     """One line of a :class:`Matrix`: a (workload, scenario, vCPUs), or a ``mean`` row."""
 
     workload: str
-    """The workload, or :data:`MEAN_ROW` for the mean of the rows of its scenario."""
+    """The workload, or :data:`MEAN_ROW` for a mean row."""
     scenario: str
     vcpus: int | None
     """``None`` in a mean row."""
+    setting: tuple[tuple[str, str], ...]
+    """The ``experiment.vary`` values the row is for, as (key, value) pairs, when the columns are
+    named variants that also vary keys (``[report] baseline = "symmetric"`` with
+    ``experiment.corunner`` varied: one row per co-runner); ``()`` otherwise, and in a mean row
+    over every setting."""
     values: tuple[float | None, ...]
     """One per variant (the matrix's columns); ``None`` where no run gave a value."""
     runs: int
@@ -143,27 +148,65 @@ class MatrixRow:
         return self.workload == MEAN_ROW and self.vcpus is None
 
 
+Setting = tuple[tuple[str, str], ...]
+"""``experiment.vary`` values as (key, value) pairs (:attr:`MatrixRow.setting`)."""
+
+
 @dataclass(frozen=True)
 class Matrix:
-    """Values per (workload, scenario, vCPUs) × variant, averaged over seeds, then ``mean`` rows."""
+    """Values per (workload, scenario, vCPUs[, setting]) × variant, averaged over seeds, then
+    ``mean`` rows."""
 
     variants: tuple[str, ...]
     rows: tuple[MatrixRow, ...]
 
-    def value(self, workload: str, scenario: str, vcpus: int | None, variant: str) -> float | None:
+    @property
+    def setting_keys(self) -> tuple[str, ...]:
+        """The ``experiment.vary`` keys of the rows' settings (empty when the columns are whole
+        variant labels)."""
+        return tuple(dict.fromkeys(k for row in self.rows for k, _ in row.setting))
+
+    def without(self, variant: str) -> Matrix:
+        """The matrix without ``variant``'s column (itself when it has no such column)."""
+        if variant not in self.variants:
+            return self
+        i = self.variants.index(variant)
+        rows = tuple(replace(row, values=row.values[:i] + row.values[i + 1 :]) for row in self.rows)
+        return Matrix(self.variants[:i] + self.variants[i + 1 :], rows)
+
+    def value(
+        self, workload: str, scenario: str, vcpus: int | None, variant: str, setting: Setting = ()
+    ) -> float | None:
         """The value of one cell (``workload = "mean"``, ``vcpus = None`` for a mean row)."""
         column = self.variants.index(variant)
         for row in self.rows:
-            if (row.workload, row.scenario, row.vcpus) == (workload, scenario, vcpus):
+            if (row.workload, row.scenario, row.vcpus, row.setting) == (workload, scenario, vcpus, setting):
                 return row.values[column]
-        raise KeyError((workload, scenario, vcpus))
+        raise KeyError((workload, scenario, vcpus, setting))
 
 
-def _columns(rows: Sequence[Mapping[str, Any]], variants: Sequence[str]) -> tuple[str, ...]:
-    """The variants of the VM rows: in the order of ``variants`` (the plan's), then any other
-    in order of appearance. A variant no row has (one ``--only`` left out) is not a column."""
-    present = dict.fromkeys(row_variant(r) for r in rows if _is_vm_row(r))
-    planned = [v for v in dict.fromkeys(str(v) for v in variants) if v in present]
+def _split_by_name(labels: Sequence[str]) -> bool:
+    """Whether the columns are the named variants and the ``experiment.vary`` parts go to the
+    rows: when every label names a variant and some also vary a key (``asym;experiment.corunner=
+    matmul``). Crossing 5 variants with 5 co-runners then gives 5 columns, not 25."""
+    parsed = [parse_label(label) for label in labels]
+    return bool(parsed) and all(p.name is not None for p in parsed) and any(p.parts for p in parsed)
+
+
+def _column_and_setting(label: str, split: bool) -> tuple[str, Setting]:
+    if not split:
+        return label, ()
+    parsed = parse_label(label)
+    return str(parsed.name), parsed.parts
+
+
+def _columns(labels: Sequence[str], variants: Sequence[str], split: bool) -> tuple[str, ...]:
+    """The columns: the labels (or, when ``split``, their named variants) in the order of
+    ``variants`` (the plan's), then any other in order of appearance. A variant no row has (one
+    ``--only`` left out) is not a column."""
+    present = dict.fromkeys(_column_and_setting(label, split)[0] for label in labels)
+    plan = (_column_and_setting(str(v), split)[0] for v in variants)
+    planned = [v for v in dict.fromkeys(plan) if v in present]
     return (*planned, *(v for v in present if v not in planned))
 
 
@@ -171,32 +214,46 @@ def _mean(values: Sequence[float]) -> float | None:
     return fmean(values) if values else None
 
 
+def _mean_row(group: Sequence[MatrixRow], scenario: str, setting: Setting, width: int) -> MatrixRow:
+    per_column = [[v for line in group if (v := line.values[i]) is not None] for i in range(width)]
+    values = tuple(_mean(vs) for vs in per_column)
+    return MatrixRow(MEAN_ROW, scenario, None, setting, values, max((len(vs) for vs in per_column), default=0))
+
+
 def _matrix(
     items: Sequence[tuple[tuple[str, str, int], str, float | None]],
-    columns: tuple[str, ...],
+    labels: Sequence[str],
+    variants: Sequence[str],
 ) -> Matrix:
-    """``items`` are ((workload, scenario, vcpus), variant, value): the mean per row key and
-    variant, rows in order of first appearance, then one mean row per scenario (a single mean
-    row when there is one scenario), each only when it averages more than one row."""
-    cells: dict[tuple[str, str, int], dict[str, list[float]]] = {}
-    for key, variant, value in items:
-        by_variant = cells.setdefault(key, {})
+    """``items`` are ((workload, scenario, vcpus), variant label, value): the mean per row and
+    column, where a column is a variant label, or its named variant when the labels also vary
+    keys (:func:`_split_by_name`; the varied values then go to the row). Rows are grouped by
+    setting in order of first appearance; then the mean rows, each only when it averages more
+    than one row: per scenario and setting, then per scenario over every setting."""
+    split = _split_by_name(labels)
+    columns = _columns(labels, variants, split)
+    cells: dict[tuple[Setting, str, str, int], dict[str, list[float]]] = {}
+    for (workload, scenario, vcpus), label, value in items:
+        column, setting = _column_and_setting(label, split)
+        by_column = cells.setdefault((setting, workload, scenario, vcpus), {})
         if value is not None:
-            by_variant.setdefault(variant, []).append(value)
+            by_column.setdefault(column, []).append(value)
+    settings = list(dict.fromkeys(key[0] for key in cells))
     lines: list[MatrixRow] = []
-    for (workload, scenario, vcpus), by_variant in cells.items():
-        values = tuple(_mean(by_variant.get(v, [])) for v in columns)
-        runs = max((len(by_variant.get(v, [])) for v in columns), default=0)
-        lines.append(MatrixRow(workload, scenario, vcpus, values, runs))
-    scenarios = list(dict.fromkeys(line.scenario for line in lines))
+    for (setting, workload, scenario, vcpus), by_column in sorted(cells.items(), key=lambda c: settings.index(c[0][0])):
+        values = tuple(_mean(by_column.get(v, [])) for v in columns)
+        runs = max((len(by_column.get(v, [])) for v in columns), default=0)
+        lines.append(MatrixRow(workload, scenario, vcpus, setting, values, runs))
     means: list[MatrixRow] = []
-    for scenario in scenarios:
-        group = [line for line in lines if line.scenario == scenario]
-        if len(group) < 2:
-            continue
-        per_column = [[v for line in group if (v := line.values[i]) is not None] for i in range(len(columns))]
-        values = tuple(_mean(vs) for vs in per_column)
-        means.append(MatrixRow(MEAN_ROW, scenario, None, values, max((len(vs) for vs in per_column), default=0)))
+    for scenario in dict.fromkeys(line.scenario for line in lines):
+        in_scenario = [line for line in lines if line.scenario == scenario]
+        if len(settings) > 1:
+            for setting in settings:
+                group = [line for line in in_scenario if line.setting == setting]
+                if len(group) > 1:
+                    means.append(_mean_row(group, scenario, setting, len(columns)))
+        if len(in_scenario) > 1:
+            means.append(_mean_row(in_scenario, scenario, (), len(columns)))
     return Matrix(columns, tuple(lines + means))
 
 
@@ -210,14 +267,18 @@ def performance_matrix(rows: Sequence[Mapping[str, Any]], baseline: str, variant
     ``PlanInfo.variants``), then any other; the ``mean`` rows average the cell rows of a scenario
     (over workloads and vCPU counts), per column."""
     items = [((n.workload, n.scenario, n.vcpus), n.variant, n.performance) for n in normalized(rows, baseline)]
-    return _matrix(items, _columns(rows, variants))
+    return _matrix(items, _vm_labels(rows), variants)
 
 
 def inefficiency_matrix(rows: Sequence[Mapping[str, Any]], variants: Sequence[str] = ()) -> Matrix:
     """Mean PLE inefficiency (:func:`inefficiency`, a fraction) per (workload, scenario, vCPUs)
     × variant, laid out like :func:`performance_matrix`."""
     items = [(_row_key(r), row_variant(r), inefficiency(r)) for r in rows if _is_vm_row(r)]
-    return _matrix(items, _columns(rows, variants))
+    return _matrix(items, _vm_labels(rows), variants)
+
+
+def _vm_labels(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(row_variant(r) for r in rows if _is_vm_row(r)))
 
 
 # --- spinlock-intensive classification ----------------------------------------------------------

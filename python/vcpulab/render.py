@@ -26,7 +26,16 @@ from rich.text import Text
 from .ple import SPINLOCK_INTENSIVE_INEFFICIENCY, Classification, Matrix
 from .report import CDF_QUANTILES, CdfSummary, Comparison, metric_value, where_text
 from .report.memory import MemoryPoint, MemoryRow
-from .scaling import ASYMMETRIC_COUNTS, AsymmetricSummary, Efficiency, SpeedupCurve, Spread, vcpu_counts
+from .scaling import (
+    ASYMMETRIC_COUNTS,
+    AsymmetricSummary,
+    Efficiency,
+    SpeedupCurve,
+    Spread,
+    parse_label,
+    variant_keys,
+    vcpu_counts,
+)
 
 DASH = "—"
 
@@ -252,29 +261,54 @@ def _matrix_table(
     fmt: Callable[[float | None], str],
     best: Callable[[Sequence[float]], float] | None,
 ) -> Table:
-    """A :class:`~vcpulab.ple.Matrix`: one row per (workload, scenario, vCPUs), one column per
-    variant, the ``mean`` rows after a rule; with ``best`` (``max`` or ``min``) the best value
-    of each row in bold (unless every value of the row is the same)."""
+    """A :class:`~vcpulab.ple.Matrix`: one row per (workload, scenario, vCPUs[, setting]), one
+    column per variant, the ``mean`` rows after a rule; with ``best`` (``max`` or ``min``) the
+    best value of each row in bold (unless every value of the row is the same). Rows of another
+    setting (co-runner, ...) start a new section."""
     table = Table(title=Text(title), title_justify="left", min_width=len(title))  # the title on one line
-    table.add_column("workload")
+    table.add_column("workload", no_wrap=True)
     table.add_column("scenario")
     table.add_column("vCPUs", justify="right")
-    for variant in matrix.variants:
-        table.add_column(Text(variant or "(default)"), justify="right", no_wrap=True)
-    cells = sum(not row.is_mean for row in matrix.rows)
-    has_means = _has_means(matrix)
-    for i, row in enumerate(matrix.rows):
+    keys = matrix.setting_keys
+    if keys:
+        table.add_column(Text("\n".join(str(key_header(k)) for k in keys)), no_wrap=True)
+    for variant in matrix.variants:  # a long name may wrap over lines; the values do not
+        name = variant or "(default)"
+        longest_word = max(len(word) for word in name.split())
+        table.add_column(Text(name), justify="right", min_width=max(7, min(longest_word, 16)))
+    rows = matrix.rows
+    for i, row in enumerate(rows):
         present = [v for v in row.values if v is not None]
         top = best(present) if best is not None and len(set(present)) > 1 else None  # no bold for a tie of all
         values = [Text(fmt(v), style="bold" if v is not None and v == top else "") for v in row.values]
         label = Text(row.workload, style="bold") if row.is_mean else Text(row.workload)
         vcpus = "all" if row.vcpus is None else str(row.vcpus)
-        table.add_row(label, Text(row.scenario), vcpus, *values, end_section=has_means and i == cells - 1)
+        setting = [Text(_setting_text(row.setting, keys))] if keys else []
+        following = rows[i + 1] if i + 1 < len(rows) else None
+        new_section = following is not None and (
+            following.is_mean != row.is_mean or (not row.is_mean and following.setting != row.setting)
+        )
+        table.add_row(label, Text(row.scenario), vcpus, *setting, *values, end_section=new_section)
     return table
+
+
+def _setting_text(setting: Sequence[tuple[str, str]], keys: Sequence[str]) -> str:
+    """A matrix row's ``experiment.vary`` values in the order of ``keys`` ("all" for a mean row
+    over every setting)."""
+    if not setting:
+        return "all"
+    values = dict(setting)
+    return ", ".join(values.get(k, DASH) for k in keys)
 
 
 def _has_means(matrix: Matrix) -> bool:
     return any(row.is_mean for row in matrix.rows)
+
+
+def _means_note(matrix: Matrix) -> str:
+    if matrix.setting_keys:
+        return f"mean: of the rows of its scenario and {', '.join(matrix.setting_keys)} (all: over every value)"
+    return "mean: of the rows of its scenario"
 
 
 def _has_gaps(matrix: Matrix) -> bool:
@@ -284,10 +318,11 @@ def _has_gaps(matrix: Matrix) -> bool:
 def performance_table(matrix: Matrix, baseline: str) -> Table:
     """Each variant's performance relative to ``baseline`` (:func:`vcpulab.ple.performance_matrix`)."""
     title = f"Performance relative to {baseline} (t_{baseline} / t; > 1 is faster)"
-    table = _matrix_table(title, matrix, fmt_ratio, max)
+    shown = matrix.without(baseline) if len(matrix.variants) > 1 else matrix  # its column is all 1
+    table = _matrix_table(title, shown, fmt_ratio, max)
     notes = [f"t: t_virt of the measured VM; t_{baseline} / t, mean over seeds"]
     if _has_means(matrix):
-        notes.append("mean: of the rows of its scenario")
+        notes.append(_means_note(matrix))
     if _has_gaps(matrix):
         notes.append(f"{DASH}: no {baseline} run of the cell")
     table.caption = Text("; ".join(notes))
@@ -303,7 +338,7 @@ def _fraction(value: float | None) -> str:
 def inefficiency_table(matrix: Matrix) -> Table:
     """Mean PLE inefficiency per variant (:func:`vcpulab.ple.inefficiency_matrix`)."""
     table = _matrix_table("Average PLE inefficiency (wasted spin + switch time) / CPU time", matrix, _fraction, min)
-    means = "; mean: of the rows of its scenario" if _has_means(matrix) else ""
+    means = f"; {_means_note(matrix)}" if _has_means(matrix) else ""
     table.caption = f"measured VM, mean over seeds{means}"
     table.caption_justify = "left"
     return table
@@ -346,6 +381,33 @@ def _caption(table: Table, *notes: str) -> Table:
     table.caption = Text("; ".join(notes))
     table.caption_justify = "left"
     return table
+
+
+def key_header(key: str) -> Text:
+    """The header of an ``experiment.vary`` key's column, broken after its dots
+    (``experiment.\ncorunner``) so that a long key does not widen the column."""
+    return Text(key.replace(".", ".\n"))
+
+
+def add_variant_label_columns(table: Table, labels: Sequence[str]) -> Callable[[str], list[str | Text]]:
+    """Columns for variant labels: one ``variant`` column, or, when every label names a variant
+    and some also vary keys (``asym;experiment.corunner=matmul``), the named variant and one
+    column per varied key. Returns the function that gives a label's cells."""
+    parsed = [parse_label(label) for label in labels]
+    if not parsed or any(p.name is None for p in parsed) or not any(p.parts for p in parsed):
+        add_label_column(table, labels)
+        return lambda label: [Text(label or "(default)")]
+    add_label_column(table, [str(p.name) for p in parsed])
+    keys = variant_keys(labels)
+    for key in keys:
+        values = [p.value(key) or DASH for p in parsed]
+        table.add_column(key_header(key), no_wrap=True, min_width=max(len(v) for v in values))
+
+    def cells(label: str) -> list[str | Text]:
+        p = parse_label(label)
+        return [Text(str(p.name)), *(Text(p.value(k) or DASH) for k in keys)]
+
+    return cells
 
 
 def _summary_table(title: str, variants: Iterable[str]) -> tuple[Table, Callable[[str, str, str], list[str | Text]]]:
@@ -423,12 +485,14 @@ def spread_table(items: Sequence[Spread], key: str, baseline: str | None = None)
     title = f"Performance spread over {key} (σ: population standard deviation over its values and seeds)"
     table = Table(title=Text(title), title_justify="left", min_width=len(title))
     show_variant = any(s.variant for s in items)
-    table.add_column("workload")
+    same_values = len({s.values for s in items}) == 1  # then named once, in the caption
+    table.add_column("workload", no_wrap=True)
     table.add_column("scenario")
     table.add_column("vCPUs", justify="right")
     if show_variant:
         add_label_column(table, (s.variant for s in items))
-    table.add_column(Text(key), overflow="fold")
+    if not same_values:
+        table.add_column(Text(key), overflow="fold")
     for name in ("runs", "mean t", "σ", "CV"):
         table.add_column(name, justify="right")
     if baseline is not None:
@@ -437,11 +501,15 @@ def spread_table(items: Sequence[Spread], key: str, baseline: str | None = None)
         row: list[str | Text] = [Text(s.workload), Text(s.scenario), str(s.vcpus)]
         if show_variant:
             row.append(Text(s.variant))
-        row += [Text(", ".join(s.values)), str(s.runs), fmt_seconds(s.mean_s), fmt_seconds(s.std_s), _fraction(s.cv)]
+        if not same_values:
+            row.append(Text(", ".join(s.values)))
+        row += [str(s.runs), fmt_seconds(s.mean_s), fmt_seconds(s.std_s), _fraction(s.cv)]
         if baseline is not None:
             row.append(fmt_ratio(s.performance))
         table.add_row(*row)
     notes = ["t: t_virt of the measured VM (t_native natively)", "CV = σ / mean t"]
+    if same_values and items:
+        notes.insert(0, f"{key}: {', '.join(items[0].values)}")
     if baseline is not None:
         notes.append(f"vs {baseline}: mean of t_{baseline} / t over the runs (> 1 is faster)")
     return _caption(table, *notes)
@@ -451,19 +519,25 @@ def asymmetric_table(items: Sequence[AsymmetricSummary]) -> Table:
     """What the asymmetric-vCPU policy did (:func:`vcpulab.scaling.asymmetric`)."""
     title = "Asymmetric vCPUs ([host.asymmetric]; mean per cell)"
     table = Table(title=Text(title), title_justify="left", min_width=len(title))
-    add_label_column(table, (a.variant for a in items))
-    table.add_column("cells", justify="right")
-    table.add_column("components on")
-    for name in ASYMMETRIC_COUNTS:
-        table.add_column(name.replace("_", "\n"), justify="right")  # two-line headers keep the table narrow
-    table.add_column("migrations", justify="right")
+    label_cells = add_variant_label_columns(table, [a.variant for a in items])
+    counts = {a.cells for a in items}
+    show_cells = len(counts) > 1  # else named once, in the caption
+    if show_cells:
+        table.add_column("cells", justify="right")
+    table.add_column("on", no_wrap=True)
+    for name in ASYMMETRIC_COUNTS:  # two-line headers keep the table narrow; numbers never wrap
+        table.add_column(name.replace("_", "\n"), justify="right", no_wrap=True, min_width=5)
+    table.add_column("migrations", justify="right", no_wrap=True, min_width=5)
     for a in items:
-        row: list[str | Text] = [Text(a.variant or "(default)"), str(a.cells), Text(", ".join(a.components) or DASH)]
+        row: list[str | Text] = [*label_cells(a.variant), *([str(a.cells)] if show_cells else [])]
+        row.append(Text("+".join(c[0].upper() for c in a.components) or DASH))
         row += [fmt_number(v) for v in a.counts]
         row.append(fmt_number(a.migrations))
         table.add_row(*row)
     return _caption(
         table,
+        *([] if show_cells or not items else [f"{items[0].cells} cells per row"]),
+        "on: the components on (A allocation, L latency, R resolver)",
         "periods: allocation periods decided; grown: vCPU demands grown; latency lowered/raised: wake-up "
         "granularities changed; source lowered: wake-up IPI senders' granularities lowered for an urgent vCPU",
         "swaps: the resolver's; migrations: total over the measured VM's vCPUs",

@@ -207,7 +207,8 @@ def rendered(table: Any) -> str:
 def test_tables_show_their_titles_and_values() -> None:
     rows = [row("KVM", 2.0, ineff=0.01), row("APLE", 1.0, ineff=0.2), fixed(0.06)]
     perf = rendered(render.performance_table(ple.performance_matrix(rows, "KVM", ["KVM", "APLE"]), "KVM"))
-    assert TITLES[0] in perf and "2.000" in perf and "1.000" in perf
+    assert TITLES[0] in perf and "2.000" in perf
+    assert "KVM" not in perf.splitlines()[2]  # the baseline's column (all 1) is left out
     ineff = rendered(render.inefficiency_table(ple.inefficiency_matrix(rows, ["KVM", "APLE"])))
     assert TITLES[1] in ineff and "20.0%" in ineff and "6.0%" in ineff
     classes = rendered(render.classification_table(ple.classify(rows)))
@@ -308,3 +309,42 @@ def test_window_out_must_name_a_png(cli: RunCli, tmp_path: Path) -> None:
     r = cli("run", spec, "--no-store", "--window-out", tmp_path / "w.csv")
     assert r.code == 2 and "--window-out" in r.err and "PNG" in r.err
     assert len(r.err.strip().splitlines()) == 1
+
+
+# --- named variants crossed with experiment.vary ----------------------------------------------
+
+
+def test_named_variants_crossed_with_a_vary_key_are_columns_with_one_row_per_value() -> None:
+    key = "experiment.corunner"
+    rows = [
+        row(f"sym;{key}=hog", 2.0),
+        row(f"asym;{key}=hog", 1.0),  # 2.0
+        row(f"sym;{key}=none", 3.0),
+        row(f"asym;{key}=none", 3.0),  # 1.0
+        row(f"sym;{key}=hog", 2.0, workload="ep"),
+        row(f"asym;{key}=hog", 4.0, workload="ep"),  # 0.5
+    ]
+    m = ple.performance_matrix(rows, "sym", ["sym", "asym"])
+    assert m.variants == ("sym", "asym") and m.setting_keys == (key,)
+    hog, none = ((key, "hog"),), ((key, "none"),)
+    # Rows grouped by setting, then the means per setting (only over more than one row), then over all.
+    keys = [(r.workload, r.setting) for r in m.rows]
+    assert keys == [("kspin", hog), ("ep", hog), ("kspin", none), ("mean", hog), ("mean", ())]
+    assert m.value("kspin", "OC", 4, "asym", hog) == 2.0
+    assert m.value("kspin", "OC", 4, "asym", none) == 1.0
+    assert m.value("mean", "OC", None, "asym", hog) == pytest.approx(1.25)
+    assert m.value("mean", "OC", None, "asym") == pytest.approx(3.5 / 3)
+    assert m.without("sym").variants == ("asym",) and m.without("sym").rows[0].values == (2.0,)
+    # Labels without a named variant stay whole columns.
+    plain = ple.performance_matrix([row(f"{key}=hog", 2.0), row(f"{key}=none", 1.0)], f"{key}=hog")
+    assert plain.variants == (f"{key}=hog", f"{key}=none") and plain.setting_keys == ()
+
+
+def test_performance_table_leaves_out_the_baseline_column_and_shows_the_setting() -> None:
+    key = "experiment.corunner"
+    rows = [row(f"sym;{key}=hog", 2.0), row(f"asym;{key}=hog", 1.0), row(f"sym;{key}=none", 3.0)]
+    text = rendered(render.performance_table(ple.performance_matrix(rows, "sym", ["sym", "asym"]), "sym"))
+    header = " ".join(text.splitlines()[2:4])
+    assert "asym" in header and "sym" not in header.replace("asym", "")
+    assert "hog" in text and "none" in text and "2.000" in text
+    assert "—" in text  # asym has no run with none
