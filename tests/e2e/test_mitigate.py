@@ -75,4 +75,9 @@ def test_a_spin_lock_barrier_is_helped_by_spin_then_block(native: Path, tmp_path
     # The prediction runs, but is not asserted to help: the tracer sees the polling loop's
     # lock/unlock calls, not the barrier they wait for, so the replay repeats a fixed number of
     # polls and its gain varies with the traced run (1.02-2.1x over repeated runs here).
-    assert isinstance(m["predicted_speedup"], float) and m["predicted_speedup"] > 0
+    # On a loaded machine the polling loop can outgrow the trace limit; that is then said.
+    if m["predicted_speedup"] is None:
+        assert "trace grew beyond" in m["not_predicted"], m["not_predicted"]
+    else:
+        assert isinstance(m["predicted_speedup"], float) and m["predicted_speedup"] > 0
+        assert m["not_predicted"] is None

@@ -229,6 +229,9 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
     if comparisons and not args.no_predict:
         console.print("predicting: one traced run, replayed with and without each change", style="dim")
         _predict_mitigations(argv, args.cpus, base.measurements[0].cpus, comparisons, console)
+    for c in comparisons:
+        if c.predicted is None and c.not_predicted is None:
+            c.not_predicted = "not modelled" if not c.mitigation.simulated else "not asked for (--no-predict)"
     if args.output:
         _write_json(args.output, mitigate_json(argv, base, comparisons))
     console.print(mitigation_table(argv, base, comparisons))
@@ -255,7 +258,10 @@ def _predict_mitigations(
             trace_program(argv, out, cpus, None, console, stdout=null.fileno(), stdin=null.fileno(), max_bytes=limit)
         size = out.stat().st_size
         if size > PREDICT_TRACE_LIMIT:
-            console.print(f"not predicted: the trace grew beyond {PREDICT_TRACE_LIMIT >> 20} MiB")
+            why = f"the baseline's trace grew beyond {PREDICT_TRACE_LIMIT >> 20} MiB"
+            console.print(f"not predicted: {why}")
+            for c in comparisons:
+                c.not_predicted = why
             return
         plain = predict.fidelity(str(out), ncpus)["t_native_s"]
         for c in comparisons:
@@ -327,6 +333,7 @@ def mitigate_json(argv: list[str], base: mitigate.Runs, comparisons: list[mitiga
                 "speedup_ci95": c.speedup_ci,
                 "same_output": c.same_output,
                 "predicted_speedup": c.predicted,
+                "not_predicted": c.not_predicted,
                 "runs": [m.to_json() for m in c.runs.measurements],
             }
             for c in comparisons

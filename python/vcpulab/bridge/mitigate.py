@@ -243,6 +243,9 @@ class Comparison:
     # The simulator's speedup for the same change, replaying a trace of the baseline natively
     # (None: not modelled, or not predicted).
     predicted: float | None = None
+    # Why ``predicted`` is None: "not modelled", "not asked for (--no-predict)", or the reason the
+    # baseline's trace could not be replayed.
+    not_predicted: str | None = None
 
 
 def compare(base: Runs, mit: Mitigation, reason: str, runs: Runs) -> Comparison:
