@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +45,9 @@ class Result:
 RunCli = Callable[..., Result]
 
 
-def run_cli(*args: object, cwd: Path | None = None, timeout: float = 600, env_extra: dict[str, str] | None = None) -> Result:
+def run_cli(
+    *args: object, cwd: Path | None = None, timeout: float = 600, env_extra: dict[str, str] | None = None
+) -> Result:
     env = dict(os.environ)
     env.pop("VCPULAB_DEBUG", None)
     if cwd is None:

@@ -58,13 +58,17 @@ def _order_by() -> str:
     return f"workload, variant, vcpus, threads, oc_vms, {scen}"
 
 
-def summary(store: ResultsStore, metrics: Sequence[str] = SUMMARY_METRICS, confidence: float = 0.95) -> list[dict[str, Any]]:
+def summary(
+    store: ResultsStore, metrics: Sequence[str] = SUMMARY_METRICS, confidence: float = 0.95
+) -> list[dict[str, Any]]:
     """One row per configuration: its repetitions and, per metric, mean and CI half-width."""
     con = store.connect()
     have = _columns(con)
     missing = [m for m in metrics if m not in have]
     if missing:
-        raise KeyError(f"no column {', '.join(map(repr, missing))} in the results (see `vcpulab query RESULTS 'DESCRIBE runs'`)")
+        raise KeyError(
+            f"no column {', '.join(map(repr, missing))} in the results (see `vcpulab query RESULTS 'DESCRIBE runs'`)"
+        )
     if "seed" not in have:
         return []
     aggs = ", ".join(f"avg({m}), stddev_samp({m}), count({m})" for m in metrics)

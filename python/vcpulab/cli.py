@@ -246,7 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-store", action="store_true", help="do not store results (run every cell)")
     run.add_argument(
-        "-j", "--jobs", type=_int, metavar="N", help="local worker processes (default: all cores; 1 runs in this process)"
+        "-j",
+        "--jobs",
+        type=_int,
+        metavar="N",
+        help="local worker processes (default: all cores; 1 runs in this process)",
     )
     run.add_argument("--cluster", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://HOST:8786")
     run.add_argument(
@@ -371,7 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Schema: docs/results.md, or `vcpulab query RESULTS 'DESCRIBE runs'`.",
     )
     q.add_argument("results", metavar="RESULTS", help="results directory")
-    q.add_argument("sql", metavar="SQL", help="a SQL query, e.g. \"SELECT workload, avg(delta_eta_t) FROM runs GROUP BY 1\"")
+    q.add_argument(
+        "sql", metavar="SQL", help='a SQL query, e.g. "SELECT workload, avg(delta_eta_t) FROM runs GROUP BY 1"'
+    )
     q.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format (default: table)")
     q.set_defaults(func=cmd_query)
 
@@ -409,8 +415,20 @@ def build_parser() -> argparse.ArgumentParser:
         ("host", "host part of UC's extra cycles above this is high host overhead"),
         ("overcommit", "δη_t in OC or OC2 above UC's by more than this is high overcommit overhead"),
     ):
-        cat.add_argument(f"--{name}", type=float, default=getattr(defaults, name), metavar="X", help=f"{help_text} (default: {getattr(defaults, name)})")
-    cat.add_argument("--slice", type=_duration_ms, default=defaults.slice_ms, metavar="MS", help="time slice of the sync cut-off (default: 24)")
+        cat.add_argument(
+            f"--{name}",
+            type=float,
+            default=getattr(defaults, name),
+            metavar="X",
+            help=f"{help_text} (default: {getattr(defaults, name)})",
+        )
+    cat.add_argument(
+        "--slice",
+        type=_duration_ms,
+        default=defaults.slice_ms,
+        metavar="MS",
+        help="time slice of the sync cut-off (default: 24)",
+    )
     cat.add_argument("--json", action="store_true", help="print JSON Lines")
     cat.set_defaults(func=cmd_categorize)
 
@@ -537,7 +555,7 @@ def _sweep_and_show(
 ) -> int:
     spec_text = plan.spec_toml()
     spec_hash = payload.spec_hash
-    with (store.writer() if store is not None else nullcontext()) as writer:
+    with store.writer() if store is not None else nullcontext() as writer:
         stored_keys = store.keys() if store is not None else set()
         known = store.baselines() if store is not None else {}
         sweep = plan_sweep(plan, selected, stored_keys, known)
@@ -574,7 +592,11 @@ def _sweep_and_show(
             kept = f"; {e.stored} finished cells are stored in {results_dir} (run again to continue)" if writer else ""
             raise CliError(f"{e}{kept}", EXIT_SIMULATION) from None
         except KeyboardInterrupt:
-            kept = f" (finished cells are stored in {results_dir}; run the same command again to continue)" if writer else ""
+            kept = (
+                f" (finished cells are stored in {results_dir}; run the same command again to continue)"
+                if writer
+                else ""
+            )
             raise CliError(f"interrupted{kept}", EXIT_INTERRUPTED) from None
         if writer is not None and report_.ran:
             writer.compact(above=COMPACT_ABOVE)
@@ -1135,7 +1157,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         console.print(render.mitigations_table(data))
     elif not args.no_mitigations:
         console.print(
-            "no mitigation to try: no cause adds 1% of the native cycles, or its mitigations are already on", style="dim"
+            "no mitigation to try: no cause adds 1% of the native cycles, or its mitigations are already on",
+            style="dim",
         )
     return 0
 

@@ -162,7 +162,9 @@ def _read_manifest(path: Path) -> _Manifest:
         op = rec.get("op")
         if op == "format":
             if rec.get("format") != FORMAT or rec.get("version") != FORMAT_VERSION:
-                raise StoreError(f"{path}: unsupported store format {rec.get('format')!r} version {rec.get('version')!r}")
+                raise StoreError(
+                    f"{path}: unsupported store format {rec.get('format')!r} version {rec.get('version')!r}"
+                )
         elif op == "add":
             m.parts[rec["table"]].append(rec["file"])
         elif op == "replace":
@@ -260,7 +262,9 @@ class ResultsStore:
             try:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise StoreError(f"'{self.root}' is being written by another vcpulab process (lock {self.root / '.lock'})") from None
+                raise StoreError(
+                    f"'{self.root}' is being written by another vcpulab process (lock {self.root / '.lock'})"
+                ) from None
             if not self.manifest_path.exists():
                 self._append_line({"op": "format", "format": FORMAT, "version": FORMAT_VERSION})
             self._truncate_torn_line()
@@ -443,5 +447,5 @@ class StoreWriter:
         with AtomicWriter(store.manifest_path) as f:
             f.write(json.dumps({"format": FORMAT, "op": "format", "version": FORMAT_VERSION}, sort_keys=True) + "\n")
             for table in TABLES:
-                for p in state.parts[table]:
-                    f.write(json.dumps({"file": p, "op": "add", "table": table}, sort_keys=True) + "\n")
+                for part in state.parts[table]:
+                    f.write(json.dumps({"file": part, "op": "add", "table": table}, sort_keys=True) + "\n")

@@ -118,7 +118,9 @@ def _execute(payload: SpecPayload, task: Task, provided: dict[str, str]) -> Outc
         version = _version()
         for i, (key, config_key) in zip(task.cells, task.row_keys, strict=True):
             result = json.loads(plan.run_cell(i))
-            rows.append((i, run_row(result, key=key, config_key=config_key, spec_hash=payload.spec_hash, version=version)))
+            rows.append(
+                (i, run_row(result, key=key, config_key=config_key, spec_hash=payload.spec_hash, version=version))
+            )
     else:
         plan.run_job(task.cells[0], task.layout, task.count)
     return Outcome(task, rows, plan.take_new_summaries(), [journal_line("runs", row) for _, row in rows])
@@ -193,7 +195,9 @@ class LocalExecutor(_ResultQueue):
         # concurrent.futures rather than multiprocessing.Pool: the latter's worker-handler
         # thread wakes on every unread result and spun for ~9 % of a core here.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method), initializer=_ignore_sigint)
+        self._pool = ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context(method), initializer=_ignore_sigint
+        )
         # Workers start on the first submission: start them now, before the caller opens
         # DuckDB or starts threads.
         for f in [self._pool.submit(os.getpid) for _ in range(workers)]:
@@ -234,7 +238,7 @@ class DaskExecutor(_ResultQueue):
             raise ConnectionError(f"cannot reach the Dask scheduler at {address}: {e}") from None
         info = self._client.scheduler_info()
         self.workers = max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
-        self._futures: dict[str, Any] = {}
+        self._futures: dict[Any, Any] = {}  # by Dask key
         self._lock = threading.Lock()
 
     def submit(self, payload: SpecPayload, task: Task, provided: dict[str, str]) -> None:
@@ -314,7 +318,9 @@ def plan_sweep(plan: Plan, selected: Sequence[int], stored_keys: set[str], basel
         row_keys = tuple((jobs[i]["key"], jobs[i]["config_key"]) for i in group)
         tasks.append(Task("cell", tuple(group), main, deps=tuple(dict.fromkeys(deps)), row_keys=row_keys))
     # Baselines first, then cells in plan order (native cells before the ones they feed).
-    return SweepPlan(cells=list(selected), jobs=jobs, stored=stored, tasks=[*extra.values(), *tasks], known=dict(baselines))
+    return SweepPlan(
+        cells=list(selected), jobs=jobs, stored=stored, tasks=[*extra.values(), *tasks], known=dict(baselines)
+    )
 
 
 @dataclass
@@ -407,7 +413,8 @@ def _describe(plan: Plan, task: Task, exc: BaseException) -> str:
     if task.kind == "cell":
         return message
     c = plan.cells()[task.cells[0]]
-    return f"baseline ({task.layout} ×{task.count}) of workload '{c['workload']}' vcpus {c['vcpus']} seed {c['seed']}: {message}"
+    cell = f"workload '{c['workload']}' vcpus {c['vcpus']} seed {c['seed']}"
+    return f"baseline ({task.layout} ×{task.count}) of {cell}: {message}"
 
 
 # --- selecting cells ------------------------------------------------------------------------

@@ -139,9 +139,27 @@ def runs(root: Path) -> dict[str, dict[str, Any]]:
 
 
 CORE_COLUMNS = {
-    "key", "config_key", "spec_hash", "vcpulab_version", "workload", "workload_version", "workload_hash",
-    "scenario", "vcpus", "threads", "oc_vms", "seed", "variant", "t_native_s", "c_native_ns", "guest_ns",
-    "host_ns", "events", "duration_s", "result_json", "run_json",
+    "key",
+    "config_key",
+    "spec_hash",
+    "vcpulab_version",
+    "workload",
+    "workload_version",
+    "workload_hash",
+    "scenario",
+    "vcpus",
+    "threads",
+    "oc_vms",
+    "seed",
+    "variant",
+    "t_native_s",
+    "c_native_ns",
+    "guest_ns",
+    "host_ns",
+    "events",
+    "duration_s",
+    "result_json",
+    "run_json",
 }  # fmt: skip (t_virt_s, c_virt_ns, delta_eta_* are NULL in native cells)
 
 

@@ -660,9 +660,7 @@ def test_run_sweep_inline_matches_simulate_and_stores_everything(tmp_path: Path)
     store = ResultsStore(tmp_path / "r")
     seen: list[int] = []
     with store.writer() as w:
-        report = run_sweep(
-            plan, payload, sweep, InlineExecutor(), w, on_result=lambda i, r: seen.append(i)
-        )
+        report = run_sweep(plan, payload, sweep, InlineExecutor(), w, on_result=lambda i, r: seen.append(i))
     assert report.ran == 4 and report.skipped == 0
     assert report.baselines == sum(t.kind == "baseline" for t in sweep.tasks) > 0
     assert sorted(seen) == selected
