@@ -57,7 +57,8 @@ impl std::fmt::Display for RunError {
 /// Events of the simulation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Ev {
-    /// The leaf installed on `core` with generation `gen` reaches its end.
+    /// The leaf installed on `core` with generation `gen` reaches its end (the core's queue
+    /// slot: re-resolving the core replaces it, so it is always the current leaf's).
     LeafEnd { core: u32, gen: u32 },
     /// The local timer of a kernel CPU fires (if `gen` is still current).
     Timer { k: KernelId, cpu: u32, gen: u32 },
@@ -221,9 +222,8 @@ impl World {
             self.now = t;
             match ev {
                 Ev::LeafEnd { core, gen } => {
-                    if self.cores[core as usize].gen == gen {
-                        self.touch(core);
-                    }
+                    debug_assert_eq!(self.cores[core as usize].gen, gen, "a core's slot holds its current leaf's end");
+                    self.touch(core);
                 }
                 Ev::Timer { k, cpu, gen } => self.timer_event(k, cpu, gen),
                 Ev::Ipi { k, cpu, kind } => {
@@ -348,10 +348,14 @@ impl World {
         c.leaf = leaf;
         c.since = self.now;
         c.gen = c.gen.wrapping_add(1);
-        if let Some(r) = rem {
-            debug_assert!(r > 0, "zero-length leaf installed");
-            let gen = c.gen;
-            self.q.schedule(self.now + r, Ev::LeafEnd { core, gen });
+        match rem {
+            Some(r) => {
+                debug_assert!(r > 0, "zero-length leaf installed");
+                let gen = c.gen;
+                // The core's slot: re-resolving replaces the pending end instead of leaving it stale.
+                self.q.set_slot(core, self.now + r, Ev::LeafEnd { core, gen });
+            }
+            None => self.q.clear_slot(core),
         }
     }
 
