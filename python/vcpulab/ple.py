@@ -27,7 +27,7 @@ from statistics import fmean
 from typing import Any
 
 from .atomic import write_bytes_atomic, write_csv_atomic
-from .scaling import CellKey, baseline_label, cell_key, finite_number, parse_label, row_variant
+from .scaling import CellKey, baseline_label, cell_key, finite_number, named_and_varied, parse_label, row_variant
 
 SPINLOCK_INTENSIVE_INEFFICIENCY = 0.05
 """Above this mean inefficiency with a fixed 512-cycle window a workload is spinlock-intensive."""
@@ -185,14 +185,6 @@ class Matrix:
         raise KeyError((workload, scenario, vcpus, setting))
 
 
-def _split_by_name(labels: Sequence[str]) -> bool:
-    """Whether the columns are the named variants and the ``experiment.vary`` parts go to the
-    rows: when every label names a variant and some also vary a key (``asym;experiment.corunner=
-    matmul``). Crossing 5 variants with 5 co-runners then gives 5 columns, not 25."""
-    parsed = [parse_label(label) for label in labels]
-    return bool(parsed) and all(p.name is not None for p in parsed) and any(p.parts for p in parsed)
-
-
 def _column_and_setting(label: str, split: bool) -> tuple[str, Setting]:
     if not split:
         return label, ()
@@ -227,10 +219,10 @@ def _matrix(
 ) -> Matrix:
     """``items`` are ((workload, scenario, vcpus), variant label, value): the mean per row and
     column, where a column is a variant label, or its named variant when the labels also vary
-    keys (:func:`_split_by_name`; the varied values then go to the row). Rows are grouped by
+    keys (:func:`vcpulab.scaling.named_and_varied`; the varied values then go to the row). Rows are grouped by
     setting in order of first appearance; then the mean rows, each only when it averages more
     than one row: per scenario and setting, then per scenario over every setting."""
-    split = _split_by_name(labels)
+    split = named_and_varied(labels)
     columns = _columns(labels, variants, split)
     cells: dict[tuple[Setting, str, str, int], dict[str, list[float]]] = {}
     for (workload, scenario, vcpus), label, value in items:

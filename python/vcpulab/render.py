@@ -32,6 +32,7 @@ from .scaling import (
     Efficiency,
     SpeedupCurve,
     Spread,
+    named_and_varied,
     parse_label,
     variant_keys,
     vcpu_counts,
@@ -274,7 +275,7 @@ def _matrix_table(
         table.add_column(Text("\n".join(str(key_header(k)) for k in keys)), no_wrap=True)
     for variant in matrix.variants:  # a long name may wrap over lines; the values do not
         name = variant or "(default)"
-        longest_word = max(len(word) for word in name.split())
+        longest_word = max((len(word) for word in name.split()), default=0)
         table.add_column(Text(name), justify="right", min_width=max(7, min(longest_word, 16)))
     rows = matrix.rows
     for i, row in enumerate(rows):
@@ -393,10 +394,10 @@ def add_variant_label_columns(table: Table, labels: Sequence[str]) -> Callable[[
     """Columns for variant labels: one ``variant`` column, or, when every label names a variant
     and some also vary keys (``asym;experiment.corunner=matmul``), the named variant and one
     column per varied key. Returns the function that gives a label's cells."""
-    parsed = [parse_label(label) for label in labels]
-    if not parsed or any(p.name is None for p in parsed) or not any(p.parts for p in parsed):
+    if not named_and_varied(labels):
         add_label_column(table, labels)
         return lambda label: [Text(label or "(default)")]
+    parsed = [parse_label(label) for label in labels]
     add_label_column(table, [str(p.name) for p in parsed])
     keys = variant_keys(labels)
     for key in keys:

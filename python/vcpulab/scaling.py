@@ -139,6 +139,14 @@ def variant_names(labels: Iterable[str | None]) -> list[str]:
     return list(dict.fromkeys(n for label in labels if (n := parse_label(label).name) is not None))
 
 
+def named_and_varied(labels: Iterable[str | None]) -> bool:
+    """Whether every label names a variant and some also vary ``experiment.vary`` keys
+    (``asym;experiment.corunner=matmul``): tables then show the named variant and the varied
+    values apart (5 variants × 5 co-runners as 5 columns, not 25)."""
+    parsed = [parse_label(label) for label in labels]
+    return bool(parsed) and all(p.name is not None for p in parsed) and any(p.parts for p in parsed)
+
+
 def _is_name(baseline: str) -> bool:
     return ";" not in baseline and "=" not in baseline
 
