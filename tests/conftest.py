@@ -77,6 +77,16 @@ def cli(tmp_path: Path) -> RunCli:
     return run
 
 
+def one_line_error(r: Result, code: int = 2) -> str:
+    """The single line of a command's error (exit ``code``, ``vcpulab: error: ...``, no
+    traceback)."""
+    assert r.code == code, (r.code, r.out, r.err)
+    lines = r.err.splitlines()
+    assert len(lines) == 1, r.err
+    assert lines[0].startswith("vcpulab: error: ") and "Traceback" not in r.err
+    return lines[0]
+
+
 def without_wall(result: dict[str, Any]) -> dict[str, Any]:
     """A result minus the fields measured on the host (not part of the deterministic output)."""
     return {k: v for k, v in result.items() if k != "wall_s"}

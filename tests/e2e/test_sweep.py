@@ -24,7 +24,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from conftest import Result, run_cli, vcpulab_command, without_wall
+from conftest import Result, one_line_error, run_cli, vcpulab_command, without_wall
 
 SPEC = """\
 [experiment]
@@ -70,14 +70,6 @@ def vcpulab(*args: object, cwd: Path, timeout: float = 300) -> Result:
 def ok(r: Result) -> Result:
     assert r.code == 0, r.err
     return r
-
-
-def one_line_error(r: Result, code: int = 2) -> str:
-    assert r.code == code, (r.code, r.out, r.err)
-    lines = r.err.splitlines()
-    assert len(lines) == 1, r.err
-    assert lines[0].startswith("vcpulab: error: ") and "Traceback" not in r.err
-    return lines[0]
 
 
 def run_summary_line(r: Result) -> tuple[int, int]:
