@@ -8,12 +8,12 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # maturin installs into the environment named by VIRTUAL_ENV.
 DEVELOP := PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -q
 
-.PHONY: demo test bench install native build-dev build-release clean
+.PHONY: demo test bench install native tracefs build-dev build-release clean
 
 demo: install
 	$(BIN)/vcpulab run examples/quickstart.toml
 
-test: install
+test: install tracefs
 	@if cargo nextest --version >/dev/null 2>&1; then \
 		echo "cargo nextest run --workspace --release"; \
 		cargo nextest run --workspace --release; \
@@ -32,6 +32,17 @@ bench: install
 # and the native programs and LD_PRELOAD libraries of the bridge commands.
 install: $(BIN)/maturin native
 	$(DEVELOP) --release -E test
+
+# The system-call counts of characterize, mitigate and trace are perf counters on tracepoints,
+# whose ids are read from tracefs. A fresh machine may not have it mounted: mount it when we may
+# (root), else say what that means. Never fails: the tests that need the counts skip, saying why.
+tracefs:
+	@if [ -d /sys/kernel/tracing/events ] || [ -d /sys/kernel/debug/tracing/events ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -d /sys/kernel/tracing ] && mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; then \
+		echo "mounted tracefs on /sys/kernel/tracing (for the system-call counts of characterize, mitigate, trace)"; \
+	else \
+		echo "tracefs is not mounted and cannot be mounted here (needs root): system-call counts show as unavailable, and the tests that need them skip"; \
+	fi
 
 # The pathology workloads and the tracer (C, gcc): target/native/{bin,lib}.
 native:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -85,6 +86,18 @@ def one_line_error(r: Result, code: int = 2) -> str:
     assert len(lines) == 1, r.err
     assert lines[0].startswith("vcpulab: error: ") and "Traceback" not in r.err
     return lines[0]
+
+
+@functools.cache
+def syscall_counts_missing() -> str | None:
+    """Why this machine cannot count system calls with perf tracepoints (tracefs not mounted,
+    no permission), as ``vcpulab`` itself reports it; None when it can. `make test` mounts
+    tracefs when it may (root); elsewhere the tests that need the counts skip with this reason."""
+    from vcpulab.bridge.launch import run_measured
+
+    event = "syscalls:sys_enter_madvise"
+    m = run_measured(["true"], events=[event])
+    return None if m.count(event) is not None else f"no system-call counts here: {m.counters[event]}"
 
 
 def without_wall(result: dict[str, Any]) -> dict[str, Any]:

@@ -10,12 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, syscall_counts_missing
 
-TRACEFS = any(
-    Path(p, "events", "syscalls", "sys_enter_madvise").is_dir()
-    for p in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
-)
 
 # A program with a known number of each event: N madvise(MADV_DONTNEED) and munmap calls, T
 # threads each computing ~W ms, output on stdout, exit status from argv.
@@ -78,8 +74,10 @@ def test_counts_and_output_of_a_real_program(program: Path, tmp_path: Path) -> N
     assert m["cpus"] == len(os.sched_getaffinity(0))
     assert 0.04 <= m["user_s"] + m["sys_s"] <= 2.0 and m["wall_s"] >= 0.04
     assert c["scalability_type"] in (1, 2, 3, 4)
-    if not TRACEFS:
-        pytest.skip("no syscall tracepoints on this machine (tracefs): the counts are reported unavailable")
+    missing = syscall_counts_missing()
+    if missing:
+        assert isinstance(m["counters"]["syscalls:sys_enter_madvise"], str)  # the reason, not a count
+        pytest.skip(missing)
     counts = m["counters"]
     # The program's own calls, plus the few of the loader and libc (glibc madvises an exiting
     # thread's stack away).
@@ -98,8 +96,8 @@ def test_parallelism_follows_the_cpus_given(program: Path, tmp_path: Path) -> No
     assert c2["parallelism"] > 1.5, c2["parallelism"]  # two busy threads on two CPUs
     assert c1["parallelism"] <= 1.05, c1["parallelism"]
     assert c2["high_parallelism"] and c1["high_parallelism"]  # ≥ 75 % of the CPUs given, both
-    # On one CPU the two threads take turns: preempted, and runnable while the other runs.
-    assert c1["measurement"]["involuntary_switches"] > c2["measurement"]["involuntary_switches"]
+    # On one CPU the two threads take turns: one is runnable while the other runs. (Not compared:
+    # preemption counts, which other processes' load raises in both runs.)
     assert c1["waiting_threads"] > 0.5
 
 

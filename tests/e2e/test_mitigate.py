@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, syscall_counts_missing
 
 NATIVE = REPO / "target" / "native"
 
@@ -29,7 +29,10 @@ def test_heap_churn_is_cured_by_the_allocator_tunables(native: Path, tmp_path: P
     assert "malloc-trim" in r.err and "speedup" in r.err
     report = json.loads(out.read_text())
     (m,) = [x for x in report["mitigations"] if x["name"] == "malloc-trim"]
-    assert "madvise+munmap calls/s" in m["why"]
+    # Chosen by its madvise/munmap rate where perf can count system calls; else tried in case,
+    # and said so.
+    missing = syscall_counts_missing()
+    assert ("unavailable here: tried in case" if missing else "madvise+munmap calls/s") in m["why"], m["why"]
     assert len(m["wall_s"]) == 2 and len(report["baseline"]["wall_s"]) == 2
     assert m["env"]["GLIBC_TUNABLES"].startswith("glibc.malloc.trim_threshold=268435456")
     # Measured here: the trimming (one madvise per free of the top block) is gone.
@@ -44,6 +47,10 @@ def test_heap_churn_is_cured_by_the_allocator_tunables(native: Path, tmp_path: P
 
 
 def test_a_program_with_nothing_to_mitigate(tmp_path: Path) -> None:
+    missing = syscall_counts_missing()
+    if missing:
+        # Without the counts, the allocator tunables cannot be ruled out and are tried in case.
+        pytest.skip(missing)
     r = run_cli("mitigate", "--runs", 2, "--", "true")
     assert r.code == 0, r.err
     assert "no mitigation of the catalogue applies" in r.err

@@ -35,8 +35,10 @@ def test_trace_then_predict_a_pipeline(tmp_path: Path) -> None:
     rep = pred["trace"]["replay"]
     assert rep["threads"] == 7 and rep["wakeups_matched"] > 0
     assert [x["scenario"] for x in pred["results"]] == ["native", "OC"]
-    # The replay of the traced run takes about as long as the traced run did.
-    assert 0.5 < pred["fidelity"]["t_native_s"] / (rep["traced_ns"] / 1e9) < 2.0
+    # The replay computes what the traced threads computed (their CPU time: what other load on
+    # the machine does not stretch, unlike the traced run's wall time), plus the modelled
+    # kernel work of their synchronization. The wall time is compared by `fidelity`.
+    assert 0.95 < pred["fidelity"]["c_native_ns"] / rep["compute_ns"] < 2.0, (pred["fidelity"], rep)
     assert all(m["speedup"] > 0 for m in pred["mitigations"])
 
 
@@ -71,8 +73,14 @@ def test_native_replay_predicts_the_measured_wall_time(argv: list[object], tmp_p
     assert r.code == 0, r.err
     f = json.loads(out.read_text())
     # The documented target is 25 % (docs/bridge.md, measured there); tested loosely on a noisy
-    # shared machine.
-    assert abs(f["error"]) < 0.5, f
+    # shared machine. CPU time holds whatever else loads the machine; the wall time only where
+    # the program had its CPUs (fidelity measures how long other processes held it off them).
+    assert f["cpu_error"] is not None and abs(f["cpu_error"]) < 0.5, f
+    assert f["wall_time_comparable"] == (f["held_off_share"] <= 0.1), f
+    if f["wall_time_comparable"]:
+        assert abs(f["error"]) < 0.5, f
+    else:
+        assert "the machine was busy" in r.err
 
 
 @pytest.mark.skipif(shutil.which("xz") is None, reason="xz is not installed")
@@ -146,7 +154,13 @@ def test_oversubscription_measured_next_to_its_prediction(tmp_path: Path) -> Non
     # Spinning with more threads than CPUs costs about a time slice per round, blocking about
     # the work: both here and in the simulator.
     assert c["measured_ratio"] > 5 and c["simulated_ratio"] > 5, c
-    assert 0.25 < c["simulated_s"]["spin"] / c["measured_s"]["spin"][0] < 4, c
+    # The spin rounds' absolute time is the scheduler's: comparable only where other processes
+    # left the program its CPUs (the command measures how long they held it off them).
+    assert c["wall_time_comparable"] == (c["held_off_share"] <= 0.1), c
+    if c["wall_time_comparable"]:
+        assert 0.25 < c["simulated_s"]["spin"] / c["measured_s"]["spin"][0] < 4, c
+    else:
+        assert "the machine was busy" in r.err
     r = run_cli("oversubscription", "--cpus", 4096)
     assert r.code == 2 and "CPUs are available" in r.err
 

@@ -132,19 +132,22 @@ static inline uint64_t work(uint64_t iters)
     return x;
 }
 
-/* Iterations of work() per microsecond on one thread of this machine: the best of four 5 ms
- * windows (the best, so that a window disturbed by preemption does not lower the rate). */
+/* Iterations of work() per microsecond on one thread of this machine: the best of four windows
+ * of 5 ms of this thread's CPU time. CPU time, not wall time: on a busy machine a window of wall
+ * time includes the time other processes held the thread off its CPU, which would lower the
+ * rate and so the work a run does (its CPU time would then depend on the machine's load). The
+ * best of four, so that a window disturbed by a cache-cold start or an interrupt does not. */
 static inline double calibrate_iters_per_us(void)
 {
     work(200000); /* warm up: frequency ramp, page in the code */
     double best = 0.0;
     for (int w = 0; w < 4; w++) {
         uint64_t done = 0;
-        double t0 = now_s(), el;
+        double t0 = thread_cpu_s(), el;
         do {
             work(20000);
             done += 20000;
-            el = now_s() - t0;
+            el = thread_cpu_s() - t0;
         } while (el < 0.005);
         double rate = (double)done / (el * 1e6);
         if (rate > best)

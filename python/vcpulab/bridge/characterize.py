@@ -23,7 +23,7 @@ class Characterization:
     """The digest §1.4 features of a measured run, and the rates behind them."""
 
     measurement: Measurement
-    parallelism: float  # average threads on a CPU: CPU time / wall time
+    parallelism: float  # average threads on a CPU or held off one by other load: (CPU + held off) / wall
     parallelism_p90: float | None  # 90th percentile over the sampling intervals
     waiting: float | None  # average threads runnable but waiting for a CPU (sampled)
     threads: float | None  # average threads alive (sampled)
@@ -66,8 +66,11 @@ def characterize(m: Measurement, th: Thresholds | None = None) -> Characterizati
     block per time slice)."""
     th = th or Thresholds()
     wall = max(m.wall_s, 1e-9)
-    parallelism = m.cpu_s / wall
-    running = [s.running for s in m.samples]
+    # The threads on a CPU, plus those other processes held off the CPUs the program was
+    # given: on an idle machine this is CPU time / wall time; on a busy one it is what the
+    # program would have run, not what the other load left it.
+    parallelism = (m.cpu_s + m.held_off_s) / wall
+    running = [s.running + s.held_off(m.cpus) for s in m.samples]
     threads = statistics.fmean(s.threads for s in m.samples) if m.samples else None
     # Blocks per thread per second: the threads alive on average share the voluntary switches.
     sync = m.voluntary_switches / wall / max(threads or 1.0, 1.0)

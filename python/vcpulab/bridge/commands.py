@@ -21,7 +21,7 @@ from ..atomic import AtomicWriter
 from ..render import stderr_console
 from . import mitigate, native, oversub, predict
 from .characterize import MM_CALLS, Characterization, characterize
-from .launch import LaunchError, Measurement, resolve, run_measured
+from .launch import BUSY_HELD_OFF_SHARE, LaunchError, Measurement, resolve, run_measured
 
 
 def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
@@ -421,6 +421,12 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     hw = measured.half_width()
     replayed = float(pred["t_native_s"])
     error = replayed / mean - 1.0
+    # CPU time is what other processes' load does not distort: the wall time it does (a
+    # busy machine holds the program's threads off their CPUs), so that share is measured
+    # too (schedstat) and the wall-time error is marked as not comparable beyond it.
+    cpu_mean = statistics.fmean(m.cpu_s for m in measured.measurements)
+    replayed_cpu = float(pred["c_native_ns"]) / 1e9
+    held_off = statistics.fmean(m.held_off_share for m in measured.measurements)
     result = {
         "argv": argv,
         "cpus": measured.measurements[0].cpus,
@@ -428,22 +434,44 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         "traced_wall_s": traced.wall_s,
         "replayed_s": replayed,
         "error": error,
+        "measured_cpu_s": [m.cpu_s for m in measured.measurements],
+        "replayed_cpu_s": replayed_cpu,
+        "cpu_error": replayed_cpu / cpu_mean - 1.0 if cpu_mean > 0 else None,
+        "held_off_share": held_off,
+        "wall_time_comparable": held_off <= BUSY_HELD_OFF_SHARE,
     }
     if args.output:
         _write_json(args.output, result)
     out_console = render.stdout_console()
     table = Table(title=f"{' '.join(argv)[:70]}: native replay against the measured run", title_justify="left")
-    for col in ("CPUs", "measured (untraced)", "traced run", "replayed (simulated)", "error"):
+    for col in ("CPUs", "time", "measured (untraced)", "traced run", "replayed (simulated)", "error"):
         table.add_column(col, justify="right")
     ci = f" ± {hw:.3f}" if hw is not None else ""
     table.add_row(
         str(result["cpus"]),
+        "wall",
         f"{mean:.3f} s{ci} ({len(measured.walls)} runs)",
         f"{traced.wall_s:.3f} s",
         f"{replayed:.3f} s",
-        f"{error:+.1%}",
+        f"{error:+.1%}" + ("" if result["wall_time_comparable"] else " (busy)"),
+    )
+    cpu_error = result["cpu_error"]
+    table.add_row(
+        "",
+        "CPU",
+        f"{cpu_mean:.3f} s",
+        f"{traced.cpu_s:.3f} s",
+        f"{replayed_cpu:.3f} s",
+        "—" if cpu_error is None else f"{cpu_error:+.1%}",
     )
     out_console.print(table)
+    if not result["wall_time_comparable"]:
+        console.print(
+            f"the machine was busy: other processes held the program off its CPUs for {held_off:.0%} of its "
+            "runnable time, which the measured wall time includes and the replay (an idle machine) does not; "
+            "compare the CPU times, or measure on a quieter machine",
+            style="yellow",
+        )
     return 0
 
 
@@ -467,6 +495,13 @@ def cmd_oversubscription(args: argparse.Namespace) -> int:
         table.add_row(label, f"{statistics.fmean(walls):.3f} s", f"{c.simulated[mode]:.3f} s")
     table.add_row("spin / blocking", f"{c.ratio(c.measured):.1f}×", f"{c.ratio(c.simulated):.1f}×")
     render.stdout_console().print(table)
+    if not c.wall_time_comparable:
+        stderr_console().print(
+            f"the machine was busy: other processes held the barrier's threads off their CPUs for "
+            f"{c.held_off_share:.0%} of their runnable time, which the measured times include and the simulation "
+            "(an idle machine) does not; compare the ratios, or measure on a quieter machine",
+            style="yellow",
+        )
     return 0
 
 

@@ -65,6 +65,18 @@ class Sample:
     running: float  # average threads on a CPU during the interval (Δ run time / Δt)
     waiting: float  # average threads runnable but waiting for a CPU (Δ run-queue wait / Δt)
 
+    def held_off(self, cpus: int) -> float:
+        """Average threads that waited for a CPU while the program ran on fewer than the
+        ``cpus`` it was given: CPUs other processes held. (Waiting while the program's own
+        threads filled its CPUs is the program's, not the machine's load.)"""
+        return min(self.waiting, max(0.0, cpus - self.running))
+
+
+# Above this share of held-off time (Measurement.held_off_share) a measured wall time says more
+# about the machine's other load than about the program: commands that compare wall times with
+# the simulator's (an idle machine) say so instead.
+BUSY_HELD_OFF_SHARE = 0.1
+
 
 @dataclass
 class Measurement:
@@ -88,6 +100,24 @@ class Measurement:
         return self.user_s + self.sys_s
 
     @property
+    def held_off_s(self) -> float:
+        """Thread time the program spent runnable but held off its CPUs by other processes
+        (sampled from schedstat, see :meth:`Sample.held_off`): 0 on an idle machine, and what
+        a busy machine adds to the wall time instead of CPU time."""
+        total, last = 0.0, 0.0
+        for s in self.samples:
+            total += s.held_off(self.cpus) * (s.t_s - last)
+            last = s.t_s
+        return total
+
+    @property
+    def held_off_share(self) -> float:
+        """:attr:`held_off_s` as a share of the program's runnable thread time (CPU time plus
+        held off): how far other processes' load distorted this run's wall time."""
+        runnable = self.cpu_s + self.held_off_s
+        return self.held_off_s / runnable if runnable > 0 else 0.0
+
+    @property
     def exit_code(self) -> int:
         """The status as a shell reports it (128 + N for signal N)."""
         return self.status if self.status >= 0 else 128 - self.status
@@ -109,6 +139,7 @@ class Measurement:
             "max_rss_kib": self.max_rss_kib,
             "counters": self.counters,
             "tlb_shootdowns": self.tlb_shootdowns,
+            "held_off_s": self.held_off_s,
             "samples": [[s.t_s, s.threads, s.running, s.waiting] for s in self.samples],
         }
 

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from .launch import LaunchError, run_measured
+from .launch import BUSY_HELD_OFF_SHARE, LaunchError, run_measured
 from .native import program
 from .predict import run_cells
 
@@ -42,6 +42,11 @@ class Comparison:
     slice_ms: float
     measured: dict[str, list[float]]  # mode → wall times
     simulated: dict[str, float]  # mode → simulated time
+    held_off_share: float  # mean over the measured runs: how long other load held them off (launch.py)
+
+    @property
+    def wall_time_comparable(self) -> bool:
+        return self.held_off_share <= BUSY_HELD_OFF_SHARE
 
     def ratio(self, table: dict[str, Any]) -> float:
         spin, block = table["spin"], table["pthread"]
@@ -60,6 +65,8 @@ class Comparison:
             "simulated_s": self.simulated,
             "measured_ratio": self.ratio(self.measured),
             "simulated_ratio": self.ratio(self.simulated),
+            "held_off_share": self.held_off_share,
+            "wall_time_comparable": self.wall_time_comparable,
         }
 
 
@@ -80,28 +87,31 @@ def simulate(threads: int, cpus: int, rounds: int, work_us: float, slice_ms: flo
     }
 
 
-def measure(argv: list[str], cpus: int) -> float:
+def measure(argv: list[str], cpus: int) -> tuple[float, float]:
     """One run of a pathology workload on ``cpus`` CPUs: the wall time it reports (its own
-    timing excludes its start-up calibration)."""
+    timing excludes its start-up calibration), and the share of its runnable time other
+    processes held it off its CPUs."""
     with tempfile.TemporaryFile() as out:
         m = run_measured(argv, cpus=cpus, stdout=out.fileno())
         out.seek(0)
         text = out.read().decode(errors="replace")
     if m.status != 0:
         raise LaunchError(f"{' '.join(argv)} failed (exit status {m.exit_code})", m.exit_code or 1)
-    return float(json.loads(text.strip().splitlines()[-1])["wall_s"])
+    return float(json.loads(text.strip().splitlines()[-1])["wall_s"]), m.held_off_share
 
 
 def compare(threads: int, cpus: int, rounds: int, work_us: float, runs: int) -> Comparison:
     exe = str(program("spin_barrier"))
     measured: dict[str, list[float]] = {}
+    held_off: list[float] = []
     for mode in ("spin", "pthread"):
         argv = [exe, "--threads", str(threads), "--rounds", str(rounds), "--work-us", str(work_us), "--barrier", mode]
-        measured[mode] = [measure(argv, cpus) for _ in range(runs)]
+        runs_of_mode = [measure(argv, cpus) for _ in range(runs)]
+        measured[mode] = [wall for wall, _ in runs_of_mode]
+        held_off += [share for _, share in runs_of_mode]
     slice_ms = machine_slice_ms(cpus)
-    return Comparison(
-        threads, cpus, rounds, work_us, slice_ms, measured, simulate(threads, cpus, rounds, work_us, slice_ms)
-    )
+    simulated = simulate(threads, cpus, rounds, work_us, slice_ms)
+    return Comparison(threads, cpus, rounds, work_us, slice_ms, measured, simulated, statistics.fmean(held_off))
 
 
 def available_cpus() -> int:
