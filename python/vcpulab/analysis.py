@@ -92,8 +92,8 @@ def summary(
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Cut-offs of the TPDS overhead categories (digest §1.5: "the project must choose and
-    document them"). All are fractions of the native figure."""
+    """Cut-offs of the TPDS overhead categories (TPDS §6 gives none: the project chooses and
+    documents them). All are fractions of the native figure."""
 
     negligible: float = 0.05
     guest: float = 0.10
@@ -104,8 +104,8 @@ class Thresholds:
 
 
 def categorize(store: ResultsStore, th: Thresholds = Thresholds()) -> list[dict[str, Any]]:
-    """Per (workload, variant, vCPUs, threads): the TPDS overhead categories and the digest
-    §1.4 scalability type, from the means over repetitions of the stored cells.
+    """Per (workload, variant, vCPUs, threads): the TPDS overhead categories and the DIS
+    ch.4 scalability type, from the means over repetitions of the stored cells.
 
     - UC's δη_t splits into a guest part, (guest busy time in the VM − C_p) / C_p, and a host
       part, host time of the VM / C_p.
@@ -174,7 +174,7 @@ def categorize(store: ResultsStore, th: Thresholds = Thresholds()) -> list[dict[
 
 
 def scalability_type(parallelism: float | None, sync: float | None, cpus: int, th: Thresholds) -> int | None:
-    """Digest §1.4: 1 high parallelism/low sync, 2 low/high, 3 high/high, 4 low/low."""
+    """DIS ch.4: 1 high parallelism/low sync, 2 low/high, 3 high/high, 4 low/low."""
     if parallelism is None or sync is None:
         return None
     high_p = parallelism >= th.high_parallelism * cpus

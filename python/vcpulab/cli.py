@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         "characterize-sim",
         help="run a workload natively in the simulator and classify it",
         description="Run a workload natively (n = CPUs threads on CPUs cores) and report its workload "
-        "parallelism, synchronization frequency and scalability type (digest §1.4), and the rates of "
+        "parallelism, synchronization frequency and scalability type (DIS ch.4), and the rates of "
         "blocks, TLB shootdowns and call-function IPIs.",
     )
     ch.add_argument("workload", metavar="NAME", help="a built-in workload (a unique suffix is enough: dedup)")
@@ -351,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="rank the causes of one cell's overhead and measure the mitigations",
         description="For one VM cell (UC, OC or OC2): rank the causes of its overhead by the CPU time they "
         "add over the native run, show who made busy-waiting vCPUs wait (wait chains), then re-run the cell "
-        "with each applicable mitigation of digest §8 and print δη_t and δη_r with it, best first.",
+        "with each applicable mitigation (TPDS §7, DIS) and print δη_t and δη_r with it, best first.",
     )
     dg.add_argument(
         "--only",
@@ -405,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="TPDS overhead categories and scalability types of stored results",
         description="Classify each (workload, variant, vCPUs) of stored results into the TPDS overhead "
         "categories (negligible, high guest, high host, high overcommit; needs UC, and OC2 for the last) "
-        "and the digest §1.4 scalability type (needs the native cell). Thresholds: docs/results.md.",
+        "and the DIS ch.4 scalability type (needs the native cell). Thresholds: docs/results.md.",
     )
     cat.add_argument("results", metavar="RESULTS", help="results directory")
     defaults = analysis.Thresholds()

@@ -1,5 +1,5 @@
 """``vcpulab diagnose``: where one cell's virtualization overhead comes from, who made whom
-wait, and which mitigation of digest §8 wins it back.
+wait, and which mitigation (TPDS §7, DIS) wins it back.
 
 ::
 
@@ -8,7 +8,7 @@ wait, and which mitigation of digest §8 wins it back.
         │           grouped into the causes of TPDS §2 and ranked by the time they add
         ├─► wait chains: the simulator's run.wait_chains (which preempted vCPU made which
         │           vCPUs spin, and for how long)
-        └─► mitigations: the cell re-run with each applicable §8 mitigation switched on
+        └─► mitigations: the cell re-run with each applicable mitigation (TPDS §7, DIS) switched on
                     (spec overrides), δη_t and δη_r before and after, best first
 
 Every number comes from the simulator's result objects: the ledger breakdown, the counters and
@@ -360,7 +360,7 @@ def wait_chains(result: Mapping[str, Any], top: int = 5) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Mitigation:
-    """A mitigation of digest §8: the cause it targets and the spec overrides that switch it on
+    """A mitigation (TPDS §7, DIS): the cause it targets and the spec overrides that switch it on
     for workload ``w`` (a function of the workload name, for application-level changes)."""
 
     name: str

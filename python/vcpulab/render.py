@@ -898,7 +898,7 @@ def wait_chains_table(d: Mapping[str, Any]) -> Table:
 
 
 def mitigations_table(d: Mapping[str, Any]) -> Table:
-    t = Table(title="Mitigations (digest §8), re-run with each switched on, best first", title_justify="left")
+    t = Table(title="Mitigations (TPDS §7, DIS), re-run with each switched on, best first", title_justify="left")
     t.add_column("mitigation")
     t.add_column("for")
     t.add_column("δη_t", justify="right")

@@ -2,7 +2,7 @@
  * common.h - shared helpers for the native vcpulab workloads (the .c files of tracer/workloads).
  *
  * Every program in this directory is a small pthreads program that reproduces one of the
- * pathologies of shared/docs/seeds-digest.md section 2 on a real machine.  They share:
+ * pathologies of TPDS §2, §6 and DIS ch.2 (docs/references.md) on a real machine.  They share:
  *
  *   - option parsing: `--name value` or `--name=value`, `--help`; an unknown option or a bad
  *     value prints ONE line `PROG: --opt: expected ... (got '...')` on stderr and exits 2;
@@ -64,7 +64,7 @@ static inline void check_pthread(int rc, const char *what)
 /* CPU relax hint for busy-wait loops                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
-/* PAUSE on x86 (what kernel spinlocks use and what pause-loop exiting watches, digest 2.4),
+/* PAUSE on x86 (what kernel spinlocks use and what pause-loop exiting watches, TPDS §2),
  * YIELD on aarch64, nothing elsewhere.  It never gives up the CPU: the thread keeps spinning. */
 static inline void cpu_relax(void)
 {

@@ -1,5 +1,5 @@
 /*
- * heap_churn - glibc heap trimming and the TLB shootdowns it causes (seeds digest section 2.3).
+ * heap_churn - glibc heap trimming and the TLB shootdowns it causes (TPDS §6).
  *
  * dedup-style churn: each thread repeatedly allocates a batch of medium blocks (below the mmap
  * threshold, so they come from the thread's own glibc arena), touches them, and frees them in
@@ -61,7 +61,7 @@ int main(int argc, char **argv)
         OPT_INT("size", "S", "bytes per block", &o_size, 1, 1LL << 30),
     };
     opts_parse(argc, argv, "heap_churn",
-               "glibc heap churn (dedup style; seeds digest 2.3): per iteration each thread mallocs B blocks of\n"
+               "glibc heap churn (dedup style; TPDS §6): per iteration each thread mallocs B blocks of\n"
                "S bytes, touches one byte per page, frees them in reverse order.  With default tunables the\n"
                "arena top is trimmed with madvise(MADV_DONTNEED) -> TLB shootdowns.",
                opts, (int)(sizeof opts / sizeof opts[0]));

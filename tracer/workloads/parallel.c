@@ -1,9 +1,9 @@
 /*
  * parallel - embarrassingly parallel, strong-scaled kernel: the control case.
  *
- * No locks, no barriers, no shared writes, no heap churn: none of the causes of seeds digest
- * section 2 applies, so its virtualization overhead should be negligible (the "negligible"
- * category of digest 1.5; blackscholes/swaptions/sysbench-cpu-like).  What remains visible is
+ * No locks, no barriers, no shared writes, no heap churn: none of the causes of TPDS §2 and §6
+ * applies, so its virtualization overhead should be negligible (the "negligible"
+ * category of TPDS §6; blackscholes/swaptions/sysbench-cpu-like).  What remains visible is
  * scheduling: with more threads than CPUs the wall time is set by the slowest thread
  * (load imbalance from time slicing), which the per-thread CPU times make visible.
  *

@@ -1,5 +1,5 @@
 /*
- * pipeline - blocking synchronisation in a mutex/condvar pipeline (seeds digest section 2.1).
+ * pipeline - blocking synchronisation in a mutex/condvar pipeline (TPDS §2, §6).
  *
  * ferret and dedup are pipelines of thread pools joined by bounded queues.  Every time a queue
  * runs empty or full a thread sleeps in pthread_cond_wait (futex wait), and the thread that
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
         OPT_INT("queue-cap", "C", "capacity of each bounded queue", &o_cap, 1, 1000000),
     };
     opts_parse(argc, argv, "pipeline",
-               "Mutex/condvar pipeline (ferret/dedup style; seeds digest 2.1): K stages of T threads joined by\n"
+               "Mutex/condvar pipeline (ferret/dedup style; TPDS §2, §6): K stages of T threads joined by\n"
                "bounded queues; threads sleep on condition variables whenever a queue is empty or full.",
                opts, (int)(sizeof opts / sizeof opts[0]));
 

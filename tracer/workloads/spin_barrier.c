@@ -1,5 +1,5 @@
 /*
- * spin_barrier - user-level spinning at a barrier (seeds digest section 2.5).
+ * spin_barrier - user-level spinning at a barrier (TPDS §6).
  *
  * volrend ("decrement under lock; while (counter);") and streamcluster's barrier make a thread
  * that arrives early busy-wait in user space.  With at least as many cores as threads that is
@@ -134,7 +134,7 @@ int main(int argc, char **argv)
         OPT_CHOICE("barrier", "barrier implementation", &o_barrier, "spin|pthread|spinlock"),
     };
     opts_parse(argc, argv, "spin_barrier",
-               "User-level spin barrier (volrend/streamcluster style; seeds digest 2.5): threads alternate\n"
+               "User-level spin barrier (volrend/streamcluster style; TPDS §6): threads alternate\n"
                "deterministic work and a barrier; 'spin' busy-waits with PAUSE, 'pthread' sleeps.",
                opts, (int)(sizeof opts / sizeof opts[0]));
 

@@ -1,12 +1,12 @@
 /*
- * spinlock - contention on a user-level spinlock (seeds digest section 2.5; dedup's pthread
+ * spinlock - contention on a user-level spinlock (TPDS §6; dedup's pthread
  * spinlocks, the user-space analogue of the kernel spinning of 2.4).
  *
  * pthread_spin_lock waiters busy-wait.  When the lock holder is preempted (more runnable threads
  * than (v)CPUs, or its vCPU is descheduled by the host) every waiter spins until the holder runs
  * again: user-level lock-holder preemption, which pause-loop exiting cannot see in a guest
  * (CPL 3).  --lock mutex uses a default pthread mutex instead (waiters sleep on a futex: the
- * blocking fix, whose cost in a VM is digest 2.1).
+ * blocking fix, whose cost in a VM is TPDS §2, §6).
  *
  * Each of --threads threads does --iters times: --work-iters iterations of work outside the
  * lock, then takes the lock, does --cs-iters iterations inside it and increments a shared
@@ -54,7 +54,7 @@ int main(int argc, char **argv)
         OPT_CHOICE("lock", "lock type: pthread_spinlock_t or default pthread mutex", &o_lock, "spin|mutex"),
     };
     opts_parse(argc, argv, "spinlock",
-               "pthread_spin_lock contention (seeds digest 2.5): N threads alternate work outside a lock and\n"
+               "pthread_spin_lock contention (TPDS §6): N threads alternate work outside a lock and\n"
                "work inside it; 'spin' waiters busy-wait, 'mutex' waiters sleep.",
                opts, (int)(sizeof opts / sizeof opts[0]));
 

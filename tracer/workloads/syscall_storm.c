@@ -1,11 +1,11 @@
 /*
- * syscall_storm - hackbench-like storm of small blocking I/O syscalls (seeds digest 2.4, 2.1).
+ * syscall_storm - hackbench-like storm of small blocking I/O syscalls (TPDS §2, §6).
  *
  * hackbench spends almost all its time in the kernel: socket/pipe buffer locks, the wait queues
  * of the sockets, the scheduler's run-queue locks and wake-ups.  Those are kernel spinlocks:
  * inside a VM, a vCPU preempted while holding one makes the other vCPUs spin on it (lock-holder
- * and lock-waiter preemption, PLE exits, digest 2.4), and every blocked reader/writer that is
- * woken costs the blocking-synchronisation exits of digest 2.1 (RESCHEDULE IPIs).
+ * and lock-waiter preemption, PLE exits, TPDS §2), and every blocked reader/writer that is
+ * woken costs the blocking-synchronisation exits of TPDS §2, §6 (RESCHEDULE IPIs).
  *
  * --groups G groups of --fds F sender threads and F receiver threads (threads, like
  * `hackbench -T`).  Each receiver owns one channel (an AF_UNIX SOCK_STREAM socketpair, or a pipe
@@ -99,7 +99,7 @@ int main(int argc, char **argv)
         OPT_CHOICE("mode", "channel type: AF_UNIX stream socketpair or pipe", &o_mode, "socket|pipe"),
     };
     opts_parse(argc, argv, "syscall_storm",
-               "hackbench-like storm (threads; seeds digest 2.4/2.1): G groups of F senders and F receivers;\n"
+               "hackbench-like storm (threads; TPDS §2, §6): G groups of F senders and F receivers;\n"
                "each sender writes L messages of B bytes to every receiver of its group.",
                opts, (int)(sizeof opts / sizeof opts[0]));
 

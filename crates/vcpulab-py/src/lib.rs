@@ -195,7 +195,7 @@ fn workloads<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         .collect()
 }
 
-/// Runs a workload natively and characterizes it (digest §1.4); returns JSON.
+/// Runs a workload natively and characterizes it (DIS ch.4); returns JSON.
 #[pyfunction]
 #[pyo3(signature = (workload, cpus, seed, slice_ns, overrides))]
 fn characterize(py: Python<'_>, workload: String, cpus: u32, seed: u64, slice_ns: u64, overrides: Vec<String>) -> PyResult<String> {

@@ -143,7 +143,7 @@ pub struct WorkloadInfo {
     pub sync: Vec<String>,
     /// What the model is built from.
     pub basis: String,
-    /// Scalability type of the reference (0 = not classified).
+    /// Scalability type measured by DIS (ch.4, Table 4.1; 0 = not classified).
     pub scalability_type: u8,
     /// Profile version.
     pub version: u32,
@@ -515,7 +515,7 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("tlb_latency_p99_bucket_us".into(), t.latency.p99_ns as f64 / 1e3);
         }
         m.insert("tlb_wait_ms".into(), i.counters.tlb_wait_ns as f64 / 1e6);
-        // Digest §1.4 inputs (see `characterize`): average running threads, and voluntary
+        // DIS ch.4 inputs (see `characterize`): average running threads, and voluntary
         // context switches per thread per second.
         let secs = i.finish_ns.max(1) as f64 * 1e-9;
         m.insert("parallelism".into(), i.busy_ns as f64 / i.finish_ns.max(1) as f64);
@@ -533,7 +533,7 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
                 m.insert("qos_met".into(), f64::from(u8::from(met)));
             }
         }
-        // Consolidation (BAS, digest §7): over every measured instance (all VMs in OC/OC2).
+        // Consolidation (BAS): over every measured instance (all VMs in OC/OC2).
         let served: Vec<&crate::world::record::ResponseRecord> = rec.measured().filter_map(|x| x.responses.as_ref()).collect();
         if !served.is_empty() {
             m.insert("throughput_rps_total".into(), served.iter().map(|r| r.throughput_rps).sum());
@@ -550,7 +550,7 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("eff_borrowed".into(), e.borrowed);
         }
         if let Some(mem) = &i.memory {
-            // The memory model's counters (digest §1.6: CPI, local vs remote accesses).
+            // The memory model's counters (TPDS §6.1: CPI, local vs remote accesses).
             if let Some(c) = mem.cpi {
                 m.insert("cpi".into(), c);
             }
@@ -596,7 +596,7 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
     m
 }
 
-/// The efficiency-based speedup of instance `i` of `rec` (digest §1.4; see
+/// The efficiency-based speedup of instance `i` of `rec` (DIS ch.4; see
 /// [`crate::account::metrics::efficiency`]): natively over its share of the cores for its run
 /// time, in a VM over the time slices allocated to its VM.
 fn instance_efficiency(rec: &RunRecord, i: &crate::world::record::InstanceRecord) -> Option<crate::account::metrics::Efficiency> {

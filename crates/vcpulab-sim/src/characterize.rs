@@ -1,4 +1,4 @@
-//! The characterization of a workload run natively (digest §1.4, DIS ch.4): workload
+//! The characterization of a workload run natively (DIS ch.4): workload
 //! parallelism, synchronization frequency, the scalability type they give, and the rates of
 //! the events that cost most in VMs (`vcpulab characterize-sim`).
 
@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::api::{CellError, Plan, ScenarioResult};
 use crate::spec::SpecError;
 
-/// Parallelism is *high* at or above this fraction of the CPUs (digest §1.4: 75 %).
+/// Parallelism is *high* at or above this fraction of the CPUs (DIS ch.4: 75 %).
 pub const HIGH_PARALLELISM: f64 = 0.75;
 
 /// DIS's default allocation period, the "time slice" of the synchronization cut-off (24 ms).
@@ -54,7 +54,7 @@ pub struct Characterization {
     pub requests_per_s: Option<f64>,
 }
 
-/// The digest §1.4 type of (high parallelism, high synchronization).
+/// The DIS ch.4 scalability type of (high parallelism, high synchronization).
 pub fn scalability_type(high_parallelism: bool, high_sync: bool) -> u8 {
     match (high_parallelism, high_sync) {
         (true, false) => 1,

@@ -86,7 +86,7 @@ pub enum SchedOut {
     Halted,
 }
 
-/// The spinning cost of one VM so far, as APLE measures it (DIS ch.3, digest §4.2); all
+/// The spinning cost of one VM so far, as APLE measures it (DIS ch.3); all
 /// cumulative since the VM started. The simulator keeps it for every VM, whatever its policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SpinCost {
@@ -163,7 +163,7 @@ pub struct Candidate {
     pub preempted_in_kernel: bool,
 }
 
-/// The result of `yield_to()` (ref §6.5).
+/// The result of `yield_to()` (Linux kernel/sched/core.c).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum YieldTo {
     /// > 0: the target was boosted and the caller gave up its CPU.

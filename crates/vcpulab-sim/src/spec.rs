@@ -44,7 +44,7 @@ pub struct ExperimentSpec {
     /// Threads per instance (default: the vCPU count, as in TPDS).
     #[serde(default)]
     pub threads: Option<u32>,
-    /// Number of identical VMs in OC/OC2 (digest §1.2: 2).
+    /// Number of identical VMs in OC/OC2 (TPDS: 2).
     #[serde(default = "default_oc_vms")]
     pub oc_vms: u32,
     /// A different workload for the other VMs of OC/OC2 (and the other native instances of

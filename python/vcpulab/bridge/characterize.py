@@ -1,5 +1,5 @@
 """``vcpulab characterize -- PROGRAM ARGS``: a real program, run natively on this machine,
-described by the features that decide how it fares in VMs (digest §1.4 and §2): workload
+described by the features that decide how it fares in VMs (DIS ch.4; TPDS §2, §6): workload
 parallelism, synchronization frequency and the scalability type they give, and the rates of
 the events that cost most once virtualized (context switches, TLB shootdowns, memory-map
 calls, futex calls). Everything is measured here; nothing is simulated.
@@ -14,13 +14,13 @@ from typing import Any
 from ..analysis import Thresholds, scalability_type
 from .launch import Measurement
 
-# Memory-management calls that can shoot down other CPUs' TLB entries (digest §2.3).
+# Memory-management calls that can shoot down other CPUs' TLB entries (TPDS §6).
 MM_CALLS = ("munmap", "madvise", "mprotect")
 
 
 @dataclass
 class Characterization:
-    """The digest §1.4 features of a measured run, and the rates behind them."""
+    """The DIS ch.4 features of a measured run, and the rates behind them."""
 
     measurement: Measurement
     parallelism: float  # average threads on a CPU or held off one by other load: (CPU + held off) / wall

@@ -32,7 +32,7 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
         description="Run PROGRAM natively on this machine and report its measured wall and CPU time, "
         "workload parallelism (threads on a CPU, sampled), voluntary/involuntary context switches per "
         "second, the machine's TLB-shootdown interrupts, its mmap/munmap/madvise/mprotect/futex calls, "
-        "and its scalability type (digest §1.4). The report goes to stderr; the program's stdin, stdout "
+        "and its scalability type (DIS ch.4). The report goes to stderr; the program's stdin, stdout "
         "and stderr are its own, and vcpulab exits with its exit status.",
         epilog="example: vcpulab characterize --cpus 2 -- xz -T2 -c big.tar > big.tar.xz",
     )
@@ -52,7 +52,7 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
     mi = commands.add_parser(
         "mitigate",
         help="measure the application-level mitigations that apply to a real program",
-        description="Run PROGRAM natively, find which mitigations of digest §8 that need no recompilation "
+        description="Run PROGRAM natively, find which mitigations (TPDS §7) that need no recompilation "
         "apply to it (allocator tunables through GLIBC_TUNABLES, a spin-then-block pthread_spin_* shim, "
         "passive OpenMP waiting), run it with each, repeated until the 95 %% confidence interval of the mean "
         "wall time is within --precision, and report the measured speedup with its interval and the change "
@@ -113,7 +113,7 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
         description="Replay TRACE (from `vcpulab trace`) in the simulator: natively on the traced machine's "
         "CPUs (the prediction of the traced run's wall time), then natively and in each SCENARIO with "
         "--vcpus vCPUs; print δη_t and δη_r, the causes of the added time, and the mitigations of "
-        "digest §8 that apply, each simulated: the VM's speedup and the δη it leaves.",
+        "TPDS §7 and DIS that apply, each simulated: the VM's speedup and the δη it leaves.",
         epilog="example: vcpulab predict xz.vtrace --scenario OC --vcpus 8",
     )
     pr.add_argument("trace", metavar="TRACE", help="a trace file written by `vcpulab trace`")
@@ -151,7 +151,7 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
         description="Run tracer/workloads/spin_barrier natively with THREADS threads on CPUS CPUs, with its "
         "user-level spin barrier and with pthread_barrier_wait, and the simulator's spinbarrier and barrier "
         "workloads with the same threads, CPUs, rounds and work on a kernel with this machine's time slice: "
-        "the OC2 effect of digest §2.5, measured next to its prediction.",
+        "the OC2 effect of TPDS §6 (Fig. 10), measured next to its prediction.",
     )
     ov.add_argument("--threads", type=positive_int, default=4, metavar="N", help="threads (default 4)")
     ov.add_argument("--cpus", type=positive_int, metavar="N", help="CPUs (default: 2, or 1 on a 1-CPU machine)")
@@ -557,7 +557,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         out.print(table)
     if pred.mitigations:
         table = Table(
-            title="mitigations (digest §8), simulated, best first: the VM's time before / after, "
+            title="mitigations (TPDS §7, DIS), simulated, best first: the VM's time before / after, "
             "and δη against the native run with the same change",
             title_justify="left",
         )
@@ -617,7 +617,7 @@ def characterization_table(c: Characterization) -> Table:
         f"{c.sync_per_thread_s:,.1f}",
         f"{level[c.high_sync]} (>= {1000.0 / c.thresholds.slice_ms:.1f}/s: once per {c.thresholds.slice_ms:g} ms)",
     )
-    table.add_row("scalability type (digest §1.4)", str(c.scalability_type), _TYPES[c.scalability_type])
+    table.add_row("scalability type (DIS ch.4)", str(c.scalability_type), _TYPES[c.scalability_type])
     rates = c.to_json()["rates_per_s"]
     table.add_row(
         "voluntary context switches / s", _num(rates["voluntary_switches"]), f"{m.voluntary_switches:,} in all"

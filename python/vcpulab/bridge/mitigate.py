@@ -1,4 +1,4 @@
-"""``vcpulab mitigate -- PROGRAM ARGS``: the application-level mitigations of digest §8 that need
+"""``vcpulab mitigate -- PROGRAM ARGS``: the application-level mitigations of TPDS §7 that need
 no recompilation, tried on a real program natively and measured.
 
 ::
@@ -71,7 +71,7 @@ class Mitigation:
     """An application-level mitigation applied through the environment."""
 
     name: str
-    cause: str  # the digest §8 row it belongs to
+    cause: str  # the cause (TPDS §7) it belongs to
     what: str
     # The environment changes (given where the native libraries are).
     env: Callable[[], dict[str, str]]

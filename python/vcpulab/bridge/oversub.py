@@ -1,4 +1,4 @@
-"""``vcpulab oversubscription``: the OC2 effect of digest §2.5 on this machine's own cores.
+"""``vcpulab oversubscription``: the OC2 effect of TPDS §6 (Fig. 10) on this machine's own cores.
 More threads than CPUs, synchronised by a user-level spin barrier and by its blocking
 replacement (``pthread_barrier_wait``): measured with ``tracer/workloads/spin_barrier``, and
 predicted by the simulator's ``spinbarrier`` and ``barrier`` workloads with the same threads,

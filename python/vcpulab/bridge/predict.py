@@ -1,5 +1,5 @@
 """``vcpulab predict app.vtrace``: a traced real program replayed in the simulator, natively and
-in VM scenarios, with the causes of its overhead and the mitigations (digest §8) that help it.
+in VM scenarios, with the causes of its overhead and the mitigations (TPDS §7, DIS) that help it.
 
 ::
 
@@ -37,7 +37,7 @@ def run_cells(text: str, overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class SimMitigation:
-    """A mitigation of digest §8 as spec overrides, and when it applies to a VM result."""
+    """A mitigation (TPDS §7, DIS) as spec overrides, and when it applies to a VM result."""
 
     name: str
     cause: str

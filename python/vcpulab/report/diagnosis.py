@@ -82,7 +82,7 @@ def section(diagnoses: Sequence[Mapping[str, Any]]) -> Section:
         paragraph(
             "For each diagnosed cell: the causes of its overhead ranked by the CPU time they add over the native "
             "run (per instance), the descheduled vCPUs that made busy-waiting vCPUs wait (wait chains), and the "
-            "cell re-run with each applicable mitigation of digest §8, best first (docs/diagnose.md).",
+            "cell re-run with each applicable mitigation (TPDS §7, DIS), best first (docs/diagnose.md).",
             "what",
         )
     ]

@@ -391,11 +391,11 @@ def speedup(data: StoreData, figs: Figures, categories: Sequence[Mapping[str, An
     body += how(
         "S(n) = n₀ · t(n₀) / t(n): the time at the smallest vCPU count n₀ of the series over the time at n, scaled so "
         "that S(n₀) = n₀; t is t_native for native and t_virt (the measured instances' mean completion time) in VMs; "
-        "mean over seeds. E(n) = useful CPU time / (γ · completion time), the digest §1.4 efficiency-based speedup N × "
+        "mean over seeds. E(n) = useful CPU time / (γ · completion time), the DIS ch.4 efficiency-based speedup N × "
         "(useful / allocated CPU time): useful = the measured instance's threads' compute time (spinning and TLB waits "
         "excluded), γ = 1 natively and in UC, 1/k in OC and OC2 (the VM's share of the cores). Dotted: ideal (S = n). "
         "Series that share a simulation draw on top of each other (OC and OC2 share their VM run). Scalability type "
-        "(digest §1.4, from the native cell): 1 high parallelism / low synchronization, 2 low/high, 3 high/high, 4 "
+        "(DIS ch.4, from the native cell): 1 high parallelism / low synchronization, 2 low/high, 3 high/high, 4 "
         "low/low."
     )
     cols = ("workload", "scenario", "variant", "vcpus", "seeds", "t_s", "speedup", "efficiency_speedup")

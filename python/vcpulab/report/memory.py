@@ -1,4 +1,4 @@
-"""Memory and NUMA (TPDS §6.1 and §7.2; digest §1.6 and §2.6): CPI per vCPU count natively and
+"""Memory and NUMA (TPDS §6.1 and §7.2): CPI per vCPU count natively and
 in each VM series, remote memory accesses normalised to native per placement (NUMA hidden,
 exposed, numad, ...) and a table of the memory model's metrics; and the compact summary that
 ``vcpulab run`` prints (:func:`console_wanted`, :func:`console_rows`).

@@ -79,7 +79,7 @@ def categorization(data: StoreData, rows: Sequence[Mapping[str, Any]], th: analy
     tally = "; ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     body = (
         what(
-            "Each (workload, variant, vCPU count) in the TPDS overhead categories (digest §1.5) and the digest §1.4 "
+            "Each (workload, variant, vCPU count) in the TPDS overhead categories (TPDS §6) and the DIS ch.4 "
             "scalability type, as `vcpulab categorize` prints them."
         )
         + paragraph(f"Configurations per category: {tally}.")

@@ -1,10 +1,10 @@
-//! The overhead metrics of TPDS §1.1 and the weighted speedup of DIS ch.2 (digest §1.1–§1.3).
+//! The overhead metrics of TPDS and the weighted speedup of DIS ch.2.
 //!
 //! - `δη_r = (C_v − C_p) / C_p` (reduced resource efficiency),
 //! - `δη_t = (t_v·γ_v − t_p·γ_p) / (t_p·γ_p)` (reduced time efficiency),
 //! - `ω = (1 + δη_t) / (1 + δη_r)` (overhead impact factor),
 //! - weighted speedup `= Σ_i t_baseline / t_i` over co-running instances,
-//! - efficiency-based speedup (DIS ch.4, digest §1.4) `= N × useful / available`, with the
+//! - efficiency-based speedup (DIS ch.4) `= N × useful / available`, with the
 //!   decomposition of the available time.
 
 use serde::Serialize;
@@ -32,7 +32,7 @@ pub fn weighted_speedup(t_alone: f64, t_instances: &[f64]) -> f64 {
     t_instances.iter().map(|t| t_alone / t).sum()
 }
 
-/// Efficiency-based speedup (DIS ch.4, digest §1.4) and the decomposition of the CPU time
+/// Efficiency-based speedup (DIS ch.4) and the decomposition of the CPU time
 /// available to a workload: `available = useful + busy_wait + overhead + unused − borrowed`.
 ///
 /// - Physical machine: available = N cores × run time; `unused` is idle time; `overhead`

@@ -325,7 +325,7 @@ impl World {
         self.vcpu_halt(v);
     }
 
-    /// The guest cpuidle-haltpoll governor (`haltpoll_select`, ref §1.6): poll while the
+    /// The guest cpuidle-haltpoll governor (`haltpoll_select`, Linux drivers/cpuidle/governors/haltpoll.c): poll while the
     /// limit allows (tick kept running), else halt.
     fn step_haltpoll(&mut self, k: KernelId, cpu: u32) -> Step {
         let v = self.vcpu_of(k, cpu);

@@ -1,4 +1,4 @@
-//! The fair scheduler (CFS as in Linux 4.15, the TPDS kernel; ref §6.1).
+//! The fair scheduler (CFS as in Linux 4.15, the TPDS kernel; kernel/sched/fair.c).
 //!
 //! - Per-CPU run queues ordered by virtual runtime; `vruntime += delta × 1024 / weight`.
 //! - Slices: period = `latency` (or `nr × min_gran` beyond `latency / min_gran` tasks), split by
@@ -181,7 +181,7 @@ impl World {
         Some(se)
     }
 
-    /// `yield_to(p, preempt = true)` in the host (Linux 4.15 CFS; ref §6.5) from the task
+    /// `yield_to(p, preempt = true)` in the host (Linux 4.15 kernel/sched/core.c and `yield_to_task_fair`) from the task
     /// current on its CPU: -ESRCH when both run queues hold a single task; fails when the
     /// target is running or not runnable; otherwise marks the target as next buddy on its
     /// CPU (rescheduling that CPU), the caller as skip buddy on its own, and reschedules.

@@ -1,4 +1,4 @@
-//! TLB shootdowns (ref §4.2; digest §2.3, §3): the kernel side, native and in a guest, with
+//! TLB shootdowns (Linux arch/x86/mm/tlb.c, kernel/smp.c; TPDS §2, §6; S4U): the kernel side, native and in a guest, with
 //! the guest's flush policy (`[vm] tlb`).
 //!
 //! A thread that removes mappings flushes its own TLB (per page up to

@@ -1,9 +1,8 @@
 //! The cost table: every latency a mechanism charges, in nanoseconds.
 //!
-//! Defaults are for a Skylake-SP class server at 2.4 GHz (the TPDS testbed) and come from
-//! `shared/docs/reference/kvm-mechanisms.md` ("ref" below; section numbers in brackets).
-//! Cycle figures are converted at 2.4 GHz. Values the reference marks as estimates are
-//! marked *estimate* here too. Every value can be overridden in `[machine.costs]`; calibration
+//! Defaults are for a Skylake-SP class server at 2.4 GHz (the TPDS testbed); each field names its
+//! source (keys of docs/references.md). Cycle figures are converted at 2.4 GHz. Values no source
+//! measured are marked *estimate*. Every value can be overridden in `[machine.costs]`; calibration
 //! changes this table, never the mechanism code.
 
 use serde::{Deserialize, Serialize};
@@ -14,18 +13,18 @@ use serde::{Deserialize, Serialize};
 pub struct Costs {
     // ---- VM exits: exit + handling + entry, charged to the vCPU in the host layer ----
     /// HLT exit handled before the vCPU thread blocks (or polls). A trivial exit costs
-    /// ~1,000–2,500 cycles on Skylake–SPR (ref §7, *estimate*); 1,700 cycles ≈ 700 ns.
+    /// ~1,000–2,500 cycles on Skylake–SPR (kvm-unit-tests `vmexit`-style figures, *estimate*); 1,700 cycles ≈ 700 ns.
     pub exit_hlt: u64,
     /// TSC_DEADLINE MSR write exit (fastpath). `tscdeadline_immed` = 2,468 cycles with APICv
-    /// for write exit + timer exit + injection (ref §5.2, Wanpeng Li 2020): half ≈ 515 ns.
+    /// for write exit + timer exit + injection (Wanpeng Li 2020, TSCDL in docs/references.md, Skylake-SP): half ≈ 515 ns.
     pub exit_msr_tsc_deadline: u64,
     /// ICR MSR write exit (the guest sends an IPI). The guest IPI round trip is ~4,300 cycles
-    /// with APICv (ref §4.4): ~1,500 cycles of it are the sender's exit ≈ 625 ns (*estimate*).
+    /// with APICv (IPIV: kvm-unit-tests `ipi`): ~1,500 cycles of it are the sender's exit ≈ 625 ns (*estimate*).
     pub exit_msr_icr: u64,
-    /// EOI MSR write exit; only without APICv (ref §4.4, §3.6). A trivial exit ≈ 500 ns.
+    /// EOI MSR write exit; only without APICv and without PV EOI (Linux arch/x86/kernel/kvm.c). A trivial exit ≈ 500 ns.
     pub exit_msr_eoi: u64,
     /// VMX preemption-timer exit when the guest's deadline expires while it runs
-    /// (fastpath; other half of `tscdeadline_immed`, ref §5.2) ≈ 515 ns.
+    /// (fastpath; other half of `tscdeadline_immed`, TSCDL) ≈ 515 ns.
     pub exit_preemption_timer: u64,
     /// External-interrupt exit: a host interrupt (host tick, host IPI, or a kick without
     /// APICv) arrives while the vCPU is in guest mode. Trivial exit ≈ 500 ns (*estimate*).
@@ -33,13 +32,13 @@ pub struct Costs {
     /// PAUSE (PLE) exit handling, excluding the directed-yield decision ≈ 625 ns (*estimate*).
     pub exit_pause: u64,
     /// Delivery of a posted interrupt from a sender's exit to a running target (APICv):
-    /// notification IPI + PIR sync ≈ 300 ns (IPI round trip minus the two ends, ref §4.4).
+    /// notification IPI + PIR sync ≈ 300 ns (IPI round trip minus the two ends, IPIV).
     pub ipi_posted_latency: u64,
 
     // ---- native kernel operations (any kernel: host, native, guest) ----
     /// Sending an IPI natively (x2APIC ICR write) ≈ 150 ns (*estimate*).
     pub ipi_send: u64,
-    /// Native IPI delivery, send to handler entry: 0.5–2 µs (ref §7, *estimate*) → 1 µs.
+    /// Native IPI delivery, send to handler entry: 0.5–2 µs (common measurements, *estimate*) → 1 µs.
     pub ipi_latency: u64,
     /// An interrupt handler (reschedule IPI, timer interrupt) incl. entry/exit ≈ 400 ns
     /// (*estimate*).
@@ -50,26 +49,26 @@ pub struct Costs {
     pub timer_program: u64,
     /// A futex system call (wait or wake) excluding any IPI it sends ≈ 300 ns (*estimate*).
     pub syscall_futex: u64,
-    /// A thread context switch on one CPU: 1–2 µs (ref §7, lmbench-style, *estimate*).
+    /// A thread context switch on one CPU: 1–2 µs (lmbench-style measurements, *estimate*).
     pub context_switch: u64,
     /// Host switch between vCPU threads: context switch + vcpu_put/vcpu_load + entry,
-    /// 3–6 µs plus cache refill (ref §7, *estimate*) → 4 µs.
+    /// 3–6 µs plus cache refill (*estimate*) → 4 µs.
     pub vcpu_switch: u64,
     /// Exit latency of C1, the only idle state used (TPDS disabled deeper states): SKX 2 µs
-    /// (ref §7, linux: drivers/idle/intel_idle.c).
+    /// (linux: drivers/idle/intel_idle.c).
     pub c1_exit: u64,
     /// Local TLB flush (full, CR3 reload / INVPCID) ≈ 200 ns; single pages cost ~100 ns each
-    /// (ref §4.2, linux: arch/x86/mm/tlb.c comment). Used by the TLB shootdown model.
+    /// (linux: arch/x86/mm/tlb.c comment). Used by the TLB shootdown model.
     pub tlb_flush_local: u64,
     /// Flush handler run by a remote target of a shootdown (IPI handler + flush) ≈ 1 µs
-    /// (native shootdown of one target 1–3 µs, ref §7). Used by the TLB shootdown model.
+    /// (native shootdown of one target 1–3 µs, AMIT17, AMIT20). Used by the TLB shootdown model.
     pub tlb_flush_remote: u64,
 
     // ---- mechanisms of the KVM-mechanisms issue ----
-    /// One PAUSE instruction: ~140 cycles on Skylake-SP (Intel optimization manual, ref §7)
+    /// One PAUSE instruction: ~140 cycles on Skylake-SP (Intel optimization manual, OPT)
     /// ≈ 58 ns at 2.4 GHz. A PV spinlock waiter spins `SPIN_THRESHOLD` × this before halting.
     pub pause: u64,
-    /// One INVLPG (single-page flush) ≈ 100 ns (linux: arch/x86/mm/tlb.c comment, ref §4.2).
+    /// One INVLPG (single-page flush) ≈ 100 ns (linux: arch/x86/mm/tlb.c comment).
     pub invlpg: u64,
     /// An mm system call (munmap / madvise / mprotect): entry, VMA work and PTE zapping
     /// ≈ 1 µs (*estimate*), TLB flushing excluded.
@@ -85,7 +84,7 @@ pub struct Costs {
     pub ple_scan_per_vcpu: u64,
     /// Shoot4U: the hypervisor invalidating one running target vCPU's TLB from the sender's
     /// hypercall: host IPI to the target's pCPU, INVVPID there, acknowledgement — a native
-    /// IPI round trip of 2 × 0.5–2 µs (ref §7) → 2 µs (*estimate*; see docs/costs.md).
+    /// IPI round trip of 2 × 0.5–2 µs → 2 µs (*estimate*; see docs/costs.md).
     pub shoot4u_remote: u64,
 
     // ---- scalability and asymmetric vCPUs (DIS ch.4-5) ----

@@ -1,5 +1,5 @@
 //! The memory system seen by computation: NUMA latencies, per-node bandwidth and cross-socket
-//! data sharing (digest §2.6, DIS ch.2 §2.4.5).
+//! data sharing (TPDS §6.1, §7.2; DIS ch.2 §2.4.5).
 //!
 //! A compute operation of native duration `W` has a memory intensity `m`: the fraction of `W`
 //! stalled on memory when every access is served locally by an unloaded node (how profiles are

@@ -1,4 +1,4 @@
-//! APLE, the adaptive pause-loop-exiting threshold of APPLES (DIS ch.3; digest §4.2): one
+//! APLE, the adaptive pause-loop-exiting threshold of APPLES (DIS ch.3): one
 //! threshold per VM, tuned by trial.
 //!
 //! The VM's time is cut into *epochs* of a fixed number of PLE exits, so an epoch is short when

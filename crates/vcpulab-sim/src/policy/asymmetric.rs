@@ -1,4 +1,4 @@
-//! Dynamic asymmetric vCPUs (DIS ch.5, digest §6): what the host decides at the end of an
+//! Dynamic asymmetric vCPUs (DIS ch.5): what the host decides at the end of an
 //! allocation period, from what every vCPU did in it.
 //!
 //! The decision is a pure function of a [`VcpuPeriod`] per vCPU ([`decide`]); the world
@@ -319,8 +319,8 @@ mod tests {
     const LIVE: VmPeriod = VmPeriod { switch_ns: 0.0, live: true };
 
     #[test]
-    fn allocation_follows_the_digest_example() {
-        // Digest §6: 2 vCPUs given 40 ms each; vCPU0 used 35, vCPU1 used all 40 and is
+    fn allocation_follows_the_dis_example() {
+        // DIS ch.5: 2 vCPUs given 40 ms each; vCPU0 used 35, vCPU1 used all 40 and is
         // ready → predictions 35 and 44; the VM's 80 ms split as 35.4 and 44.6 ms.
         // With the literal rule (no damping of the fall: max_drop = 1).
         let v = [vcpu(0, 0, 40e6, 35e6, true), vcpu(0, 1, 40e6, 40e6, true)];

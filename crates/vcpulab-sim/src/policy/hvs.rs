@@ -1,4 +1,4 @@
-//! HVS, the heuristic vCPU selection of APPLES (DIS ch.3; digest §4.3): whom to run after a
+//! HVS, the heuristic vCPU selection of APPLES (DIS ch.3): whom to run after a
 //! PLE exit.
 //!
 //! Every ready (preempted) vCPU of the VM is on one of three lists, with the time it was

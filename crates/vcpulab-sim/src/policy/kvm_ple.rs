@@ -1,6 +1,6 @@
 //! KVM's PLE window (linux: arch/x86/kvm/x86.h `__grow_ple_window` / `__shrink_ple_window`,
 //! vmx.c `grow_ple_window` on every PLE exit and `shrink_ple_window` when a vCPU that was
-//! scheduled out is loaded again; ref §2.3), and a fixed window.
+//! scheduled out is loaded again; Linux arch/x86/kvm/vmx/vmx.c), and a fixed window.
 
 use crate::engine::SimTime;
 

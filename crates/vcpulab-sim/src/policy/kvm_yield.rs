@@ -1,5 +1,5 @@
 //! Directed yield on a PLE exit: KVM's `kvm_vcpu_on_spin` (linux: virt/kvm/kvm_main.c, the
-//! single-loop version with the Nov 2025 index fix; ref §2.4) and a no-yield baseline.
+//! single-loop version with the Nov 2025 index fix; Linux virt/kvm/kvm_main.c) and a no-yield baseline.
 
 use super::{yield_to_first, Candidate, YieldPolicy, YieldTo};
 

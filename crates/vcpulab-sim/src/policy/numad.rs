@@ -1,4 +1,4 @@
-//! A numad-like NUMA balancer (digest §2.6; numad(8)): a host daemon that, every interval,
+//! A numad-like NUMA balancer (TPDS §7.2; numad(8)): a host daemon that, every interval,
 //! measures each VM's CPU use and, when the VM would fit in fewer NUMA nodes than it spans,
 //! binds it to the nodes that hold most of its vCPUs: the vCPUs are re-pinned onto those
 //! nodes' cores and the memory is migrated there, costing host CPU time. It sizes by CPU use

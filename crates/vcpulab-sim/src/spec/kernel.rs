@@ -2,7 +2,7 @@
 //!
 //! Defaults follow the TPDS setup (Ubuntu 18.04, Linux 4.15: CFS, CONFIG_HZ=250, NO_HZ_IDLE,
 //! HLT idle in guests). CFS tunables are the normalised values scaled by
-//! `1 + ilog2(min(ncpus, 8))` (SCHED_TUNABLESCALING_LOG) unless set explicitly (ref §6.1).
+//! `1 + ilog2(min(ncpus, 8))` (SCHED_TUNABLESCALING_LOG) unless set explicitly (Linux 4.15 kernel/sched/fair.c).
 
 use serde::{Deserialize, Serialize};
 
@@ -19,11 +19,11 @@ pub enum IdlePolicy {
     Poll,
     /// The guest cpuidle-haltpoll driver and governor: poll for an adaptive time, then HLT;
     /// the guest disables host halt polling for its vCPUs (MSR_KVM_POLL_CONTROL = 0;
-    /// ref §1.6). Only meaningful in `[guest]`; in `[host]` it behaves as `halt`.
+    /// Linux drivers/cpuidle/governors/haltpoll.c). Only meaningful in `[guest]`; in `[host]` it behaves as `halt`.
     Haltpoll,
 }
 
-/// Guest halt-poll governor parameters (`/sys/module/haltpoll/parameters/`, ref §1.6).
+/// Guest halt-poll governor parameters (`/sys/module/haltpoll/parameters/`, Linux drivers/cpuidle/governors/haltpoll.c).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HaltpollSpec {
@@ -73,11 +73,11 @@ pub struct KernelSpec {
     pub daemons: DaemonSpec,
     /// Dynamic asymmetric vCPUs (`[host.asymmetric]`, DIS ch.5); only the host supports it.
     pub asymmetric: AsymmetricSpec,
-    /// A numad-like NUMA balancer (`[host.numad]`, digest §2.6); only the host supports it.
+    /// A numad-like NUMA balancer (`[host.numad]`, TPDS §7.2); only the host supports it.
     pub numad: NumadSpec,
 }
 
-/// A numad-like user-level NUMA balancer (digest §2.6; numad(8)). Every `interval` it
+/// A numad-like user-level NUMA balancer (TPDS §7.2; numad(8)). Every `interval` it
 /// measures each VM's CPU use; a VM that would fit fewer NUMA nodes than it spans (at
 /// `target_utilization` of each node's CPUs) is bound to the nodes holding most of its vCPUs:
 /// its vCPUs are re-pinned onto the run's cores of those nodes and its memory is migrated
@@ -117,9 +117,9 @@ impl NumadSpec {
     }
 }
 
-/// Dynamic asymmetric vCPUs (DIS ch.5, digest §6): a host policy run at the end of every
+/// Dynamic asymmetric vCPUs (DIS ch.5): a host policy run at the end of every
 /// allocation period (the host's scheduling period, `sched_latency`) over every VM's vCPUs,
-/// with three components, each switchable. Defaults are the digest's where it gives them
+/// with three components, each switchable. Defaults are DIS ch.5's where it gives them
 /// (+10 % growth, 10 % imbalance, 2× urgency conflicts); the others are the project's
 /// choices, documented in `docs/scalability.md`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -136,12 +136,12 @@ pub struct AsymmetricSpec {
     /// Resource-conflict resolver: swap vCPUs between cores when per-core allocation is
     /// imbalanced, or when high-urgency vCPUs conflict on a core.
     pub resolver: bool,
-    /// Demand growth of a vCPU that used all its time and is still ready (digest: 10 %).
+    /// Demand growth of a vCPU that used all its time and is still ready (DIS ch.5: 10 %).
     pub growth: f64,
     /// A vCPU "used all its time" when it consumed at least this fraction of it.
     pub full: f64,
     /// Largest fall of a vCPU's predicted demand per period, as a fraction of its
-    /// allocation (1 = the digest's literal rule, demand = consumption; see
+    /// allocation (1 = DIS ch.5's literal rule, demand = consumption; see
     /// `docs/scalability.md` for why the default damps it like the growth).
     pub max_drop: f64,
     /// Floor of a vCPU's allocation, as a fraction of its symmetric share.
@@ -152,9 +152,9 @@ pub struct AsymmetricSpec {
     pub latency_max: Option<Dur>,
     /// Factor by which a latency is lowered or raised per period.
     pub latency_step: f64,
-    /// Per-core allocation imbalance that triggers a swap (digest: 10 %).
+    /// Per-core allocation imbalance that triggers a swap (DIS ch.5: 10 %).
     pub imbalance: f64,
-    /// Urgency conflicts of the busiest core over the calmest that trigger swaps (digest: 2×).
+    /// Urgency conflicts of the busiest core over the calmest that trigger swaps (DIS ch.5: 2×).
     pub urgency_ratio: f64,
     /// Fewest urgency conflicts on the busiest core for an urgency swap.
     pub min_conflicts: u32,

@@ -5,13 +5,13 @@
 //! Defaults describe the TPDS testbed: Linux 4.15 host and guest, APICv on, IPIv absent,
 //! PLE on with KVM's adaptive window, host halt polling on, no PV TLB flush (it arrived in
 //! 4.16), PV EOI on (QEMU's default), the other PV features off (QEMU named CPU models do
-//! not enable them; ref §3).
+//! not enable them; Linux arch/x86/kernel/kvm.c, QEMU `kvm_default_props`).
 
 use serde::{Deserialize, Serialize};
 
 use super::types::Dur;
 
-/// Host halt polling (`kvm.halt_poll_ns` and friends; ref §1.3–§1.5).
+/// Host halt polling (`kvm.halt_poll_ns` and friends; Linux virt/kvm/kvm_main.c `kvm_vcpu_halt`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HaltPollSpec {
@@ -35,7 +35,7 @@ impl Default for HaltPollSpec {
     }
 }
 
-/// Pause-loop exiting and directed yield (`kvm_intel.ple_*`; ref §2).
+/// Pause-loop exiting and directed yield (`kvm_intel.ple_*`; Linux arch/x86/kvm/vmx/vmx.c, Intel SDM Vol. 3C).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PleSpec {
@@ -60,7 +60,7 @@ pub struct PleSpec {
     pub aple: ApleSpec,
 }
 
-/// APLE's parameters (DIS ch.3, digest §4.2), in TSC cycles and PLE exits.
+/// APLE's parameters (DIS ch.3), in TSC cycles and PLE exits.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApleSpec {
@@ -97,7 +97,7 @@ impl Default for PleSpec {
     }
 }
 
-/// Paravirtual features the guest uses (ref §3).
+/// Paravirtual features the guest uses (Linux arch/x86/kernel/kvm.c).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PvSpec {
@@ -122,7 +122,7 @@ impl Default for PvSpec {
     }
 }
 
-/// How the guest flushes remote TLBs (digest §2.3, §3).
+/// How the guest flushes remote TLBs (TPDS §2, §7; S4U).
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum TlbPolicy {
@@ -150,7 +150,7 @@ impl TlbPolicy {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct VmSpec {
-    /// APICv (posted interrupts, virtualized EOI). Default on (`enable_apicv`=Y, ref §4.4).
+    /// APICv (posted interrupts, virtualized EOI). Default on (`enable_apicv`=Y, Linux arch/x86/kvm/vmx/vmx.c).
     pub apicv: bool,
     /// IPI virtualization: no exit on the sender's ICR write (Sapphire Rapids+). Default off
     /// (the TPDS testbed predates it).
@@ -175,7 +175,7 @@ pub struct VmSpec {
     /// (`kvm_intel.preemption_timer`, default Y): expiry is a PREEMPTION_TIMER exit. `false`:
     /// a host hrtimer fires on the core (EXTERNAL_INTERRUPT exit).
     pub preemption_timer: bool,
-    /// The NUMA topology the guest sees (digest §2.6): `hidden` (default; one flat node, as
+    /// The NUMA topology the guest sees (TPDS §6.1, §7.2): `hidden` (default; one flat node, as
     /// QEMU presents a VM without `-numa` options, so the guest places threads and pages
     /// without node knowledge) or `exposed` (one virtual node per host node the VM's vCPUs
     /// are laid out on, each bound to that host node; the guest kernel is NUMA-aware).

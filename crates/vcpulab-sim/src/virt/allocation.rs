@@ -1,4 +1,4 @@
-//! Allocation periods (DIS ch.4, digest §1.4 and §5): the host's view of what each vCPU was
+//! Allocation periods (DIS ch.4): the host's view of what each vCPU was
 //! given and what it used, period by period, and the asymmetric-vCPU policy run at each
 //! period's end (DIS ch.5, [`crate::policy::asymmetric`]).
 //!

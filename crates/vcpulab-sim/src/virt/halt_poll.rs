@@ -1,4 +1,4 @@
-//! KVM halt polling (`kvm_vcpu_halt`, linux: virt/kvm/kvm_main.c; ref §1.3).
+//! KVM halt polling (`kvm_vcpu_halt`, linux: virt/kvm/kvm_main.c).
 //!
 //! After an HLT exit the vCPU thread busy-waits in the host for up to its window
 //! (`vcpu->halt_poll_ns`, clamped to the VM's maximum) hoping for a wake-up. Polling stops at

@@ -1,4 +1,4 @@
-//! The PLE exit handler (`handle_pause`, linux: arch/x86/kvm/vmx/vmx.c; ref §2.3–§2.4):
+//! The PLE exit handler (`handle_pause`, linux: arch/x86/kvm/vmx/vmx.c, and `kvm_vcpu_on_spin` in virt/kvm/kvm_main.c):
 //! grow the window through the VM's [`PleWindowPolicy`](crate::policy::PleWindowPolicy),
 //! then let its [`YieldPolicy`](crate::policy::YieldPolicy) pick directed-yield candidates,
 //! each tried with the host's `yield_to`.

@@ -1,4 +1,4 @@
-//! Paravirtual spinlock kicks and PV sched yield (ref §3.3, §3.4).
+//! Paravirtual spinlock kicks and PV sched yield (Linux kernel/locking/qspinlock_paravirt.h and arch/x86/kernel/kvm.c).
 //!
 //! - PV spinlocks: a kernel-lock waiter spins `pv.spin_threshold` PAUSEs, then halts
 //!   (`pv_wait` = HLT); the releaser that finds the next waiter halted kicks it with

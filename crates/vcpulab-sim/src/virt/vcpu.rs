@@ -45,7 +45,7 @@ pub enum VcpuRun {
     },
 }
 
-/// KVM's halt-polling statistics of one vCPU (ref §1.7).
+/// KVM's halt-polling statistics of one vCPU (Linux virt/kvm/kvm_main.c, `KVM_GENERIC_VCPU_STATS`).
 #[derive(Clone, Debug, Default)]
 pub struct HaltPollStats {
     /// `halt_attempted_poll`.

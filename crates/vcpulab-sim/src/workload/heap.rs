@@ -1,5 +1,5 @@
 //! A glibc-like per-thread heap (a non-main arena), enough to make heap churn cause TLB
-//! shootdowns as TPDS found (digest §2.3; ref §4.3).
+//! shootdowns as TPDS found (TPDS §6; glibc malloc/arena.c `shrink_heap`).
 //!
 //! - `malloc(n)` with `n >= mmap_threshold` maps a chunk of its own; freeing it unmaps it
 //!   (a shootdown) and, with the dynamic threshold, raises `mmap_threshold` to `n` and

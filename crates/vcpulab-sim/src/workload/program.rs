@@ -318,9 +318,9 @@ pub struct Meta {
     pub sync: Vec<String>,
     /// What the model is built from.
     pub basis: String,
-    /// Scalability type of the reference (digest §1.4; 0 = not classified).
+    /// Scalability type measured by DIS (ch.4, Table 4.1; 0 = not classified).
     pub scalability_type: u8,
-    /// Overhead classes of the reference.
+    /// Overhead categories found by TPDS (§6, Fig. 4).
     pub kvm_overhead: Vec<String>,
     /// Content hash of the definition (hex), set by whoever loads it.
     pub hash: String,

@@ -2,7 +2,7 @@
 //! thread's data lives, each node's bandwidth demand, the stretch of every compute segment,
 //! and the counters (local and remote accesses, CPI, bandwidth per node).
 //!
-//! Placement of a thread's data, by the kernel it runs in (digest §2.6):
+//! Placement of a thread's data, by the kernel it runs in (TPDS §6.1, §7.2):
 //! - **native**, and a guest with **NUMA exposed**: the kernel is NUMA-aware. First touch
 //!   places a thread's pages on its node and NUMA balancing keeps them with it, so its
 //!   private data is modelled as local to the node it runs on (for an exposed guest: the

@@ -100,7 +100,7 @@ pub struct ResponseRecord {
 }
 
 impl ResponseRecord {
-    /// BAS's QoS rule (digest §7): 97 % of requests within "good" and 99 % within
+    /// BAS's QoS rule (BAS, SPECweb2005): 97 % of requests within "good" and 99 % within
     /// "tolerable". None without a `qos` table.
     pub fn meets_qos(&self) -> Option<bool> {
         Some(self.good_frac? >= 0.97 && self.tolerable_frac? >= 0.99)
@@ -248,7 +248,7 @@ pub struct VcpuRecord {
     pub migrations: u64,
 }
 
-/// KVM's halt-polling statistics of a VM (ref §1.7).
+/// KVM's halt-polling statistics of a VM (Linux virt/kvm/kvm_main.c, `KVM_GENERIC_VCPU_STATS`).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct HaltPollRecord {
     /// `halt_exits`.
@@ -354,19 +354,19 @@ pub struct VmRecord {
     pub window_policy: String,
     /// See `window_policy`.
     pub yield_policy: String,
-    /// Its spinning cost over the run, as APLE measures it (digest §4.2).
+    /// Its spinning cost over the run, as APLE measures it (DIS ch.3).
     pub spin: SpinRecord,
     /// The epochs of an epoch-based window policy (APLE): start, end, threshold, inefficiency.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ple_epochs: Vec<crate::policy::WindowEpoch>,
-    /// Allocation periods over its vCPUs (ns; digest §1.4): time given, used, unused and
+    /// Allocation periods over its vCPUs (ns; DIS ch.4): time given, used, unused and
     /// borrowed, up to its instance's finish ([`crate::virt::allocation`]).
     pub allocation: AllocTotals,
     /// The allocation period (ns): the host's scheduling period.
     pub period_ns: u64,
 }
 
-/// A VM's spinning cost over a run (APLE's inefficiency, digest §4.2).
+/// A VM's spinning cost over a run (APLE's inefficiency, DIS ch.3).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct SpinRecord {
     /// PLE exits.

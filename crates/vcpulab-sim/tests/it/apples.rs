@@ -1,4 +1,4 @@
-//! APPLES (digest §4) at reduced size: the shipped `examples/apples.toml` with fewer workloads,
+//! APPLES (DIS ch.3) at reduced size: the shipped `examples/apples.toml` with fewer workloads,
 //! seeds and dbench cycles, checked against the shapes DIS reports.
 
 use std::collections::BTreeMap;

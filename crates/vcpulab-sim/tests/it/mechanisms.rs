@@ -41,7 +41,7 @@ fn heap_trim_threshold_removes_shootdowns() {
 #[test]
 fn blocking_costs_at_most_four_exits_per_operation() {
     // Barrier waits: tick stop (TSC_DEADLINE) + HLT on the waiter, ICR on the waker, tick
-    // restart (TSC_DEADLINE) when the waiter wakes (digest §2.1).
+    // restart (TSC_DEADLINE) when the waiter wakes (TPDS §2, §6).
     let r = run_text("[experiment]\nworkloads = [\"barrier\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n", &["vm.halt_poll.enabled=false"]);
     let e = &r[0].exits;
     let (hlt, icr, tsc) = (e["HLT"] as f64, e["MSR_WRITE_ICR"] as f64, e["MSR_WRITE_TSC_DEADLINE"] as f64);

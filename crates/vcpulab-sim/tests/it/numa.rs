@@ -1,4 +1,4 @@
-//! Memory, NUMA and cache opacity (digest §2.6, TPDS §6.1/§7.2) at reduced size: the shipped
+//! Memory, NUMA and cache opacity (TPDS §6.1/§7.2; DIS ch.2 §2.4.5) at reduced size: the shipped
 //! `examples/numa.toml` with fewer workloads and vCPU counts, checked against the shapes the
 //! research describes.
 

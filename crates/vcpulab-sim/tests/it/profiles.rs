@@ -70,7 +70,7 @@ fn strong_scaled_profiles_speed_up_and_every_profile_runs_at_small_n() {
 
 #[test]
 fn the_balanced_fork_join_beats_the_imbalanced_one_beside_cpu_hogs() {
-    // DIS ch.4 (digest §5): with equal slices per vCPU, the vCPU doing every sequential unit
+    // DIS ch.4: with equal slices per vCPU, the vCPU doing every sequential unit
     // is the bottleneck; rotating the sequential unit removes it.
     use vcpulab_sim::api::Plan;
     let text = "[experiment]\nworkloads = [\"forkjoin_imbalanced\", \"forkjoin_balanced\"]\nscenarios = [\"OC\"]\nvcpus = [8]\noc_vms = 4\ncorunner = \"cpuhog\"\n";

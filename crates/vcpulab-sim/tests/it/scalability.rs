@@ -1,4 +1,4 @@
-//! Scalability on big VMs and dynamic asymmetric vCPUs (digest §1.4, §5, §6) at reduced
+//! Scalability on big VMs and dynamic asymmetric vCPUs (DIS ch.4, ch.5) at reduced
 //! size: the shipped examples with fewer workloads, vCPU counts and seeds, checked against
 //! the shapes DIS describes.
 
