@@ -54,6 +54,11 @@ def gamma_notes(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
     return out
 
 
+def gamma_text(rows: Iterable[Mapping[str, Any]]) -> str:
+    """:func:`gamma_notes` as one paragraph (``""`` without OC and OC2 rows)."""
+    return " ".join(f"In {scenario}, {note}" for scenario, note in gamma_notes(rows))
+
+
 class Namer:
     """Labels of the series a figure distinguishes: the scenario, plus the variant when the
     store has several, plus k (``oc_vms``) for OC/OC2 when it has several, plus the thread
