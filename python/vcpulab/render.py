@@ -54,6 +54,7 @@ top host cost     the exit reason or host activity (SCHED = host scheduling of v
 LEGEND_INDENT = 18
 LEGEND_WIDTH = 104
 
+
 def stdout_console() -> Console:
     """A console for stdout; when stdout is not a terminal, wide enough not to squeeze tables."""
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ

@@ -77,7 +77,9 @@ def _legend(out: str) -> str:
 
 def test_legend_explains_oc_gamma_only_with_oc_rows(cli: RunCli) -> None:
     small = ["--set", "workloads.ep.params.iterations=200", "--no-store"]
-    oc = cli("run", "--workload", "ep", "--scenario", "native,OC", "--vcpus", "2", "--set", "experiment.oc_vms=2", *small)
+    oc = cli(
+        "run", "--workload", "ep", "--scenario", "native,OC", "--vcpus", "2", "--set", "experiment.oc_vms=2", *small
+    )
     assert oc.code == 0, oc.err
     legend = _legend(oc.out)
     flat = " ".join(legend.split())

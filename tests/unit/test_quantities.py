@@ -68,7 +68,7 @@ def test_run_and_report_speedups_are_one_definition() -> None:
         assert rec["t_s"] == p.t_s and rec["speedup"] == p.speedup
         assert rec["efficiency_speedup"] == p.eff_speedup
         # The report's n₀-scaled speedup is a differently named quantity.
-        assert rec["speedup_linear_to_n0"] == pytest.approx(n0 * p.speedup)
+        assert p.speedup is not None and rec["speedup_linear_to_n0"] == pytest.approx(n0 * p.speedup)
     native = {p.vcpus: p.speedup for c in curves if c.scenario == "native" for p in c.points}
     t2 = (1.01 + 1.02) / 2
     assert native[2] == 1.0 and native[4] == pytest.approx(t2 / (0.55 * 2.03 / 2))
@@ -120,7 +120,12 @@ def test_one_scalability_type_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     assert analysis.scalability_type(2.0, 99.0, 4, other) == _vcpulab.scalability_type(2.0, 99.0, 4, 0.5, 10.0) == 1
     # analysis has no rule of its own: it asks the simulator's.
     seen: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(analysis, "_scalability_type", lambda *a: seen.append(a) or 7)
+
+    def rule(*args: Any) -> int:
+        seen.append(args)
+        return 7
+
+    monkeypatch.setattr(analysis, "_scalability_type", rule)
     assert analysis.scalability_type(1.0, 2.0, 4, th) == 7 and seen == [(1.0, 2.0, 4, 0.75, 24.0)]
 
 

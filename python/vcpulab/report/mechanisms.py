@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import scaling
 from . import figures as F
 from .common import Figures, Namer, how, mean, what
-from .. import scaling
 from .data import CELL_KEY, StoreData, _query, load_ple_series, load_tlb, scenario_rank
 from .page import Section, Table, paragraph
 from .published import quantile
