@@ -106,6 +106,12 @@ def policies() -> list[_PolicyInfo]: ...
 def characterize(workload: str, cpus: int, seed: int, slice_ns: int, overrides: list[str]) -> str:
     """Run ``workload`` natively with n = ``cpus`` and characterize it; JSON text."""
 
+def scalability_type(
+    parallelism: float, sync_per_thread_s: float, cpus: int, high_parallelism: float = 0.75, slice_ms: float = 24.0
+) -> int:
+    """The digest §1.4 scalability type (1 high parallelism / low synchronization, 2 low/high,
+    3 high/high, 4 low/low): the rule of ``characterize-sim`` (Rust ``characterize::classify``)."""
+
 def bench(seconds: float) -> str: ...
 
 class PerfCounters:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._vcpulab import scalability_type as _scalability_type
 from .store import ResultsStore
 
 # A configuration: everything but the seed (its repetitions are the seeds).
@@ -174,9 +175,9 @@ def categorize(store: ResultsStore, th: Thresholds = Thresholds()) -> list[dict[
 
 
 def scalability_type(parallelism: float | None, sync: float | None, cpus: int, th: Thresholds) -> int | None:
-    """DIS ch.4: 1 high parallelism/low sync, 2 low/high, 3 high/high, 4 low/low."""
+    """DIS ch.4: 1 high parallelism/low sync, 2 low/high, 3 high/high, 4 low/low; ``None``
+    without both inputs. The rule is the simulator's (``characterize::classify``, also used by
+    ``vcpulab characterize-sim``), with ``th``'s cut-offs."""
     if parallelism is None or sync is None:
         return None
-    high_p = parallelism >= th.high_parallelism * cpus
-    high_s = sync >= 1000.0 / th.slice_ms
-    return {(True, False): 1, (False, True): 2, (True, True): 3, (False, False): 4}[(high_p, high_s)]
+    return _scalability_type(parallelism, sync, cpus, th.high_parallelism, th.slice_ms)

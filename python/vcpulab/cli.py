@@ -665,7 +665,7 @@ def _report(
         )
     else:
         console.print(render.results_table(ordered, info.columns))
-        console.print(render.legend())
+        console.print(render.legend(ordered))
     if info.published:
         settings = tomllib.loads(spec_text)
         console.print()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._vcpulab import Plan
+from .mitigations import CATALOGUE, Mitigation
 from .spec import toml_value
 
 VM_SCENARIOS = ("UC", "OC", "OC2")
@@ -358,53 +359,6 @@ def wait_chains(result: Mapping[str, Any], top: int = 5) -> dict[str, Any]:
 # --- mitigations -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Mitigation:
-    """A mitigation (TPDS §7, DIS): the cause it targets and the spec overrides that switch it on
-    for workload ``w`` (a function of the workload name, for application-level changes)."""
-
-    name: str
-    cause: str
-    overrides: Callable[[str], tuple[str, ...]]
-    applies: Callable[[Mapping[str, Any]], bool] = lambda r: True
-
-
-def _wl(workload: str, rest: str, value: Any) -> str:
-    return f"workloads.{workload}.{rest}={toml_value(value)}"
-
-
-CATALOGUE: tuple[Mitigation, ...] = (
-    Mitigation("PV TLB flush", "TLB shootdowns", lambda w: ('vm.tlb="pv"',)),
-    Mitigation("Shoot4U", "TLB shootdowns", lambda w: ('vm.tlb="shoot4u"',)),
-    Mitigation(
-        "allocator trim threshold / top pad",
-        "TLB shootdowns",
-        lambda w: (_wl(w, "heap.trim_threshold", "256MiB"), _wl(w, "heap.top_pad", "64MiB")),
-    ),
-    Mitigation("PV send-IPI", "TLB shootdowns", lambda w: ("vm.pv.send_ipi=true",)),
-    Mitigation("spin-then-block", "user spinning", lambda w: (_wl(w, "transform.spin", "spin_then_block"),)),
-    Mitigation("blocking replacement", "user spinning", lambda w: (_wl(w, "transform.spin", "block"),)),
-    Mitigation("PV spinlocks", "kernel spinning / LHP", lambda w: ("vm.pv.spinlocks=true",)),
-    Mitigation(
-        "fixed PLE window (16384 cycles)",
-        "kernel spinning / LHP",
-        lambda w: ('vm.ple.window_policy="fixed"', "vm.ple.window_cycles=16384"),
-    ),
-    Mitigation(
-        "PLE off",
-        "kernel spinning / LHP",
-        lambda w: ("vm.ple.enabled=false",),
-        lambda r: exits(r, "PAUSE_INSTRUCTION") > 0,
-    ),
-    Mitigation("no host halt polling", "blocking sync / halt polling", lambda w: ("vm.halt_poll.enabled=false",)),
-    Mitigation("guest haltpoll", "blocking sync / halt polling", lambda w: ('guest.idle="haltpoll"',)),
-    Mitigation("tick never stopped", "timer writes", lambda w: ("guest.tickless=false",)),
-    Mitigation("IPI virtualization", IPIS, lambda w: ("vm.ipiv=true",)),
-    Mitigation("PV send-IPI", IPIS, lambda w: ("vm.pv.send_ipi=true",)),
-    Mitigation("expose NUMA to the guest", MEMORY, lambda w: ('vm.numa="exposed"',)),
-    Mitigation("numad-like balancer", MEMORY, lambda w: ("host.numad.enabled=true",)),
-)
-
 SIGNIFICANT = 0.01
 """A cause is worth mitigating when it adds at least this fraction of the native cycles."""
 
@@ -428,20 +382,23 @@ def applicable(
     result: Mapping[str, Any],
     c_native_ns: float,
     settings: Mapping[str, Any] | None = None,
-) -> list[Mitigation]:
-    """The catalogue's mitigations for the significant causes, in the causes' order, each
-    once; none that the spec (``settings``, the materialised spec) already switches on."""
+) -> list[tuple[Mitigation, str]]:
+    """(mitigation, the cause it is tried for): the mitigations of the catalogue
+    (:data:`vcpulab.mitigations.CATALOGUE`) that a profile workload can have, for the
+    significant causes, in the causes' order, each once; none that the spec (``settings``, the
+    materialised spec) already switches on."""
     significant = [c.name for c in cause_list if c_native_ns and c.added_ns >= SIGNIFICANT * c_native_ns]
     seen: set[str] = set()
     out = []
     for cause in significant:
         for m in CATALOGUE:
-            if m.cause != cause or m.name in seen or not m.applies(result):
+            overrides = m.spec_overrides(str(result["workload"]))
+            if cause not in m.causes or overrides is None or m.id in seen or not m.requires(result):
                 continue
-            if settings is not None and all(_in_force(o, settings) for o in m.overrides(str(result["workload"]))):
+            if settings is not None and all(_in_force(o, settings) for o in overrides):
                 continue
-            seen.add(m.name)
-            out.append(m)
+            seen.add(m.id)
+            out.append((m, cause))
     return out
 
 
@@ -546,23 +503,24 @@ def run(
     settings = tomllib.loads(plan.spec_toml())
     mits = applicable(cause_list, result, float(result.get("c_native_ns") or 0.0), settings)
     on_plan(len(mits))
-    for m in mits:
+    for m, cause in mits:
         on_step(f"{label(cell)} with {m.name}")
-        extra = m.overrides(str(cell["workload"]))
+        extra = m.spec_overrides(str(cell["workload"])) or ()
         with_plan = Plan(text, source, [*overrides, *extra])
         k, _ = find_cell(with_plan.cells(), selected(with_plan.cells()))
         after = json.loads(with_plan.run_cell(k))
-        diag.mitigations.append(_mitigation_row(m, extra, result, after))
+        diag.mitigations.append(_mitigation_row(m, cause, extra, result, after))
     diag.mitigations.sort(key=lambda r: (r["delta_eta_t"], -r["speedup"], r["name"]))
     return diag
 
 
 def _mitigation_row(
-    m: Mitigation, extra: Sequence[str], before: Mapping[str, Any], after: Mapping[str, Any]
+    m: Mitigation, cause: str, extra: Sequence[str], before: Mapping[str, Any], after: Mapping[str, Any]
 ) -> dict[str, Any]:
     return {
+        "id": m.id,
         "name": m.name,
-        "cause": m.cause,
+        "cause": cause,
         "overrides": list(extra),
         "delta_eta_t": after["delta_eta_t"],
         "delta_eta_r": after["delta_eta_r"],

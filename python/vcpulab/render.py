@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +26,7 @@ from rich.text import Text
 
 from .ple import SPINLOCK_INTENSIVE_INEFFICIENCY, Classification, Matrix
 from .report import CDF_QUANTILES, CdfSummary, Comparison, metric_value, where_text
+from .report.common import gamma_notes
 from .report.memory import MemoryPoint, MemoryRow
 from .scaling import (
     ASYMMETRIC_COUNTS,
@@ -48,7 +50,9 @@ t_native, t_virt  simulated run time natively and in the VM
 weighted speedup  Σ baseline time / instance time over co-running instances (1 = baseline)
 exits/s           VM exits per simulated second
 top host cost     the exit reason or host activity (SCHED = host scheduling of vCPU threads)
-                  that took the most host time, and its share of host time"""
+                  that took the most host time in the measured VMs, and its share of their host time"""
+LEGEND_INDENT = 18
+LEGEND_WIDTH = 104
 
 
 def stdout_console() -> Console:
@@ -164,15 +168,33 @@ def exits_per_second(result: Mapping[str, Any]) -> float | None:
     return total / duration if duration > 0 else None
 
 
+def measured_host_ns_by_reason(result: Mapping[str, Any]) -> dict[str, float]:
+    """Host time (ns) by exit reason / host activity of the VMs that hold the measured instances
+    (``run.vms[i].host_ns_by_reason``): a co-runner's VMs are left out. Without the run record
+    (or without measured VMs in it), the result's ``host_ns_by_reason``, which covers every VM
+    of the run."""
+    run = result.get("run") or {}
+    measured = {i.get("vm") for i in run.get("instances") or () if not i.get("background")} - {None}
+    vms = [vm for vm in run.get("vms") or () if vm.get("vm") in measured]
+    if not vms:
+        return {r: float(ns) for r, ns in (result.get("host_ns_by_reason") or {}).items()}
+    out: dict[str, float] = {}
+    for vm in vms:
+        for r, ns in (vm.get("host_ns_by_reason") or {}).items():
+            out[r] = out.get(r, 0.0) + float(ns)
+    return out
+
+
 def top_host_reason(result: Mapping[str, Any]) -> str:
-    """The exit reason with the most host time, with its share of host time."""
-    by_reason: Mapping[str, float] = result.get("host_ns_by_reason") or {}
+    """The exit reason with the most host time in the measured VMs, with its share of their
+    host time: numerator and denominator over the same VMs
+    (:func:`measured_host_ns_by_reason`), so the share is at most 100 %."""
+    by_reason = measured_host_ns_by_reason(result)
     busy = {reason: ns for reason, ns in by_reason.items() if ns > 0}
     if not busy:
         return DASH
     reason = max(sorted(busy), key=lambda r: busy[r])
-    total = result.get("host_ns") or sum(busy.values())
-    return f"{reason} {100 * busy[reason] / total:.0f}%" if total else reason
+    return f"{reason} {100 * busy[reason] / sum(busy.values()):.0f}%"
 
 
 def results_table(results: Sequence[Mapping[str, Any]], columns: Sequence[str] = ()) -> Table:
@@ -583,8 +605,15 @@ def memory_table(rows: Sequence[MemoryRow]) -> Table:
     return _caption(table, *notes)
 
 
-def legend() -> Text:
-    return Text(LEGEND, style="dim")
+def legend(results: Sequence[Mapping[str, Any]] = ()) -> Text:
+    """The legend of :func:`results_table`; with OC or OC2 rows among ``results``, what their
+    δη_t compares with (γ_v/γ_p) and what a negative value means (:func:`gamma_notes`)."""
+    lines = [LEGEND]
+    for scenario, note in gamma_notes(results):
+        wrapped = textwrap.wrap(note, width=LEGEND_WIDTH - LEGEND_INDENT)
+        lines.append(f"{scenario:<{LEGEND_INDENT}}{wrapped[0]}")
+        lines += [" " * LEGEND_INDENT + w for w in wrapped[1:]]
+    return Text("\n".join(lines), style="dim")
 
 
 def workloads_table(items: Sequence[Mapping[str, Any]]) -> Table:

@@ -216,6 +216,19 @@ def _mean(values: Sequence[float]) -> float | None:
     return fmean(values) if values else None
 
 
+def eff_speedup(row: Mapping[str, Any]) -> float | None:
+    """A run's efficiency-based speedup (DIS ch. 4: ``N × useful / available``), as the simulator
+    computed it (Rust ``account::metrics::efficiency``): ``metrics.eff_speedup`` of a result, or
+    the ``eff_speedup`` column of a stored run. Nothing in Python recomputes it."""
+    value = _metric(row, "eff_speedup")
+    return value if value is not None else finite_number(row.get("eff_speedup"))
+
+
+def mean_eff_speedup(rows: Iterable[Mapping[str, Any]]) -> float | None:
+    """The mean :func:`eff_speedup` over ``rows`` that have one."""
+    return _mean([e for r in rows if (e := eff_speedup(r)) is not None])
+
+
 CurveKey = tuple[str, str, str]
 """(workload, scenario, variant)."""
 
@@ -276,35 +289,66 @@ class SpeedupCurve:
         return next((p for p in self.points if p.vcpus == vcpus), None)
 
 
+def relative_speedup(t_base: float | None, t: float | None) -> float | None:
+    """The measured (relative) speedup ``t(n₀) / t(n)``: the run time at the smallest vCPU count
+    of the series over the run time at ``n`` (1 at n₀). The one definition used by ``vcpulab
+    run`` and the report."""
+    return t_base / t if t_base is not None and t else None
+
+
+def speedup_linear_to_n0(base_vcpus: int, t_base: float | None, t: float | None) -> float | None:
+    """``n₀ · t(n₀) / t(n)``: the relative speedup scaled by n₀, i.e. normalised to one vCPU on
+    the assumption that the series scaled linearly up to n₀ (equal to :func:`relative_speedup`
+    when n₀ = 1). A different quantity from the measured speedup, named apart wherever shown:
+    the report plots it against the ideal ``S = n`` and the efficiency-based speedup, which are
+    per unit too."""
+    s = relative_speedup(t_base, t)
+    return None if s is None else base_vcpus * s
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One vCPU count of a series of run times: :func:`speedup_series`."""
+
+    vcpus: int
+    runs: int
+    t_s: float | None
+    speedup: float | None
+    """:func:`relative_speedup` against the series' n₀."""
+
+
+def speedup_series(times: Mapping[int, Sequence[float]]) -> tuple[int, list[SeriesPoint]]:
+    """n₀ (the smallest vCPU count with a run time) and, per vCPU count ascending, the mean run
+    time over the runs and the measured speedup :func:`relative_speedup`. ``times``: vCPU count
+    → the run times (:func:`run_time`) of the series' runs at that count."""
+    timed = [n for n in sorted(times) if times[n]]
+    base = timed[0] if timed else min(times)
+    t_base = _mean(times[base])
+    points = []
+    for n in sorted(times):
+        t = _mean(times[n])
+        points.append(SeriesPoint(n, len(times[n]), t, relative_speedup(t_base, t)))
+    return base, points
+
+
 def speedup_curves(rows: Sequence[Mapping[str, Any]]) -> list[SpeedupCurve]:
     """One curve per (workload, scenario, variant), workloads and variants in order of first
     appearance and scenarios in the usual order: at each vCPU count the mean run time over the
-    seeds, the measured speedup ``t̄(n₀) / t̄(n)`` (n₀: the smallest count with a time) and the
-    mean efficiency-based speedup."""
-    times: dict[CurveKey, dict[int, list[float]]] = {}
-    effs: dict[CurveKey, dict[int, list[float]]] = {}
+    seeds, the measured speedup ``t̄(n₀) / t̄(n)`` (n₀: the smallest count with a time;
+    :func:`speedup_series`) and the mean efficiency-based speedup."""
+    groups: dict[CurveKey, dict[int, list[Mapping[str, Any]]]] = {}
     for r in rows:
         key = (str(r["workload"]), str(r["scenario"]), row_variant(r))
-        vcpus = int(r["vcpus"])
-        by_vcpus = times.setdefault(key, {})
-        group = by_vcpus.setdefault(vcpus, [])
-        if (t := run_time(r)) is not None:
-            group.append(t)
-        eff = effs.setdefault(key, {}).setdefault(vcpus, [])
-        if (e := _metric(r, "eff_speedup")) is not None:
-            eff.append(e)
+        groups.setdefault(key, {}).setdefault(int(r["vcpus"]), []).append(r)
     curves = []
-    for key in sorted(times, key=_order(rows)):
-        by_vcpus = times[key]
-        timed = [n for n in sorted(by_vcpus) if by_vcpus[n]]
-        base = timed[0] if timed else min(by_vcpus)
-        t_base = _mean(by_vcpus[base])
-        points = []
-        for n in sorted(by_vcpus):
-            t = _mean(by_vcpus[n])
-            speedup = t_base / t if t_base is not None and t is not None else None
-            points.append(SpeedupPoint(n, len(by_vcpus[n]), t, speedup, _mean(effs[key][n])))
-        curves.append(SpeedupCurve(*key, base, tuple(points)))
+    for key in sorted(groups, key=_order(rows)):
+        by_vcpus = groups[key]
+        times = {n: [t for r in group if (t := run_time(r)) is not None] for n, group in by_vcpus.items()}
+        base, series = speedup_series(times)
+        points = tuple(
+            SpeedupPoint(p.vcpus, p.runs, p.t_s, p.speedup, mean_eff_speedup(by_vcpus[p.vcpus])) for p in series
+        )
+        curves.append(SpeedupCurve(*key, base, points))
     return curves
 
 

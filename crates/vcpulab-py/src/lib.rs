@@ -208,6 +208,16 @@ fn characterize(py: Python<'_>, workload: String, cpus: u32, seed: u64, slice_ns
     }
 }
 
+/// The digest §1.4 scalability type (1 high parallelism / low synchronization, 2 low/high,
+/// 3 high/high, 4 low/low) of a native run with `parallelism` average running threads and
+/// `sync_per_thread_s` voluntary switches per thread per second on `cpus` CPUs: the rule of
+/// `characterize-sim` (`high_parallelism`: the fraction of the CPUs; `slice_ms`: the time slice).
+#[pyfunction]
+#[pyo3(signature = (parallelism, sync_per_thread_s, cpus, high_parallelism=vcpulab_sim::characterize::HIGH_PARALLELISM, slice_ms=vcpulab_sim::characterize::DEFAULT_SLICE_NS as f64 / 1e6))]
+fn scalability_type(parallelism: f64, sync_per_thread_s: f64, cpus: u32, high_parallelism: f64, slice_ms: f64) -> u8 {
+    vcpulab_sim::characterize::classify(parallelism, sync_per_thread_s, cpus, high_parallelism, slice_ms * 1e6).scalability_type
+}
+
 /// Describes trace file `path` and the replay of process `pid` (None: the default choice); JSON.
 #[pyfunction]
 #[pyo3(signature = (path, pid=None))]
@@ -297,6 +307,7 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(workload_toml, m)?)?;
     m.add_function(wrap_pyfunction!(policies, m)?)?;
     m.add_function(wrap_pyfunction!(characterize, m)?)?;
+    m.add_function(wrap_pyfunction!(scalability_type, m)?)?;
     m.add_function(wrap_pyfunction!(trace_info, m)?)?;
     m.add_function(wrap_pyfunction!(bench_sim, m)?)?;
     Ok(())

@@ -64,6 +64,32 @@ pub fn scalability_type(high_parallelism: bool, high_sync: bool) -> u8 {
     }
 }
 
+/// The digest §1.4 classification of a native run: its levels of parallelism and
+/// synchronization and the scalability type they give.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Classification {
+    /// Whether `parallelism` ≥ `high_parallelism` × the CPUs.
+    pub high_parallelism: bool,
+    /// The synchronization cut-off: one voluntary switch per thread per time slice (per second).
+    pub sync_threshold_per_s: f64,
+    /// Whether the synchronization rate reaches the cut-off.
+    pub high_sync: bool,
+    /// [`scalability_type`] of the two levels.
+    pub scalability_type: u8,
+}
+
+/// The one rule of digest §1.4 (used by `characterize-sim` and, through the Python binding,
+/// by `vcpulab analyze`'s categories): parallelism (average running threads) is high at or
+/// above `high_parallelism` (a fraction, [`HIGH_PARALLELISM`] by default) of the `cpus`;
+/// synchronization (voluntary context switches per thread per second) is high at or above one
+/// per time slice of `slice_ns`.
+pub fn classify(parallelism: f64, sync_per_thread_s: f64, cpus: u32, high_parallelism: f64, slice_ns: f64) -> Classification {
+    let high_p = parallelism >= high_parallelism * f64::from(cpus);
+    let sync_threshold_per_s = 1e9 / slice_ns.max(1.0);
+    let high_s = sync_per_thread_s >= sync_threshold_per_s;
+    Classification { high_parallelism: high_p, sync_threshold_per_s, high_sync: high_s, scalability_type: scalability_type(high_p, high_s) }
+}
+
 /// Why a characterization failed.
 #[derive(Debug)]
 pub enum CharacterizeError {
@@ -98,10 +124,8 @@ pub fn of_result(r: &ScenarioResult, cpus: u32, slice_ns: u64, expected_type: u8
     let secs = i.finish_ns.max(1) as f64 * 1e-9;
     // The §1.4 inputs are metrics of every run (`mechanism_metrics`).
     let parallelism = r.metrics["parallelism"];
-    let high_parallelism = parallelism >= HIGH_PARALLELISM * f64::from(cpus);
     let sync_per_thread_s = r.metrics["sync_per_thread_s"];
-    let sync_threshold_per_s = 1e9 / slice_ns.max(1) as f64;
-    let high_sync = sync_per_thread_s >= sync_threshold_per_s;
+    let class = classify(parallelism, sync_per_thread_s, cpus, HIGH_PARALLELISM, slice_ns as f64);
     let spin = i.counters.spin_ns as f64;
     Characterization {
         workload: r.workload.clone(),
@@ -112,15 +136,31 @@ pub fn of_result(r: &ScenarioResult, cpus: u32, slice_ns: u64, expected_type: u8
         threads: i.threads,
         run_s: secs,
         parallelism,
-        high_parallelism,
+        high_parallelism: class.high_parallelism,
         sync_per_thread_s,
-        sync_threshold_per_s,
-        high_sync,
-        scalability_type: scalability_type(high_parallelism, high_sync),
+        sync_threshold_per_s: class.sync_threshold_per_s,
+        high_sync: class.high_sync,
+        scalability_type: class.scalability_type,
         spin_frac: if i.busy_ns > 0 { spin / i.busy_ns as f64 } else { 0.0 },
         blocks_per_s: i.counters.blocks as f64 / secs,
         shootdowns_per_s: i.tlb.shootdowns as f64 / secs,
         call_ipis_per_s: (i.tlb.ipis + i.membarrier.ipis) as f64 / secs,
         requests_per_s: i.responses.as_ref().map(|x| x.throughput_rps),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_uses_both_cut_offs_inclusively() {
+        // 8 CPUs: high parallelism from 6 running threads; 24 ms slice: high sync from 41.67/s.
+        let slice = DEFAULT_SLICE_NS as f64;
+        assert_eq!(classify(6.0, 1e9 / slice, 8, HIGH_PARALLELISM, slice).scalability_type, 3);
+        assert_eq!(classify(6.0, 41.0, 8, HIGH_PARALLELISM, slice).scalability_type, 1);
+        assert_eq!(classify(5.99, 42.0, 8, HIGH_PARALLELISM, slice).scalability_type, 2);
+        assert_eq!(classify(5.99, 41.0, 8, HIGH_PARALLELISM, slice).scalability_type, 4);
+        assert!((classify(1.0, 1.0, 1, HIGH_PARALLELISM, slice).sync_threshold_per_s - 1000.0 / 24.0).abs() < 1e-9);
     }
 }

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from .. import render
 from .._vcpulab import TraceError, trace_info
@@ -308,12 +309,16 @@ def mitigation_table(argv: list[str], base: mitigate.Runs, comparisons: list[mit
             str(len(c.runs.walls)),
             f"{statistics.fmean(c.runs.walls):.3f}",
             f"{c.speedup:.2f}×{ci}",
-            "—" if c.predicted is None else f"{c.predicted:.2f}×",
+            "—" if c.predicted is None else f"{c.predicted:.2f}×" + (" (disagrees)" if c.agrees is False else ""),
             _delta(base, c.runs, lambda m: m.count("syscalls:sys_enter_madvise")),
             _delta(base, c.runs, lambda m: m.tlb_shootdowns),
             _delta(base, c.runs, _switches),
             {True: "same", False: "DIFFERS", None: "varies"}[c.same_output],
         )
+    remarks = [r for c in comparisons if (r := c.remark) is not None]
+    if remarks:
+        table.caption = Text("\n".join(remarks), style="yellow")
+        table.caption_justify = "left"
     return table
 
 
@@ -334,6 +339,10 @@ def mitigate_json(argv: list[str], base: mitigate.Runs, comparisons: list[mitiga
                 "same_output": c.same_output,
                 "predicted_speedup": c.predicted,
                 "not_predicted": c.not_predicted,
+                # Whether the simulated speedup lies within the measured 95 % CI (null: nothing
+                # to compare), and when it does not, what the simulation leaves out.
+                "simulation_agrees": c.agrees,
+                "remark": c.remark,
                 "runs": [m.to_json() for m in c.runs.measurements],
             }
             for c in comparisons

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .. import mitigations
 from ..analysis import student_t, t_quantile
 from .launch import LaunchError, Measurement, run_measured
 from .native import library
@@ -68,21 +69,46 @@ def inspect_binary(path: str) -> Binary:
 
 @dataclass(frozen=True)
 class Mitigation:
-    """An application-level mitigation applied through the environment."""
+    """A mitigation of the catalogue (:data:`vcpulab.mitigations.CATALOGUE`) that a real
+    program can have through its environment, and when ``mitigate`` tries it."""
 
-    name: str
-    cause: str  # the cause (TPDS §7) it belongs to
-    what: str
-    # The environment changes (given where the native libraries are).
-    env: Callable[[], dict[str, str]]
+    entry: mitigations.Mitigation
     # Why it applies to this program and this baseline, or None.
     applies: Callable[[Binary, Measurement], str | None]
-    # The same change to a replayed trace (spec overrides of workload `app`), if the
-    # simulator models it.
-    simulated: tuple[str, ...] = ()
 
+    @property
+    def id(self) -> str:
+        return self.entry.id
 
-MALLOC_TUNABLES = "glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=67108864"
+    @property
+    def name(self) -> str:
+        return self.entry.id
+
+    @property
+    def cause(self) -> str:
+        return self.entry.cause
+
+    @property
+    def what(self) -> str:
+        return self.entry.what
+
+    @property
+    def simulated(self) -> tuple[str, ...]:
+        """The same change to a replayed trace (spec overrides of workload ``app``), empty when
+        the simulator does not model it."""
+        return self.entry.replay_overrides("app") or ()
+
+    def env(self) -> dict[str, str]:
+        """The environment changes (given where the native libraries are)."""
+        out: dict[str, str] = {}
+        for change in self.entry.environment:
+            if change.action == "append":
+                out.update(_merge_tunables(change.variable, change.value))
+            elif change.action == "preload":
+                out.update(_preload(change.value))
+            else:
+                out[change.variable] = change.value
+        return out
 
 
 def _count(m: Measurement, *events: str) -> int | None:
@@ -110,9 +136,9 @@ def _omp_applies(b: Binary, m: Measurement) -> str | None:
     return "OpenMP program (libgomp)" if b.uses_library("libgomp") else None
 
 
-def _merge_tunables(extra: str) -> dict[str, str]:
-    current = os.environ.get("GLIBC_TUNABLES")
-    return {"GLIBC_TUNABLES": f"{current}:{extra}" if current else extra}
+def _merge_tunables(variable: str, extra: str) -> dict[str, str]:
+    current = os.environ.get(variable)
+    return {variable: f"{current}:{extra}" if current else extra}
 
 
 def _preload(name: str) -> dict[str, str]:
@@ -121,30 +147,15 @@ def _preload(name: str) -> dict[str, str]:
     return {"LD_PRELOAD": f"{lib}:{current}" if current else lib}
 
 
-CATALOGUE: tuple[Mitigation, ...] = (
-    Mitigation(
-        "malloc-trim",
-        "TLB shootdowns",
-        f"allocator trim threshold 256 MiB and top pad 64 MiB (GLIBC_TUNABLES={MALLOC_TUNABLES})",
-        lambda: _merge_tunables(MALLOC_TUNABLES),
-        _malloc_applies,
-        ('workloads.app.heap.trim_threshold="256MiB"', 'workloads.app.heap.top_pad="64MiB"'),
-    ),
-    Mitigation(
-        "spin-then-block",
-        "user spinning",
-        "pthread_spin_* spin briefly, then block (LD_PRELOAD libspinblock.so)",
-        lambda: _preload("libspinblock.so"),
-        _spin_applies,
-        ('workloads.app.spinlocks="spin-then-block"',),
-    ),
-    Mitigation(
-        "omp-passive",
-        "user spinning",
-        "OpenMP threads block instead of spinning when idle (OMP_WAIT_POLICY=passive)",
-        lambda: {"OMP_WAIT_POLICY": "passive"},
-        _omp_applies,
-    ),
+APPLIES: dict[str, Callable[[Binary, Measurement], str | None]] = {
+    "malloc-trim": _malloc_applies,
+    "spin-then-block": _spin_applies,
+    "omp-passive": _omp_applies,
+}
+"""When ``mitigate`` tries each mitigation of the catalogue that has an environment transform."""
+
+CATALOGUE: tuple[Mitigation, ...] = tuple(
+    Mitigation(m, APPLIES[m.id]) for m in mitigations.CATALOGUE if m.environment and m.id in APPLIES
 )
 
 
@@ -246,6 +257,41 @@ class Comparison:
     # Why ``predicted`` is None: "not modelled", "not asked for (--no-predict)", or the reason the
     # baseline's trace could not be replayed.
     not_predicted: str | None = None
+    # The interval of ``predicted`` (None: one deterministic replay, a point).
+    predicted_ci: tuple[float, float] | None = None
+
+    @property
+    def agrees(self) -> bool | None:
+        """Whether the simulated speedup is within the measured one's interval (the intervals
+        overlap); None when there is no simulated speedup or no measured interval."""
+        return agrees(self.speedup_ci, self.predicted, self.predicted_ci)
+
+    @property
+    def remark(self) -> str | None:
+        """When the simulation and the measurement disagree: by how much, and what the
+        simulation's model of the mitigation leaves out (its catalogue entry's ``model``)."""
+        if self.agrees is not False or self.predicted is None or self.speedup_ci is None:
+            return None
+        lo, hi = self.speedup_ci
+        side = "more" if self.predicted < lo else "less"
+        return (
+            f"{self.mitigation.name}: measured {self.speedup:.2f}× [{lo:.2f}, {hi:.2f}] but simulated "
+            f"{self.predicted:.2f}×, outside the measured 95 % CI: the program gains {side} here than in the "
+            f"simulation, which does not model everything: {self.mitigation.entry.model}"
+        )
+
+
+def agrees(
+    measured_ci: tuple[float, float] | None,
+    simulated: float | None,
+    simulated_ci: tuple[float, float] | None = None,
+) -> bool | None:
+    """Whether a simulated value (or its interval ``simulated_ci``) overlaps the measured
+    interval ``measured_ci``; None when either is missing (one run has no interval)."""
+    if measured_ci is None or simulated is None:
+        return None
+    lo, hi = simulated_ci if simulated_ci is not None else (simulated, simulated)
+    return lo <= measured_ci[1] and hi >= measured_ci[0]
 
 
 def compare(base: Runs, mit: Mitigation, reason: str, runs: Runs) -> Comparison:

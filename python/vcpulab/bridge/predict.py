@@ -18,6 +18,7 @@ from typing import Any
 
 from .._vcpulab import Plan, trace_info
 from ..diagnose import exits, metric
+from ..mitigations import CATALOGUE, Mitigation
 
 WORKLOAD = "app"
 
@@ -35,43 +36,36 @@ def run_cells(text: str, overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
     return [json.loads(plan.run_cell(i)) for i in range(len(plan.cells()))]
 
 
-@dataclass(frozen=True)
-class SimMitigation:
-    """A mitigation (TPDS §7, DIS) as spec overrides, and when it applies to a VM result."""
-
-    name: str
-    cause: str
-    overrides: tuple[str, ...]
-    applies: Callable[[dict[str, Any]], bool]
-
-
 def _spins(r: dict[str, Any]) -> bool:
     """Whether the program's threads busy-waited in user space (spin locks)."""
     user = r.get("breakdown", {}).get("user", {})
     return any("spin" in cause and ns > 0 for cause, ns in user.items())
 
 
-CATALOGUE: tuple[SimMitigation, ...] = (
-    SimMitigation("PV TLB flush", "TLB shootdowns", ('vm.tlb="pv"',), lambda r: metric(r, "tlb_shootdowns") > 0),
-    SimMitigation("Shoot4U", "TLB shootdowns", ('vm.tlb="shoot4u"',), lambda r: metric(r, "tlb_shootdowns") > 0),
-    SimMitigation(
-        "allocator trim threshold / top pad",
-        "TLB shootdowns",
-        (f'workloads.{WORKLOAD}.heap.trim_threshold="256MiB"', f'workloads.{WORKLOAD}.heap.top_pad="64MiB"'),
-        lambda r: metric(r, "tlb_shootdowns") > 0,
-    ),
-    SimMitigation("PV send-IPI", "IPIs", ("vm.pv.send_ipi=true",), lambda r: metric(r, "ipis_tlb") > 0),
-    SimMitigation(
-        "no host halt polling", "blocking sync", ("vm.halt_poll.enabled=false",), lambda r: exits(r, "HLT") > 0
-    ),
-    SimMitigation("guest haltpoll", "blocking sync", ('guest.idle="haltpoll"',), lambda r: exits(r, "HLT") > 0),
-    SimMitigation(
-        "spin-then-block spin locks",
-        "user spinning",
-        (f'workloads.{WORKLOAD}.spinlocks="spin-then-block"',),
-        _spins,
-    ),
-)
+EVIDENCE: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "pv-tlb-flush": lambda r: metric(r, "tlb_shootdowns") > 0,
+    "shoot4u": lambda r: metric(r, "tlb_shootdowns") > 0,
+    "malloc-trim": lambda r: metric(r, "tlb_shootdowns") > 0,
+    "pv-send-ipi": lambda r: metric(r, "ipis_tlb") > 0,
+    "no-halt-poll": lambda r: exits(r, "HLT") > 0,
+    "guest-haltpoll": lambda r: exits(r, "HLT") > 0,
+    "spin-then-block": _spins,
+}
+"""The mitigations of the catalogue (:data:`vcpulab.mitigations.CATALOGUE`) ``predict`` tries,
+each with the evidence in a VM result that its cause is there; their transforms are the
+catalogue's replay transforms."""
+
+
+def tried(r: dict[str, Any]) -> list[tuple[Mitigation, tuple[str, ...]]]:
+    """(mitigation, its replay overrides) for each of :data:`EVIDENCE` whose evidence ``r``
+    shows, in the catalogue's order."""
+    out = []
+    for mit in CATALOGUE:
+        shows = EVIDENCE.get(mit.id)
+        overrides = mit.replay_overrides(WORKLOAD)
+        if shows is not None and overrides is not None and mit.requires(r) and shows(r):
+            out.append((mit, overrides))
+    return out
 
 
 @dataclass
@@ -136,17 +130,16 @@ def predict(
     results = run_cells(spec_text(trace, wanted, v, seed))
     pred = Prediction(info, native_run, results)
     for r in results[1:]:
-        for mit in CATALOGUE:
-            if not mit.applies(r):
-                continue
+        for mit, overrides in tried(r):
             on_step(f"{r['scenario']} with {mit.name}")
-            cell = run_cells(spec_text(trace, ["native", r["scenario"]], v, seed), mit.overrides)[-1]
+            cell = run_cells(spec_text(trace, ["native", r["scenario"]], v, seed), overrides)[-1]
             pred.mitigations.append(
                 {
                     "scenario": r["scenario"],
+                    "id": mit.id,
                     "name": mit.name,
                     "cause": mit.cause,
-                    "overrides": list(mit.overrides),
+                    "overrides": list(overrides),
                     "t_virt_s": cell["t_virt_s"],
                     # The VM's time before / after: what the user gains where they run.
                     "speedup": r["t_virt_s"] / cell["t_virt_s"],

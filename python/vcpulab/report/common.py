@@ -19,6 +19,46 @@ def mean(values: Iterable[float | None]) -> float | None:
     return sum(vs) / len(vs) if vs else None
 
 
+def _k_example(ks: Sequence[int]) -> str:
+    """``k = 2: −50 %`` for each k (at most three)."""
+    parts = [f"k = {k}: {(1 / k - 1) * 100:+.0f} %".replace("-", "−") for k in ks[:3]]
+    return ", ".join(parts) + (", ..." if len(ks) > 3 else "")
+
+
+def gamma_notes(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(scenario, note) for OC and OC2 when ``rows`` (results or stored cells) have some: what
+    their δη_t = (t_v·γ_v − t_p·γ_p)/(t_p·γ_p) compares with, and what a negative value means.
+    Shown under ``vcpulab run``'s table and in the report's captions and methods."""
+    rows = list(rows)
+    scenarios = {r.get("scenario") for r in rows}
+    out = []
+    if "OC" in scenarios:
+        ks = sorted({int(r["oc_vms"]) for r in rows if r.get("scenario") == "OC" and r.get("oc_vms")})
+        out.append(
+            (
+                "OC",
+                "k VMs share the cores and each is entitled to 1/k of them, so δη_t compares with γ_v/γ_p = 1/k: "
+                f"equal wall times give δη_t = 1/k − 1 ({_k_example(ks or [2])}), because the VM did its work with "
+                "1/k of the CPU, not because it is faster. A negative δη_t means the VM took less than k times the "
+                "native time with 1/k of the cores (e.g. the native run left cores idle).",
+            )
+        )
+    if "OC2" in scenarios:
+        out.append(
+            (
+                "OC2",
+                "the same k VMs against k native instances sharing the cores the same way (γ_v/γ_p = 1): equal wall "
+                "times give δη_t = 0.",
+            )
+        )
+    return out
+
+
+def gamma_text(rows: Iterable[Mapping[str, Any]]) -> str:
+    """:func:`gamma_notes` as one paragraph (``""`` without OC and OC2 rows)."""
+    return " ".join(f"In {scenario}, {note}" for scenario, note in gamma_notes(rows))
+
+
 class Namer:
     """Labels of the series a figure distinguishes: the scenario, plus the variant when the
     store has several, plus k (``oc_vms``) for OC/OC2 when it has several, plus the thread

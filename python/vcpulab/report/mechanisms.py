@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import scaling
 from . import figures as F
 from .common import Figures, Namer, how, mean, what
-from .data import StoreData, load_ple_series, load_tlb, load_useful, scenario_rank
+from .data import CELL_KEY, StoreData, _query, load_ple_series, load_tlb, scenario_rank
 from .page import Section, Table, paragraph
 from .published import quantile
 
@@ -276,48 +277,51 @@ def ple_window(data: StoreData, figs: Figures) -> Section:
 # --- (7) speedup curves -----------------------------------------------------------------------
 
 
-def gamma(scenario: str, oc_vms: int) -> float:
-    """The share of the N cores a measured instance is entitled to (TPDS γ): 1/k in OC and OC2."""
-    return 1.0 / oc_vms if scenario in ("OC", "OC2") else 1.0
-
-
-def speedup_records(
-    cells: Sequence[Mapping[str, Any]], useful: Sequence[Mapping[str, Any]], namer: Namer
-) -> list[dict[str, Any]]:
-    """Per workload, series and vCPU count: mean time over seeds, the speedup relative to the
-    smallest count and the efficiency-based speedup."""
-    eff: dict[tuple[Any, ...], list[float]] = {}
-    for u in useful:
-        e = u["compute_ns"] / (gamma(u["scenario"], u["oc_vms"]) * u["finish_ns"])
-        eff.setdefault((u["workload"], namer.key(u), u["vcpus"]), []).append(e)
-    times: dict[tuple[Any, ...], dict[int, list[float]]] = {}
+def speedup_records(cells: Sequence[Mapping[str, Any]], namer: Namer) -> list[dict[str, Any]]:
+    """Per workload, series and vCPU count: the mean time over seeds, the measured speedup
+    ``t(n₀) / t(n)`` relative to the smallest count (the one of ``vcpulab run``:
+    :func:`vcpulab.scaling.speedup_series`), the same scaled to one vCPU assuming linear scaling
+    up to n₀ (:func:`vcpulab.scaling.speedup_linear_to_n0`) and the mean efficiency-based speedup
+    the simulator computed (``eff_speedup``). ``cells`` are stored runs (with their
+    ``eff_speedup`` column when the store has one)."""
+    groups: dict[tuple[Any, ...], dict[int, list[Mapping[str, Any]]]] = {}
     variant: dict[tuple[Any, ...], str] = {}
     for c in cells:
-        t = c.get("t_native_s") if c["scenario"] == "native" else c.get("t_virt_s")
-        if t:
-            times.setdefault((c["workload"], namer.key(c)), {}).setdefault(c["vcpus"], []).append(float(t))
-            variant[(c["workload"], namer.key(c))] = c["variant"]
+        if scaling.run_time(c) is not None:
+            key = (c["workload"], namer.key(c))
+            groups.setdefault(key, {}).setdefault(c["vcpus"], []).append(c)
+            variant[key] = c["variant"]
     out = []
-    for (workload, key), by_n in sorted(times.items()):
-        ns = sorted(by_n)
-        n0 = ns[0]
-        t0 = mean(by_n[n0]) or 0.0
-        for n in ns:
-            t = mean(by_n[n]) or 0.0
+    for (workload, key), by_n in sorted(groups.items()):
+        times = {n: [t for c in group if (t := scaling.run_time(c)) is not None] for n, group in by_n.items()}
+        n0, series = scaling.speedup_series(times)
+        t0 = series[0].t_s
+        for p in series:
             out.append(
                 {
                     "workload": workload,
                     "series": namer.label(key),
                     "scenario": key[1],
                     "variant": variant[(workload, key)],
-                    "vcpus": n,
-                    "seeds": len(by_n[n]),
-                    "t_s": t,
-                    "speedup": n0 * t0 / t if t else None,
-                    "efficiency_speedup": mean(eff.get((workload, key, n), [])),
+                    "vcpus": p.vcpus,
+                    "seeds": p.runs,
+                    "t_s": p.t_s,
+                    "speedup": p.speedup,
+                    "speedup_linear_to_n0": scaling.speedup_linear_to_n0(n0, t0, p.t_s),
+                    "efficiency_speedup": scaling.mean_eff_speedup(by_n[p.vcpus]),
                 }
             )
     return out
+
+
+def _with_eff_speedup(data: StoreData) -> list[dict[str, Any]]:
+    """The store's cells with their ``eff_speedup`` column (the simulator's efficiency-based
+    speedup) when the store has it."""
+    if not data.has("eff_speedup"):
+        return data.cells
+    key = tuple(CELL_KEY)
+    eff = {tuple(r[k] for k in key): r["eff_speedup"] for r in _query(data, "eff_speedup")}
+    return [{**c, "eff_speedup": eff.get(tuple(c[k] for k in key))} for c in data.cells]
 
 
 def speedup(data: StoreData, figs: Figures, categories: Sequence[Mapping[str, Any]]) -> Section:
@@ -328,7 +332,7 @@ def speedup(data: StoreData, figs: Figures, categories: Sequence[Mapping[str, An
             title, anchor, f"one vCPU count only ({counts[0] if counts else 'none'}): speedup curves need at least two"
         )
     namer = Namer(data.cells)
-    records = speedup_records(data.cells, load_useful(data), namer)
+    records = speedup_records(_with_eff_speedup(data), namer)
     types: dict[str, dict[int, int]] = {}
     for c in categories:
         if c.get("scalability_type") is not None:
@@ -343,9 +347,8 @@ def speedup(data: StoreData, figs: Figures, categories: Sequence[Mapping[str, An
             pts = [r for r in mine if r["series"] == s]
             if len(pts) < 2:
                 continue
-            lines.append(
-                F.Line(f"{s} S", [r["vcpus"] for r in pts], [r["speedup"] for r in pts], marker="o", color=colors[s])
-            )
+            s1 = [r["speedup_linear_to_n0"] for r in pts]
+            lines.append(F.Line(f"{s} S₁", [r["vcpus"] for r in pts], s1, marker="o", color=colors[s]))
             e = [r for r in pts if r["efficiency_speedup"] is not None]
             if len(e) >= 2:
                 lines.append(
@@ -372,16 +375,16 @@ def speedup(data: StoreData, figs: Figures, categories: Sequence[Mapping[str, An
         )
         panels.append(F.LinePanel(f"{workload}{label}", lines, "vCPUs (n)", "speedup", ideal=True))
     legend = [(s, colors[s], "-") for s in all_series] + [
-        ("S: time-based", "#333", "-"),
+        ("S₁: time-based, per vCPU", "#333", "-"),
         ("E: efficiency-based", "#333", "--"),
-        ("ideal (S = n)", "#999", ":"),
+        ("ideal (S₁ = n)", "#999", ":"),
     ]
     if not panels:
         return Section.omit(title, anchor, "no series with two or more vCPU counts")
     shown = panels[:30]
     body = what(
-        "How each workload scales with the vCPU count, natively and in each VM scenario: the time-based speedup S "
-        "(solid) and the efficiency-based speedup E (dashed), with the workload's scalability type."
+        "How each workload scales with the vCPU count, natively and in each VM scenario: the time-based speedup per "
+        "vCPU S₁ (solid) and the efficiency-based speedup E (dashed), with the workload's scalability type."
     )
     body += figs.html(
         lambda: F.line_panels(shown, ncols=3, width=3.8, height=2.9, shared_legend=legend), "speedup curves"
@@ -389,14 +392,27 @@ def speedup(data: StoreData, figs: Figures, categories: Sequence[Mapping[str, An
     if len(shown) < len(panels):
         body += paragraph(f"Showing {len(shown)} of {len(panels)} workloads; the CSV has all.", "note")
     body += how(
-        "S(n) = n₀ · t(n₀) / t(n): the time at the smallest vCPU count n₀ of the series over the time at n, scaled so "
-        "that S(n₀) = n₀; t is t_native for native and t_virt (the measured instances' mean completion time) in VMs; "
-        "mean over seeds. E(n) = useful CPU time / (γ · completion time), the DIS ch.4 efficiency-based speedup N × "
-        "(useful / allocated CPU time): useful = the measured instance's threads' compute time (spinning and TLB waits "
-        "excluded), γ = 1 natively and in UC, 1/k in OC and OC2 (the VM's share of the cores). Dotted: ideal (S = n). "
+        "speedup (CSV) = t(n₀) / t(n), the measured speedup relative to the smallest vCPU count n₀ of the series, as "
+        "`vcpulab run` shows it; t is t_native for native and t_virt (the measured instances' mean completion time) in "
+        "VMs; mean over seeds. S₁ (plotted; CSV speedup_linear_to_n0) = n₀ · t(n₀) / t(n): the same normalised to one "
+        "vCPU on the assumption that the series scaled linearly up to n₀ (S₁(n₀) = n₀; S₁ = speedup when n₀ = 1), so "
+        "that it reads against the ideal S₁ = n and against E. E(n) = eff_speedup, the simulator's efficiency-based "
+        "speedup (DIS ch.4) N × useful / available: natively N − (idle + busy-waiting time) / run time, in a VM N − N "
+        "× (busy-waiting + switch-out overhead + unused slice − borrowed) / allocated slice; mean over seeds. "
+        "Dotted: ideal (S₁ = n). "
         "Series that share a simulation draw on top of each other (OC and OC2 share their VM run). Scalability type "
         "(DIS ch.4, from the native cell): 1 high parallelism / low synchronization, 2 low/high, 3 high/high, 4 "
         "low/low."
     )
-    cols = ("workload", "scenario", "variant", "vcpus", "seeds", "t_s", "speedup", "efficiency_speedup")
+    cols = (
+        "workload",
+        "scenario",
+        "variant",
+        "vcpus",
+        "seeds",
+        "t_s",
+        "speedup",
+        "speedup_linear_to_n0",
+        "efficiency_speedup",
+    )
     return Section(title, anchor, body, (Table.of("speedup", records, cols),))

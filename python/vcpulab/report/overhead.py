@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import figures as F
-from .common import Figures, Namer, how, mean, what
+from .common import Figures, Namer, gamma_text, how, mean, what
 from .data import VM_SCENARIOS, StoreData, load_busy, scenario_rank
 from .page import Section, Table, paragraph
 
@@ -119,7 +119,7 @@ def boxes(data: StoreData, figs: Figures) -> Section:
             "Each point is one workload's mean over its seeds. δη_r = (C_v − C_p)/C_p, δη_t = (t_v·γ_v − "
             "t_p·γ_p)/(t_p·γ_p), ω = (1 + δη_t)/(1 + δη_r): ω > 1 puts the overhead on the critical path. Boxes: "
             "quartiles and median; whiskers: the furthest points within 1.5 × the inter-quartile range; dots: every "
-            "workload. Dotted line: no overhead (0 %, ω = 1)."
+            "workload. Dotted line: no overhead (0 %, ω = 1). " + gamma_text(cells)
         )
     )
     return Section(title, anchor, body, (table,))
@@ -225,7 +225,7 @@ def per_workload(data: StoreData, figs: Figures) -> Section:
         "charged to the VM(s), m the number of measured instances (k in OC/OC2 without a co-runner, else 1) and C_p "
         "the native cycles per instance; they add up to δη_r (black tick) except for host time charged to no VM (split "
         "evenly over the instances; usually tiny, host daemons when configured). The same parts decide the high guest "
-        "/ high host categories below."
+        "/ high host categories below. " + gamma_text(cells)
     )
     columns = (
         "scenario",

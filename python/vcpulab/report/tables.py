@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import analysis
-from .common import how, inline, what
+from .common import gamma_text, how, inline, what
 from .data import StoreData, spec_settings
 from .page import Section, Table, paragraph
 from .published import Published, compare_published, where_text
@@ -317,6 +317,11 @@ def methods(data: StoreData, generated: str, command: str) -> Section:
     body += paragraph(
         "Fields a spec does not set take the defaults of the simulator build that ran it: the machine and cost table "
         "in docs/spec.md and docs/costs.md of that version.",
+        "how",
+    )
+    body += "<h3>Metrics</h3>" + paragraph(
+        "δη_r = (C_v − C_p)/C_p (extra cycles), δη_t = (t_v·γ_v − t_p·γ_p)/(t_p·γ_p) (time efficiency lost; γ: the "
+        "share of the cores a run is entitled to), ω = (1 + δη_t)/(1 + δη_r). " + gamma_text(data.cells),
         "how",
     )
     body += "<h3>How to cite</h3>"
