@@ -208,7 +208,7 @@ fn characterize(py: Python<'_>, workload: String, cpus: u32, seed: u64, slice_ns
     }
 }
 
-/// The digest §1.4 scalability type (1 high parallelism / low synchronization, 2 low/high,
+/// The DIS ch.4 scalability type (1 high parallelism / low synchronization, 2 low/high,
 /// 3 high/high, 4 low/low) of a native run with `parallelism` average running threads and
 /// `sync_per_thread_s` voluntary switches per thread per second on `cpus` CPUs: the rule of
 /// `characterize-sim` (`high_parallelism`: the fraction of the CPUs; `slice_ms`: the time slice).

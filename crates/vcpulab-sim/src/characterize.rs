@@ -64,7 +64,7 @@ pub fn scalability_type(high_parallelism: bool, high_sync: bool) -> u8 {
     }
 }
 
-/// The digest §1.4 classification of a native run: its levels of parallelism and
+/// The DIS ch.4 classification of a native run: its levels of parallelism and
 /// synchronization and the scalability type they give.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Classification {
@@ -78,7 +78,7 @@ pub struct Classification {
     pub scalability_type: u8,
 }
 
-/// The one rule of digest §1.4 (used by `characterize-sim` and, through the Python binding,
+/// The one rule of DIS ch.4 (used by `characterize-sim` and, through the Python binding,
 /// by `vcpulab analyze`'s categories): parallelism (average running threads) is high at or
 /// above `high_parallelism` (a fraction, [`HIGH_PARALLELISM`] by default) of the `cpus`;
 /// synchronization (voluntary context switches per thread per second) is high at or above one
