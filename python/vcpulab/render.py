@@ -644,7 +644,7 @@ def characterization_table(c: Mapping[str, Any]) -> Table:
     match = (
         ""
         if expected == 0
-        else (" (matches the reference)" if expected == c["scalability_type"] else f" (reference: type {expected})")
+        else (" (as in DIS Table 4.1)" if expected == c["scalability_type"] else f" (DIS Table 4.1: type {expected})")
     )
     table = Table(
         title=f"{c['workload']}: native, {c['cpus']} CPUs, {c['threads']} threads, {c['run_s'] * 1e3:.1f} ms simulated",
