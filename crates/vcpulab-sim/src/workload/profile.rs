@@ -104,6 +104,22 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     for (k, pv) in params {
         check_param(k, pv)?;
     }
+    // A parameter nothing refers to is a misspelling (`params.iteratons`): it would be
+    // silently ignored.
+    let mut used = std::collections::BTreeSet::new();
+    for (k, v) in t {
+        if k != "params" {
+            collect_refs(v, &mut used);
+        }
+    }
+    for k in params.keys() {
+        if !used.contains(k.as_str()) {
+            let others: Vec<&str> = params.keys().map(String::as_str).filter(|p| used.contains(p)).collect();
+            let hint = crate::spec::suggest::did_you_mean(k, others.iter().copied());
+            let known = if others.is_empty() { "none".to_string() } else { others.join(", ") };
+            return err(&format!("params.{k}"), format!("unknown parameter '{k}'{hint}: the workload never uses it (its parameters: {known})"));
+        }
+    }
     let small = |k: &str, max: i64| -> Result<i64, ParseError> {
         match t.get(k) {
             None => Ok(0),
@@ -503,6 +519,15 @@ fn size(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> 
             o => err(path, format!("expected a size like '64KiB' or an integer number of bytes (got {})", type_name(&o))),
         },
     )
+}
+
+/// Adds every parameter name referred to (`"$NAME"`) anywhere in `v` to `out`.
+fn collect_refs<'a>(v: &'a Value, out: &mut std::collections::BTreeSet<&'a str>) {
+    match v {
+        Value::Array(a) => a.iter().for_each(|x| collect_refs(x, out)),
+        Value::Table(t) => t.values().for_each(|x| collect_refs(x, out)),
+        v => out.extend(param_ref(v)),
+    }
 }
 
 /// The `params.NAME` a `"$NAME"` reference points to, if `v` is one.
