@@ -895,6 +895,9 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             let count = count(ctx.params, times, &format!("{p}.times"))?;
             let split = t.get("split").map(|v| flag(v, &format!("{p}.split"))).transpose()?.unwrap_or(false);
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
+            if body.as_array().is_some_and(Vec::is_empty) {
+                return err(&format!("{p}.body"), "expected at least one operation (an empty repeat does nothing)");
+            }
             let start = out.len();
             out.push(Instr::LoopStart { count, end: 0, split });
             ctx.loops += 1;
