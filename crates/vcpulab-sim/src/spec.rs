@@ -647,10 +647,7 @@ fn clean_serde_message(m: &str, path: &str) -> String {
         };
         return format!("expected a name (a string){example}");
     }
-    for (rust, user) in [
-        ("expected tuple struct ", "expected a value for "),
-        ("expected unit struct ", "expected a value for "),
-    ] {
+    for (rust, user) in [("expected tuple struct ", "expected a value for "), ("expected unit struct ", "expected a value for ")] {
         if let Some(i) = out.find(rust) {
             let name_end = out[i + rust.len()..].find(|c: char| !c.is_alphanumeric() && c != '_').map_or(out.len(), |j| i + rust.len() + j);
             let field = if path.is_empty() { "this field".to_string() } else { path.to_string() };
@@ -743,8 +740,12 @@ fn check_workload_tables(doc: &toml::Table) -> Result<(), (String, String)> {
         runs.extend(vs.iter().filter_map(|v| v.get("set")?.get(key)?.as_str().map(String::from)));
     }
     let builtins = builtin_names();
-    let suites: Vec<String> =
-        builtins.iter().copied().chain(runs.iter().map(String::as_str)).filter_map(|n| n.split_once('.').map(|(s, _)| s.to_string())).collect();
+    let suites: Vec<String> = builtins
+        .iter()
+        .copied()
+        .chain(runs.iter().map(String::as_str))
+        .filter_map(|n| n.split_once('.').map(|(s, _)| s.to_string()))
+        .collect();
     let canonical = |n: &str| resolve_builtin(n).ok().flatten();
     for (name, v) in w {
         if runs.contains(name) {

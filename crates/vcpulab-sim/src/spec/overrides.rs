@@ -250,7 +250,10 @@ mod tests {
     #[test]
     fn quoted_keys_are_single_segments() {
         let k = |s: &str| Seg::Key(s.into());
-        assert_eq!(keys("workloads.\"parsec.dedup\".params.fragments=68"), vec![k("workloads"), k("parsec.dedup"), k("params"), k("fragments")]);
+        assert_eq!(
+            keys("workloads.\"parsec.dedup\".params.fragments=68"),
+            vec![k("workloads"), k("parsec.dedup"), k("params"), k("fragments")]
+        );
         assert_eq!(keys("experiment.vary.'vm.tlb'=[\"ipi\"]"), vec![k("experiment"), k("vary"), k("vm.tlb")]);
         assert_eq!(keys("a.\"x=y\"=1"), vec![k("a"), k("x=y")]);
         assert_eq!(keys("experiment.vcpus[1]=4"), vec![k("experiment"), k("vcpus"), Seg::Index(1)]);

@@ -117,7 +117,10 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
             let others: Vec<&str> = params.keys().map(String::as_str).filter(|p| used.contains(p)).collect();
             let hint = crate::spec::suggest::did_you_mean(k, others.iter().copied());
             let known = if others.is_empty() { "none".to_string() } else { others.join(", ") };
-            return err(&format!("params.{k}"), format!("unknown parameter '{k}'{hint}: the workload never uses it (its parameters: {known})"));
+            return err(
+                &format!("params.{k}"),
+                format!("unknown parameter '{k}'{hint}: the workload never uses it (its parameters: {known})"),
+            );
         }
     }
     let small = |k: &str, max: i64| -> Result<i64, ParseError> {
