@@ -234,6 +234,21 @@ impl Plan {
     /// Validates a spec (see [`Spec::parse`]) and lists its cells.
     pub fn new(text: &str, source: &str, overrides: &[String]) -> Result<Plan, SpecError> {
         let spec = Spec::parse(text, source, overrides)?;
+        let e = &spec.experiment;
+        let n_variants = e.vary.values().fold(e.variants.len().max(1), |n, v| n.saturating_mul(v.len()));
+        let n_cells = [spec.workloads.len(), e.vcpus.0.len(), e.seeds.0.len(), e.scenarios.0.len()]
+            .iter()
+            .fold(n_variants, |n, &k| n.saturating_mul(k));
+        if n_cells > crate::spec::bounds::MAX_CELLS {
+            return Err(SpecError::new(
+                source,
+                "experiment",
+                format!(
+                    "{n_cells} cells (workloads x vcpus x seeds x scenarios x variants); expected at most {}: split the experiment",
+                    crate::spec::bounds::MAX_CELLS
+                ),
+            ));
+        }
         let mut variants = Vec::new();
         for (label, sets) in variant_sets(&spec.experiment.variants, &spec.experiment.vary) {
             if sets.is_empty() {

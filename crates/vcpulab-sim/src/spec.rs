@@ -10,6 +10,7 @@
 pub mod error;
 pub mod kernel;
 pub mod overrides;
+pub mod suggest;
 pub mod types;
 pub mod vm;
 
@@ -95,19 +96,45 @@ fn default_oc_vms() -> u32 {
 }
 
 /// The `[limits]` table: a run that reaches a limit ends with an error.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsSpec {
     /// Maximum virtual time of one run.
     pub max_virtual_time: Dur,
     /// Maximum number of events of one run.
     pub max_events: u64,
+    /// Maximum number of program steps (interpreted workload instructions, summed over
+    /// every thread) of one run: it ends work that takes no virtual time and no events, such
+    /// as a long `repeat` of `compute = "0ns"`.
+    pub max_steps: u64,
 }
 
 impl Default for LimitsSpec {
     fn default() -> Self {
-        LimitsSpec { max_virtual_time: Dur(600_000_000_000), max_events: 2_000_000_000 }
+        LimitsSpec { max_virtual_time: Dur(600_000_000_000), max_events: 2_000_000_000, max_steps: 10_000_000_000 }
     }
+}
+
+/// Documented maxima of a spec's sizes (docs/spec.md, "Size limits"): generous for real
+/// experiments, small enough that validation and one cell stay within memory and time.
+pub mod bounds {
+    /// Threads of one workload instance (`experiment.threads`, `corunner_threads`, a
+    /// workload's `threads` and its groups' sizes).
+    pub const MAX_THREADS: u32 = 4096;
+    /// Sockets of the machine.
+    pub const MAX_SOCKETS: u32 = 64;
+    /// Cores per socket.
+    pub const MAX_CORES_PER_SOCKET: u32 = 1024;
+    /// Hardware threads per core.
+    pub const MAX_THREADS_PER_CORE: u32 = 8;
+    /// Hardware threads (CPUs) of the whole machine.
+    pub const MAX_CPUS: u32 = 4096;
+    /// VMs of an OC/OC2 run (`experiment.oc_vms`).
+    pub const MAX_OC_VMS: u32 = 64;
+    /// Seeds of an experiment.
+    pub const MAX_SEEDS: usize = 10_000;
+    /// Cells of a plan (workloads × vCPU counts × seeds × scenarios × variants).
+    pub const MAX_CELLS: usize = 100_000;
 }
 
 /// The `[record]` table: what a run keeps beyond its summary.
@@ -239,15 +266,16 @@ impl Spec {
         // named built-ins are copied in, then every override (so workload fields land on the copies).
         let outside: Vec<_> = sets.iter().filter(|o| !o.dotted.starts_with("workloads.")).cloned().collect();
         overrides::apply_all(&mut doc, &outside)?;
-        materialize_builtins(&mut doc, source)?;
+        materialize_builtins(&mut doc, &|path: &str| overrides::blame(&sets, source, path))?;
         overrides::apply_all(&mut doc, &sets)?;
         fold_suite_tables(&mut doc);
         let materialized = toml::to_string(&doc).unwrap_or_default();
         let blame = |path: String| overrides::blame(&sets, source, &path);
+        check_workload_tables(&doc).map_err(|(path, m)| SpecError::new(blame(path.clone()), path, m))?;
         let vms_table = doc.remove("vms");
         let file: SpecFile = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
             let path = e.path().to_string();
-            SpecError::new(blame(path.clone()), path, clean_serde_message(&e.inner().to_string()))
+            SpecError::new(blame(path.clone()), path.clone(), clean_serde_message(&e.inner().to_string(), &path))
         })?;
         let check = |section: &str, r: Result<(), (String, String)>| {
             r.map_err(|(f, m)| {
@@ -384,7 +412,8 @@ fn parse_vm_overrides(
         merge(&mut merged, over);
         let spec: VmSpec = serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
             let p = format!("{path}.{}", e.path());
-            SpecError::new(blame(p.clone()), p, clean_serde_message(&e.inner().to_string()))
+            let message = clean_serde_message(&e.inner().to_string(), &format!("vm.{}", e.path()));
+            SpecError::new(blame(p.clone()), p, message)
         })?;
         spec.check().map_err(|(f, m)| {
             let p = format!("{path}.{f}");
@@ -425,11 +454,15 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
             ));
         }
     }
-    if e.threads == Some(0) {
-        return Err(("threads".into(), "expected an integer >= 1 (got 0)".into()));
+    for (field, value) in [("threads", e.threads), ("corunner_threads", e.corunner_threads)] {
+        if let Some(t) = value {
+            if t == 0 || t > bounds::MAX_THREADS {
+                return Err((field.into(), format!("expected an integer in 1..={} (threads per instance) (got {t})", bounds::MAX_THREADS)));
+            }
+        }
     }
-    if e.corunner_threads == Some(0) {
-        return Err(("corunner_threads".into(), "expected an integer >= 1 (got 0)".into()));
+    if e.seeds.0.len() > bounds::MAX_SEEDS {
+        return Err(("seeds".into(), format!("expected at most {} seeds (got {})", bounds::MAX_SEEDS, e.seeds.0.len())));
     }
     for (key, values) in &e.vary {
         if values.is_empty() {
@@ -469,8 +502,8 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
             }
         }
     }
-    if e.oc_vms < 2 {
-        return Err(("oc_vms".into(), format!("expected at least 2 co-running VMs (got {})", e.oc_vms)));
+    if e.oc_vms < 2 || e.oc_vms > bounds::MAX_OC_VMS {
+        return Err(("oc_vms".into(), format!("expected 2..={} co-running VMs (got {})", bounds::MAX_OC_VMS, e.oc_vms)));
     }
     Ok(())
 }
@@ -509,7 +542,7 @@ fn fold_suite_tables(doc: &mut toml::Table) {
     }
 }
 
-fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecError> {
+fn materialize_builtins(doc: &mut toml::Table, blame: &dyn Fn(&str) -> String) -> Result<(), SpecError> {
     let mut names: Vec<String> = match doc.get("experiment").and_then(|e| e.get("workloads")) {
         Some(toml::Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
         Some(toml::Value::String(s)) => vec![s.clone()],
@@ -544,7 +577,7 @@ fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecE
         let field = if i < n_listed { format!("experiment.workloads[{i}]") } else { "experiment.corunner".to_string() };
         if let Err(candidates) = resolve_builtin(name) {
             return Err(SpecError::new(
-                source.to_string(),
+                blame(&field),
                 field,
                 format!("workload '{name}' is ambiguous: it can mean {} (write the full name)", candidates.join(" or ")),
             ));
@@ -552,10 +585,11 @@ fn materialize_builtins(doc: &mut toml::Table, source: &str) -> Result<(), SpecE
         let Some(text) = builtin_text(name) else {
             let mut known: Vec<String> = builtin_names().into_iter().map(String::from).collect();
             known.extend(defined.iter().cloned());
+            let hint = suggest::did_you_mean(name, known.iter().map(String::as_str));
             return Err(SpecError::new(
-                source.to_string(),
+                blame(&field),
                 field,
-                format!("unknown workload '{name}' (known: {}; or define [workloads.{name}])", known.join(", ")),
+                format!("unknown workload '{name}'{hint} (known: {}; or define [workloads.{name}])", known.join(", ")),
             ));
         };
         let table: toml::Table = toml::from_str(text).expect("built-in workloads are valid TOML (tested)");
@@ -574,10 +608,174 @@ fn content_hash(v: &toml::Value) -> String {
     Sha256::digest(text.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Serde messages mention Rust types; keep them short and about the file.
-fn clean_serde_message(m: &str) -> String {
+/// Serde messages mention Rust types (`expected struct HaltPollSpec`, `expected u32`); say
+/// what the spec should hold instead, in the user's words, and suggest the closest name for
+/// an unknown field or variant. `path` is the dotted path of the value at fault.
+fn clean_serde_message(m: &str, path: &str) -> String {
     let first = m.lines().next().unwrap_or(m).trim();
-    first.replace("invalid type: ", "").replace("invalid value: ", "")
+    let mut out = first.replace("invalid type: ", "").replace("invalid value: ", "");
+    for (what, list) in [("unknown field `", "expected one of "), ("unknown variant `", "expected one of ")] {
+        let Some(rest) = out.strip_prefix(what) else { continue };
+        let Some((name, tail)) = rest.split_once('`') else { continue };
+        let expected: Vec<String> = tail.split('`').skip(1).step_by(2).map(String::from).collect();
+        let kind = if what.contains("field") { "field" } else { "value" };
+        let hint = suggest::did_you_mean(name, expected.iter().map(String::as_str));
+        let listed = match expected.len() {
+            0 => " (there are none)".to_string(),
+            _ => format!(" ({list}{})", expected.join(", ")),
+        };
+        return format!("unknown {kind} '{name}'{hint}{listed}");
+    }
+    if let Some(i) = out.find("expected struct ") {
+        let fields = default_fields(path);
+        let mut words = match &fields {
+            Some(f) if !f.is_empty() => format!("expected a table with fields {}", f.join(", ")),
+            _ => "expected a table".to_string(),
+        };
+        if out[..i].starts_with("boolean") && fields.as_ref().is_some_and(|f| f.iter().any(|k| k == "enabled")) {
+            let value = out[..i].split('`').nth(1).unwrap_or("false");
+            words.push_str(&format!(" (to switch it on or off: {path}.enabled = {value})"));
+        }
+        let found = out[..i].trim_end_matches([',', ' ']).to_string();
+        return format!("{words}, got {found}");
+    }
+    if out.contains("expected string only") || out.contains("expected enum ") {
+        // A name from a fixed set (`vm.tlb = "pv"`) given as another type.
+        let example = match default_at(path) {
+            Some(toml::Value::String(d)) => format!(" such as \"{d}\""),
+            _ => String::new(),
+        };
+        return format!("expected a name (a string){example}");
+    }
+    for (rust, user) in [("expected tuple struct ", "expected a value for "), ("expected unit struct ", "expected a value for ")] {
+        if let Some(i) = out.find(rust) {
+            let name_end = out[i + rust.len()..].find(|c: char| !c.is_alphanumeric() && c != '_').map_or(out.len(), |j| i + rust.len() + j);
+            let field = if path.is_empty() { "this field".to_string() } else { path.to_string() };
+            out = format!("{}{user}{field}{}", &out[..i], &out[name_end..]);
+        }
+    }
+    for (rust, user) in [
+        ("expected u8", "expected an integer in 0..=255"),
+        ("expected u16", "expected an integer in 0..=65535"),
+        ("expected u32", "expected an integer in 0..=4294967295"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected i8", "expected an integer in -128..=127"),
+        ("expected i16", "expected an integer in -32768..=32767"),
+        ("expected i32", "expected an integer in -2147483648..=2147483647"),
+        ("expected i64", "expected an integer"),
+        ("expected f32", "expected a number"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected a list"),
+        ("expected a map", "expected a table"),
+        ("expected a borrowed string", "expected a string"),
+    ] {
+        if let Some(i) = out.find(rust) {
+            let end = i + rust.len();
+            if out[end..].chars().next().is_none_or(|c| !c.is_alphanumeric()) {
+                out = format!("{}{user}{}", &out[..i], &out[end..]);
+            }
+        }
+    }
+    out
+}
+
+/// The fields of the table at `path` in a spec with every default filled in (`vm.halt_poll`
+/// → enabled, max, ...), when that path is a table.
+fn default_fields(path: &str) -> Option<Vec<String>> {
+    default_at(path)?.as_table().map(|t| t.keys().cloned().collect())
+}
+
+/// The default value at `path` (`vms.N.x` is looked up as `vm.x`), if the spec has one.
+fn default_at(path: &str) -> Option<toml::Value> {
+    let mut doc = toml::Table::new();
+    let mut put = |k: &str, v: Result<toml::Table, toml::ser::Error>| {
+        if let Ok(t) = v {
+            doc.insert(k.to_string(), toml::Value::Table(t));
+        }
+    };
+    put("machine", toml::Table::try_from(MachineSpec::default()));
+    put("host", toml::Table::try_from(KernelSpec::default()));
+    put("guest", toml::Table::try_from(KernelSpec::default()));
+    put("vm", toml::Table::try_from(VmSpec::default()));
+    put("limits", toml::Table::try_from(LimitsSpec::default()));
+    put("record", toml::Table::try_from(RecordSpec::default()));
+    put("report", toml::Table::try_from(ReportSpec::default()));
+    let mut parts: Vec<&str> = path.split('.').collect();
+    if parts.first() == Some(&"vms") && parts.len() >= 2 {
+        parts.splice(0..2, ["vm"]);
+    }
+    let mut cur = doc.get(*parts.first()?)?;
+    for p in parts.iter().skip(1).filter(|p| !p.is_empty()) {
+        cur = cur.as_table()?.get(*p)?;
+    }
+    Some(cur.clone())
+}
+
+/// Fields that make a `[workloads.NAME]` table a definition of its own (rather than a patch
+/// of a built-in's parameters or settings).
+const DEFINITION_KEYS: [&str; 3] = ["program", "groups", "trace"];
+
+/// Every `[workloads.NAME]` table must be a workload the experiment runs (listed, the
+/// co-runner, or a co-runner of a variant), or a full definition: a table that only patches
+/// a workload nobody runs is a misspelling (`workloads.lcok.params.iters`).
+fn check_workload_tables(doc: &toml::Table) -> Result<(), (String, String)> {
+    let Some(toml::Value::Table(w)) = doc.get("workloads") else { return Ok(()) };
+    let experiment = doc.get("experiment").and_then(toml::Value::as_table);
+    let mut runs: Vec<String> = match experiment.and_then(|e| e.get("workloads")) {
+        Some(toml::Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+        Some(toml::Value::String(s)) => vec![s.clone()],
+        _ => return Ok(()), // serde reports it
+    };
+    if let Some(c) = experiment.and_then(|e| e.get("corunner")).and_then(toml::Value::as_str) {
+        runs.push(c.to_string());
+    }
+    // Co-runners a variant switches to (`vary = { "experiment.corunner" = [...] }`, or a named
+    // variant's `set`).
+    let key = "experiment.corunner";
+    if let Some(toml::Value::Array(values)) = experiment.and_then(|e| e.get("vary")).and_then(|v| v.get(key)) {
+        runs.extend(values.iter().filter_map(|v| v.as_str().map(String::from)));
+    }
+    if let Some(toml::Value::Array(vs)) = experiment.and_then(|e| e.get("variants")) {
+        runs.extend(vs.iter().filter_map(|v| v.get("set")?.get(key)?.as_str().map(String::from)));
+    }
+    let builtins = builtin_names();
+    let suites: Vec<String> = builtins
+        .iter()
+        .copied()
+        .chain(runs.iter().map(String::as_str))
+        .filter_map(|n| n.split_once('.').map(|(s, _)| s.to_string()))
+        .collect();
+    let canonical = |n: &str| resolve_builtin(n).ok().flatten();
+    for (name, v) in w {
+        if runs.contains(name) {
+            continue;
+        }
+        let t = match v {
+            toml::Value::Table(t) => t,
+            _ => continue, // parse_workload reports it if it is run
+        };
+        if DEFINITION_KEYS.iter().any(|k| t.contains_key(*k)) {
+            continue;
+        }
+        // `workloads.parsec.dedupp...` arrives as a suite table holding the misspelt name.
+        let full = match (suites.contains(name), t.iter().next()) {
+            (true, Some((short, toml::Value::Table(_)))) if t.len() == 1 => format!("{name}.{short}"),
+            _ => name.clone(),
+        };
+        if canonical(&full).is_some_and(|c| runs.iter().any(|r| canonical(r) == Some(c))) {
+            continue; // `parsec.dedup` patches the listed `dedup`
+        }
+        let hint = suggest::did_you_mean(&full, runs.iter().map(String::as_str));
+        let listed = if runs.is_empty() { "none".to_string() } else { runs.join(", ") };
+        return Err((
+            format!("workloads.{full}"),
+            format!(
+                "no workload '{full}' runs in this experiment{hint} (it runs: {listed}); list it in experiment.workloads, or give it a program to define it"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

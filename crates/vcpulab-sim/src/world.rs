@@ -33,7 +33,7 @@ use crate::virt::vcpu::{Vcpu, Vm};
 /// Why a run stopped early.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunError {
-    /// The run reached `limits.max_virtual_time` or `limits.max_events`.
+    /// The run reached `limits.max_virtual_time`, `limits.max_events` or `limits.max_steps`.
     Limit(String),
     /// Nothing can ever happen again but threads have not finished.
     Deadlock(String),
@@ -121,11 +121,12 @@ pub(crate) struct Core {
 pub(crate) struct Limits {
     pub(crate) max_time: SimTime,
     pub(crate) max_events: u64,
+    pub(crate) max_steps: u64,
 }
 
 /// Every entity of one run.
 #[derive(Debug)]
-pub struct World {
+pub struct World<'i> {
     pub(crate) now: SimTime,
     pub(crate) q: EventQueue<Ev>,
     pub(crate) costs: Costs,
@@ -143,8 +144,14 @@ pub struct World {
     worklist: VecDeque<u32>,
     /// Instances not finished yet.
     pub(crate) live: u32,
-    /// First workload error raised (ends the run).
-    pub(crate) fault: Option<String>,
+    /// First error raised inside an event (a workload error, the step limit, an interrupt):
+    /// ends the run.
+    pub(crate) fault: Option<RunError>,
+    /// Program steps interpreted (workload instructions, every thread).
+    pub(crate) steps: u64,
+    /// Asked every [`CHECK_EVERY`] program steps (and events) whether to stop: a run of
+    /// steps that take no virtual time makes no events, and must stay interruptible.
+    pub(crate) interrupt: Option<Interrupt<'i>>,
     /// Events processed.
     pub(crate) events: u64,
     /// Remote calls in progress: TLB shootdowns and membarriers (slab; freed ids in
@@ -171,20 +178,36 @@ pub struct World {
     pub(crate) numad: Option<crate::policy::numad::Numad>,
 }
 
-/// How often (in events) a run asks its caller whether to stop.
+/// The caller's "should the run stop?" callback.
+pub(crate) struct Interrupt<'i>(&'i mut dyn FnMut() -> bool);
+
+impl std::fmt::Debug for Interrupt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interrupt")
+    }
+}
+
+/// How often (in events, and in program steps) a run asks its caller whether to stop.
 pub const CHECK_EVERY: u64 = 1 << 16;
 
 const IDLE_ATTR: Attr = Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle };
 
-impl World {
+impl<'i> World<'i> {
     /// Runs until every instance finished; returns the end time.
     pub fn run(&mut self) -> Result<SimTime, RunError> {
-        self.run_checked(&mut || false)
+        self.run_loop()
     }
 
     /// Like [`World::run`], calling `interrupted` every [`CHECK_EVERY`] events; the run
     /// stops with [`RunError::Interrupted`] when it returns true.
-    pub fn run_checked(&mut self, interrupted: &mut dyn FnMut() -> bool) -> Result<SimTime, RunError> {
+    pub fn run_checked(&mut self, interrupted: &'i mut dyn FnMut() -> bool) -> Result<SimTime, RunError> {
+        self.interrupt = Some(Interrupt(interrupted));
+        let r = self.run_loop();
+        self.interrupt = None;
+        r
+    }
+
+    fn run_loop(&mut self) -> Result<SimTime, RunError> {
         for c in 0..self.cores.len() as u32 {
             self.touch(c);
         }
@@ -207,7 +230,7 @@ impl World {
                 )));
             }
             self.events += 1;
-            if self.events.is_multiple_of(CHECK_EVERY) && interrupted() {
+            if self.events.is_multiple_of(CHECK_EVERY) && self.interrupted() {
                 return Err(RunError::Interrupted);
             }
             if self.events > self.limits.max_events {
@@ -319,7 +342,7 @@ impl World {
             self.dirty[core as usize] = false;
             self.resolve(core);
             if let Some(f) = self.fault.take() {
-                return Err(RunError::Workload(f));
+                return Err(f);
             }
         }
         Ok(())
@@ -336,7 +359,10 @@ impl World {
                 Step::Again => {
                     guard += 1;
                     if guard > 1_000_000 {
-                        self.fault = Some(format!("core {core} made no progress at {} (a zero-time loop in the workload?)", self.now));
+                        self.fault = Some(RunError::Workload(format!(
+                            "core {core} made no progress at {} (a zero-time loop in the workload?)",
+                            self.now
+                        )));
                         break Leaf { attr: IDLE_ATTR, rem: Rem::Inf, thread: None };
                     }
                 }
@@ -380,8 +406,37 @@ impl World {
     /// Records a workload error; the run stops after the current event.
     pub(crate) fn fail(&mut self, msg: String) {
         if self.fault.is_none() {
-            self.fault = Some(msg);
+            self.fault = Some(RunError::Workload(msg));
         }
+    }
+
+    /// Whether the caller of [`World::run_checked`] asks the run to stop.
+    fn interrupted(&mut self) -> bool {
+        self.interrupt.as_mut().is_some_and(|f| (f.0)())
+    }
+
+    /// Counts one interpreted program step; false (with the run's error recorded) when the
+    /// run must stop: past `limits.max_steps`, or interrupted (asked every [`CHECK_EVERY`]
+    /// steps).
+    pub(crate) fn count_step(&mut self) -> bool {
+        self.steps += 1;
+        if self.steps > self.limits.max_steps {
+            if self.fault.is_none() {
+                let msg = format!(
+                    "more than {} program steps (limits.max_steps) at virtual time {} (work that takes no virtual time, such as a long repeat of compute = \"0ns\"?) ({})",
+                    self.limits.max_steps,
+                    self.now,
+                    self.describe_threads()
+                );
+                self.fault = Some(RunError::Limit(msg));
+            }
+            return false;
+        }
+        if self.steps.is_multiple_of(CHECK_EVERY) && self.interrupted() {
+            self.fault.get_or_insert(RunError::Interrupted);
+            return false;
+        }
+        true
     }
 
     /// What the unfinished threads are doing, grouped (for limit and deadlock errors).

@@ -14,7 +14,7 @@ use crate::world::{Leaf, Rem, Step, World};
 
 use super::{irq, IdleState, KernelId, KernelKind, TaskKind, HOST};
 
-impl World {
+impl World<'_> {
     /// One resolution step for `core`.
     pub(crate) fn step_core(&mut self, core: u32) -> Step {
         if let Some(s) = self.halting_preempt_check(core) {

@@ -15,7 +15,7 @@ use crate::account::{Attr, Cause, Layer};
 use super::{irq, IdleState, KernelId, TaskId, TaskKind, TaskState, ThreadId, Work, HOST};
 use crate::world::World;
 
-impl World {
+impl World<'_> {
     /// Accounts the running task's time since it was last accounted.
     pub(crate) fn update_curr(&mut self, k: KernelId, cpu: u32) {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];

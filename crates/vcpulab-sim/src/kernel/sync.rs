@@ -154,7 +154,7 @@ impl Obj {
     }
 }
 
-impl World {
+impl World<'_> {
     fn obj(&mut self, t: ThreadId, o: ObjId) -> &mut Obj {
         let inst = self.threads[t as usize].inst;
         &mut self.insts[inst as usize].objs[o as usize]

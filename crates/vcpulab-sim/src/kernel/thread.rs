@@ -159,7 +159,7 @@ pub(crate) enum Flow {
     Stop,
 }
 
-impl World {
+impl World<'_> {
     /// One resolution step for thread `t`, current on CPU `cpu` of kernel `k`.
     pub(crate) fn step_thread(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Step {
         let th = &self.threads[t as usize];
@@ -276,7 +276,7 @@ impl World {
         }
         let wl = self.insts[self.threads[t as usize].inst as usize].wl.clone();
         loop {
-            if self.fault.is_some() {
+            if self.fault.is_some() || !self.count_step() {
                 return;
             }
             // Every instruction moves the program counter on by one; loop and thread-block

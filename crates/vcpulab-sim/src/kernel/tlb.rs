@@ -99,7 +99,7 @@ pub struct TlbStats {
     pub samples: Vec<u64>,
 }
 
-impl World {
+impl World<'_> {
     /// Thread `t` on (`k`, `cpu`) changed the mappings of `pages` pages: flush locally and
     /// shoot down the other CPUs running its process. Returns Stop if it must wait.
     pub(crate) fn tlb_shootdown(&mut self, k: KernelId, cpu: u32, t: ThreadId, pages: u64) -> Flow {

@@ -171,7 +171,7 @@ pub struct WaitChainRow {
     pub ns: u64,
 }
 
-impl World {
+impl World<'_> {
     /// Charges `elapsed` ns of thread `t`'s busy-wait to whoever it waits for.
     pub(crate) fn charge_wait(&mut self, t: ThreadId, elapsed: u64) {
         let Act::Spin(on) = self.threads[t as usize].act else { return };

@@ -87,17 +87,28 @@ impl MachineSpec {
 
     /// Checks the shape; returns (field, message) on error.
     pub fn check(&self) -> Result<(), (String, String)> {
-        let pos = |v: u32, f: &str| {
-            if v == 0 {
-                Err((f.to_string(), "expected an integer >= 1 (got 0)".to_string()))
+        use crate::spec::bounds;
+        let within = |v: u32, f: &str, max: u32| {
+            if v == 0 || v > max {
+                Err((f.to_string(), format!("expected an integer in 1..={max} (got {v})")))
             } else {
                 Ok(())
             }
         };
-        pos(self.sockets, "sockets")?;
-        pos(self.cores_per_socket, "cores_per_socket")?;
-        pos(self.nodes_per_socket, "nodes_per_socket")?;
-        pos(self.threads_per_core, "threads_per_core")?;
+        within(self.sockets, "sockets", bounds::MAX_SOCKETS)?;
+        within(self.cores_per_socket, "cores_per_socket", bounds::MAX_CORES_PER_SOCKET)?;
+        within(self.nodes_per_socket, "nodes_per_socket", self.cores_per_socket)?;
+        within(self.threads_per_core, "threads_per_core", bounds::MAX_THREADS_PER_CORE)?;
+        let cpus = u64::from(self.sockets) * u64::from(self.cores_per_socket) * u64::from(self.threads_per_core);
+        if cpus > u64::from(bounds::MAX_CPUS) {
+            return Err((
+                "sockets".into(),
+                format!(
+                    "the machine would have {cpus} CPUs (sockets x cores_per_socket x threads_per_core); expected at most {}",
+                    bounds::MAX_CPUS
+                ),
+            ));
+        }
         if !self.cores_per_socket.is_multiple_of(self.nodes_per_socket) {
             return Err((
                 "nodes_per_socket".into(),

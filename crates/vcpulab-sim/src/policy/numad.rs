@@ -84,7 +84,7 @@ pub fn plan(node_cores: &[(u32, u32)], target: f64, cores_used: f64, vcpu_nodes:
     Some(nodes)
 }
 
-impl World {
+impl World<'_> {
     /// Arms the first scan.
     pub(crate) fn start_numad(&mut self) {
         if let Some(n) = &self.numad {

@@ -34,39 +34,125 @@ pub fn parse_all(raw: &[String]) -> Result<Vec<Override>, SpecError> {
 }
 
 fn parse(raw: &str) -> Result<Override, SpecError> {
-    let Some((path, value)) = raw.split_once('=') else {
+    let Some((path, value)) = split_assignment(raw) else {
         return Err(bad(raw, "expected PATH=VALUE, e.g. vm.apicv=false or experiment.vcpus=[4,8]"));
     };
-    let dotted = path.trim().to_string();
-    if dotted.is_empty() {
+    let written = path.trim();
+    if written.is_empty() {
         return Err(bad(raw, "empty path before '='"));
     }
-    let mut segs = Vec::new();
-    for part in dotted.split('.') {
-        let (key, mut rest) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
-        };
-        if key.is_empty() {
-            return Err(bad(raw, format!("empty key in path '{dotted}'")));
-        }
-        segs.push(Seg::Key(key.to_string()));
-        while let Some(r) = rest.strip_prefix('[') {
-            let Some(close) = r.find(']') else { return Err(bad(raw, format!("unclosed '[' in path '{dotted}'"))) };
-            let idx: usize = r[..close].parse().map_err(|_| bad(raw, format!("bad index '{}' in path '{dotted}'", &r[..close])))?;
-            segs.push(Seg::Index(idx));
-            rest = &r[close + 1..];
-        }
-        if !rest.is_empty() {
-            return Err(bad(raw, format!("unexpected '{rest}' in path '{dotted}'")));
-        }
-    }
+    let segs = split_path(written).map_err(|m| bad(raw, m))?;
+    // Errors name fields without quotes (`workloads.parsec.dedup.params.x`), so blame
+    // compares against the unquoted form.
+    let dotted = prefix(&segs);
     let text = value.trim();
     let value = match toml::from_str::<toml::Table>(&format!("v = {text}")) {
         Ok(mut t) => t.remove("v").expect("parsed key"),
         Err(_) => toml::Value::String(text.to_string()),
     };
     Ok(Override { raw: raw.to_string(), path: segs, dotted, value })
+}
+
+/// Splits `PATH=VALUE` at the first '=' outside a quoted key.
+fn split_assignment(raw: &str) -> Option<(&str, &str)> {
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in raw.char_indices() {
+        match quote {
+            Some('"') if escaped => escaped = false,
+            Some('"') if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '"' || c == '\'' => quote = Some(c),
+            None if c == '=' => return Some((&raw[..i], &raw[i + 1..])),
+            None => {}
+        }
+    }
+    None
+}
+
+/// Splits a dotted path as TOML does: bare keys, `"quoted.keys"` (with `\"` and `\\`
+/// escapes) or `'literal.keys'`, separated by dots, each optionally followed by `[N]` indices.
+fn split_path(dotted: &str) -> Result<Vec<Seg>, String> {
+    let mut segs = Vec::new();
+    let mut chars = dotted.chars().peekable();
+    loop {
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        let mut key = String::new();
+        match chars.peek().copied() {
+            Some(q @ ('"' | '\'')) => {
+                chars.next();
+                let mut closed = false;
+                while let Some(c) = chars.next() {
+                    if c == q {
+                        closed = true;
+                        break;
+                    }
+                    if q == '"' && c == '\\' {
+                        match chars.next() {
+                            Some(e @ ('"' | '\\')) => key.push(e),
+                            _ => return Err(format!("unsupported escape in quoted key of path '{dotted}' (only \\\" and \\\\)")),
+                        }
+                        continue;
+                    }
+                    key.push(c);
+                }
+                if !closed {
+                    return Err(format!("unclosed quote in path '{dotted}'"));
+                }
+            }
+            _ => {
+                while let Some(&c) = chars.peek() {
+                    if c == '.' || c == '[' {
+                        break;
+                    }
+                    if c == '"' || c == '\'' {
+                        return Err(format!("a quote inside a key of path '{dotted}' (quote the whole key: \"a.b\")"));
+                    }
+                    key.push(c);
+                    chars.next();
+                }
+                key = key.trim_end().to_string();
+                if key.is_empty() {
+                    return Err(format!("empty key in path '{dotted}'"));
+                }
+            }
+        }
+        segs.push(Seg::Key(key));
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        while chars.peek() == Some(&'[') {
+            chars.next();
+            let mut idx = String::new();
+            let mut closed = false;
+            for c in chars.by_ref() {
+                if c == ']' {
+                    closed = true;
+                    break;
+                }
+                idx.push(c);
+            }
+            if !closed {
+                return Err(format!("unclosed '[' in path '{dotted}'"));
+            }
+            let i: usize = idx.trim().parse().map_err(|_| format!("bad index '{idx}' in path '{dotted}'"))?;
+            segs.push(Seg::Index(i));
+        }
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        match chars.next() {
+            None => return Ok(segs),
+            Some('.') => {}
+            Some(c) => {
+                let rest: String = std::iter::once(c).chain(chars).collect();
+                return Err(format!("unexpected '{rest}' in path '{dotted}'"));
+            }
+        }
+    }
 }
 
 /// Applies every override in order.
@@ -120,7 +206,8 @@ fn set_path(root: &mut toml::Value, o: &Override) -> Result<(), SpecError> {
     Ok(())
 }
 
-fn prefix(path: &[Seg]) -> String {
+/// A path as errors name it: keys joined with dots, unquoted.
+pub fn prefix(path: &[Seg]) -> String {
     let mut s = String::new();
     for seg in path {
         match seg {
@@ -150,4 +237,29 @@ pub fn blame(sets: &[Override], source: &str, path: &str) -> String {
         })
         .map(|o| format!("--set {}", o.raw))
         .unwrap_or_else(|| source.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(raw: &str) -> Vec<Seg> {
+        parse(raw).expect("parses").path
+    }
+
+    #[test]
+    fn quoted_keys_are_single_segments() {
+        let k = |s: &str| Seg::Key(s.into());
+        assert_eq!(
+            keys("workloads.\"parsec.dedup\".params.fragments=68"),
+            vec![k("workloads"), k("parsec.dedup"), k("params"), k("fragments")]
+        );
+        assert_eq!(keys("experiment.vary.'vm.tlb'=[\"ipi\"]"), vec![k("experiment"), k("vary"), k("vm.tlb")]);
+        assert_eq!(keys("a.\"x=y\"=1"), vec![k("a"), k("x=y")]);
+        assert_eq!(keys("experiment.vcpus[1]=4"), vec![k("experiment"), k("vcpus"), Seg::Index(1)]);
+        assert_eq!(parse("workloads.\"parsec.dedup\".params.x=1").unwrap().dotted, "workloads.parsec.dedup.params.x");
+        for bad in ["a.\"b=1", "a..b=1", "a.b\"c\"=1", "a[x]=1", "a[1=1"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -97,7 +97,7 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["report.cdf=\"wake\"", "record.tlb_samples=true"], "report.cdf", "unknown sampled metric"),
         (MIN, &["experiment.corunner=\"nosuch\""], "experiment.corunner", "unknown workload 'nosuch'"),
         (MIN, &["experiment.vary={\"vm.tlb\"=[]}"], "experiment.vary.\"vm.tlb\"", "at least one value"),
-        (MIN, &["experiment.corunner_threads=0"], "experiment.corunner_threads", ">= 1"),
+        (MIN, &["experiment.corunner_threads=0"], "experiment.corunner_threads", "1..=4096"),
         (MIN, &["workloads.lock.heap.trim_thresh=\"1MiB\""], "workloads.lock.heap.trim_thresh", "unknown field"),
         (MIN, &["workloads.lock.heap.top_pad=\"3 parsecs\""], "workloads.lock.heap.top_pad", "unknown size unit"),
         (MIN, &["record.ple_window_interval=\"0s\""], "record.ple_window_interval", "positive duration"),
@@ -110,7 +110,7 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["host.asymmetric.max_drop=1.5"], "host.asymmetric.max_drop", "expected a number in 0..=1"),
         (MIN, &["host.asymmetric.min_share=0"], "host.asymmetric.min_share", "expected a number"),
         (MIN, &["host.asymmetric.latency_step=0.5"], "host.asymmetric.latency_step", "expected a number in 1..=100"),
-        (MIN, &["host.asymmetric.imbalance=\"10%\""], "host.asymmetric.imbalance", "expected f64"),
+        (MIN, &["host.asymmetric.imbalance=\"10%\""], "host.asymmetric.imbalance", "expected a number"),
         (MIN, &["host.asymmetric.urgency_ratio=0.5"], "host.asymmetric.urgency_ratio", "expected a number in 1..=1000"),
         (MIN, &["host.asymmetric.latency_min=0"], "host.asymmetric.latency_min", "positive duration"),
         (MIN, &["host.asymmetric.latency_max=\"0.1ms\""], "host.asymmetric.latency_max", "at least latency_min"),
@@ -148,4 +148,86 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
     assert_eq!(e.field, "published[0].metric");
     let e = parse(&format!("{MIN}[workloads.lock]\nprogram = [ {{ malloc = \"4 parsecs\" }} ]\n"), &[]).unwrap_err();
     assert!(e.field.contains("malloc") && e.message.contains("size unit"), "{e}");
+}
+
+/// Issue 21 item 4: a misspelt key anywhere is an error naming it and the closest valid name.
+#[test]
+fn misspelt_overrides_and_tables_are_errors_with_a_suggestion() {
+    const DEDUP: &str = "[experiment]\nworkloads = [\"parsec.dedup\"]\n";
+    let cases: &[(&str, &[&str], &str, &str)] = &[
+        (MIN, &["workloads.lock.params.iteratons=10"], "workloads.lock.params.iteratons", "did you mean 'iterations'?"),
+        (MIN, &["workloads.lcok.params.iters=10"], "workloads.lcok", "did you mean 'lock'?"),
+        (DEDUP, &["workloads.parsec.dedupp.params.fragments=68"], "workloads.parsec.dedupp", "did you mean 'parsec.dedup'?"),
+        (DEDUP, &["workloads.\"parsec.dedup\".params.fragmnts=68"], "workloads.parsec.dedup.params.fragmnts", "did you mean 'fragments'?"),
+        (MIN, &["vm.ple.windw_cycles=10"], "vm.ple.windw_cycles", "did you mean 'window_cycles'?"),
+        (MIN, &["vm.tlb=\"shootdown4u\""], "vm.tlb", "shoot4u"),
+        (MIN, &["experiment.workloads=[\"lokc\"]"], "experiment.workloads[0]", "did you mean 'lock'?"),
+        (&format!("{MIN}[workloads.lcok.params]\niterations = 10\n"), &[], "workloads.lcok", "did you mean 'lock'?"),
+        (&format!("{MIN}[workloads.lock.params]\niteratons = 10\n"), &[], "workloads.lock.params.iteratons", "did you mean 'iterations'?"),
+    ];
+    for (text, sets, field, msg) in cases {
+        let e = parse(text, sets).expect_err(field);
+        assert_eq!(e.field, *field, "{e}");
+        assert!(e.message.contains(msg), "{field}: {e}");
+        if !sets.is_empty() {
+            assert!(e.source.starts_with("--set"), "blames the flag: {e}");
+        }
+    }
+    // The quoted form patches the workload itself (no stray tables).
+    let s = parse(DEDUP, &["workloads.\"parsec.dedup\".params.fragments=68"]).unwrap();
+    let doc: toml::Table = toml::from_str(&s.materialized).unwrap();
+    let w = doc["workloads"].as_table().unwrap();
+    assert_eq!(w.keys().collect::<Vec<_>>(), ["parsec.dedup"], "{}", s.materialized);
+    assert_eq!(w["parsec.dedup"]["params"]["fragments"].as_integer(), Some(68));
+    let unquoted = parse(DEDUP, &["workloads.parsec.dedup.params.fragments=68"]).unwrap();
+    assert_eq!(unquoted.workloads[0], s.workloads[0]);
+    // A full definition that nothing runs is still allowed, and so is a co-runner of a variant.
+    parse(&format!("{MIN}[workloads.spare]\nprogram = [{{ compute = \"1ms\" }}]\n"), &[]).unwrap();
+    let vary = "[experiment]\nworkloads = [\"lock\"]\nvary = { \"experiment.corunner\" = [\"none\", \"ep\"] }\n[workloads.ep.params]\n";
+    parse(vary, &[]).unwrap();
+}
+
+/// Issue 21 item 18: type errors speak of tables, lists and numbers, not Rust types.
+#[test]
+fn type_errors_name_no_rust_types() {
+    let cases: &[(&[&str], &str, &str)] = &[
+        (&["vm.halt_poll=false"], "vm.halt_poll", "vm.halt_poll.enabled = false"),
+        (&["vm.ple=3"], "vm.ple", "expected a table with fields aple, enabled, grow, max_cycles"),
+        (&["vm.weight=\"x\""], "vm.weight", "expected an integer in 0..=4294967295"),
+        (&["vm.vcpu_weights=3"], "vm.vcpu_weights", "expected a list"),
+        (&["vm.tlb=3"], "vm.tlb", "expected a name (a string) such as \"ipi\""),
+        (&["machine.freq_ghz=\"fast\""], "machine.freq_ghz", "expected a number"),
+        (&["limits.max_events=-1"], "limits.max_events", "expected a non-negative integer"),
+        (&["record=1"], "record", "expected a table with fields"),
+        (&["vms.1.pv=1"], "vms.1.pv", "expected a table with fields eoi, sched_yield"),
+    ];
+    for (sets, field, msg) in cases {
+        let e = parse(MIN, sets).expect_err(field);
+        assert_eq!(e.field, *field, "{e}");
+        assert!(e.message.contains(msg), "{field}: {e}");
+        for rust in ["struct ", "enum ", "u32", "u64", "f64", "sequence", "Spec"] {
+            assert!(!e.message.contains(rust), "{field}: '{rust}' in {e}");
+        }
+    }
+}
+
+/// Issue 21 item 17: sizes are bounded, with the field, the value and the maximum.
+#[test]
+fn sizes_have_documented_maxima() {
+    let many_seeds = format!("{MIN}seeds = [{}]\n", (1..=10_001).map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+    let cases: Vec<(String, Vec<&str>, &str, &str)> = vec![
+        (MIN.into(), vec!["experiment.threads=10000000"], "experiment.threads", "1..=4096 (threads per instance) (got 10000000)"),
+        (MIN.into(), vec!["experiment.oc_vms=100000"], "experiment.oc_vms", "2..=64 co-running VMs (got 100000)"),
+        (many_seeds, vec![], "experiment.seeds", "at most 10000 seeds (got 10001)"),
+        (MIN.into(), vec!["machine.sockets=100"], "machine.sockets", "1..=64 (got 100)"),
+        (MIN.into(), vec!["machine.cores_per_socket=2000"], "machine.cores_per_socket", "1..=1024 (got 2000)"),
+        (MIN.into(), vec!["machine.sockets=64", "machine.cores_per_socket=128"], "machine.sockets", "8192 CPUs"),
+        (MIN.into(), vec!["workloads.lock.threads=5000"], "workloads.lock.threads", "5000 threads per instance"),
+    ];
+    for (text, sets, field, msg) in &cases {
+        let e = parse(text, sets).expect_err(field);
+        assert_eq!(e.field, *field, "{e}");
+        assert!(e.message.contains(msg), "{field}: {e}");
+    }
+    parse(MIN, &["experiment.threads=4096", "experiment.oc_vms=64"]).unwrap();
 }

@@ -123,7 +123,7 @@ impl Periods {
     }
 }
 
-impl World {
+impl World<'_> {
     /// Starts the allocation-period clock (runs with VMs).
     pub(crate) fn start_periods(&mut self) {
         let Some(p) = &self.periods else { return };

@@ -62,7 +62,7 @@ pub fn adjust_window(window: u64, halt_ns: u64, max: u64, grow: u32, grow_start:
     }
 }
 
-impl World {
+impl World<'_> {
     /// The maximum poll window of vCPU `v` (0 = polling off for its VM).
     fn halt_poll_max(&self, v: u32) -> u64 {
         let hp = &self.vspec(v).halt_poll;

@@ -11,7 +11,7 @@ use crate::world::World;
 use super::exit::ExitReason;
 use super::vcpu::VcpuRun;
 
-impl World {
+impl World<'_> {
     /// The PLE window of vCPU `v` in ns (None = PLE off for its VM).
     pub(crate) fn ple_window_ns(&self, v: u32) -> Option<u64> {
         let vc = &self.vcpus[v as usize];

@@ -14,7 +14,7 @@ use crate::world::World;
 use super::exit::ExitReason;
 use super::vcpu::VcpuRun;
 
-impl World {
+impl World<'_> {
     /// Guest CPU (`k`, `from`) kicks guest CPU `to`, whose vCPU halted in `pv_wait`.
     pub(crate) fn pv_kick(&mut self, k: KernelId, from: u32, to: u32) {
         let (vf, vt) = (self.vcpu_of(k, from), self.vcpu_of(k, to));

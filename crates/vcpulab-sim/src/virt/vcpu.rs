@@ -269,7 +269,7 @@ pub struct Vm {
     pub spin: crate::policy::SpinCost,
 }
 
-impl World {
+impl World<'_> {
     /// Global id of the vCPU behind CPU `cpu` of guest kernel `k`.
     #[inline]
     pub(crate) fn vcpu_of(&self, k: KernelId, cpu: u32) -> u32 {

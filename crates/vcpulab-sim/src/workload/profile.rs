@@ -104,6 +104,25 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     for (k, pv) in params {
         check_param(k, pv)?;
     }
+    // A parameter nothing refers to is a misspelling (`params.iteratons`): it would be
+    // silently ignored.
+    let mut used = std::collections::BTreeSet::new();
+    for (k, v) in t {
+        if k != "params" {
+            collect_refs(v, &mut used);
+        }
+    }
+    for k in params.keys() {
+        if !used.contains(k.as_str()) {
+            let others: Vec<&str> = params.keys().map(String::as_str).filter(|p| used.contains(p)).collect();
+            let hint = crate::spec::suggest::did_you_mean(k, others.iter().copied());
+            let known = if others.is_empty() { "none".to_string() } else { others.join(", ") };
+            return err(
+                &format!("params.{k}"),
+                format!("unknown parameter '{k}'{hint}: the workload never uses it (its parameters: {known})"),
+            );
+        }
+    }
     let small = |k: &str, max: i64| -> Result<i64, ParseError> {
         match t.get(k) {
             None => Ok(0),
@@ -505,6 +524,15 @@ fn size(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> 
     )
 }
 
+/// Adds every parameter name referred to (`"$NAME"`) anywhere in `v` to `out`.
+fn collect_refs<'a>(v: &'a Value, out: &mut std::collections::BTreeSet<&'a str>) {
+    match v {
+        Value::Array(a) => a.iter().for_each(|x| collect_refs(x, out)),
+        Value::Table(t) => t.values().for_each(|x| collect_refs(x, out)),
+        v => out.extend(param_ref(v)),
+    }
+}
+
 /// The `params.NAME` a `"$NAME"` reference points to, if `v` is one.
 fn param_ref(v: &Value) -> Option<&str> {
     v.as_str().and_then(|s| s.strip_prefix('$'))
@@ -870,6 +898,9 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             let count = count(ctx.params, times, &format!("{p}.times"))?;
             let split = t.get("split").map(|v| flag(v, &format!("{p}.split"))).transpose()?.unwrap_or(false);
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
+            if body.as_array().is_some_and(Vec::is_empty) {
+                return err(&format!("{p}.body"), "expected at least one operation (an empty repeat does nothing)");
+            }
             let start = out.len();
             out.push(Instr::LoopStart { count, end: 0, split });
             ctx.loops += 1;

@@ -367,6 +367,12 @@ impl Workload {
 
     /// Checks what depends on the thread count of a run; returns (field, message).
     pub fn check_threads(&self, n: u32) -> Result<(), (String, String)> {
+        let max = crate::spec::bounds::MAX_THREADS;
+        let total: u64 = self.groups.iter().map(|g| u64::from(g.threads.value(n))).sum();
+        if total > u64::from(max) {
+            let field = if self.threads.is_some() { "threads" } else { "groups" };
+            return Err((field.into(), format!("{total} threads per instance at n = {n}; expected at most {max}")));
+        }
         let threads = self.thread_count(n);
         for (i, o) in self.objects.iter().enumerate() {
             if let Some(p) = o.parties {

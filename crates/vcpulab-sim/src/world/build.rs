@@ -25,10 +25,10 @@ const STREAM_OBJECT: u64 = 2;
 const STREAM_TASK: u64 = 3;
 const STREAM_KERNEL: u64 = 4;
 
-impl World {
+impl<'i> World<'i> {
     /// Builds the world of one run: the host kernel on `cfg.cores` cores, and either native
     /// instances in the host kernel or VMs (each with a guest kernel and one instance).
-    pub fn new(cfg: &RunConfig) -> World {
+    pub fn new(cfg: &RunConfig) -> World<'i> {
         let n = cfg.cores;
         let mut w = World {
             now: SimTime::ZERO,
@@ -44,11 +44,17 @@ impl World {
             insts: Vec::new(),
             owners: vec![OwnerKind::Host],
             ledger: Ledger::new(1, 1),
-            limits: Limits { max_time: SimTime(cfg.limits.max_virtual_time.0), max_events: cfg.limits.max_events },
+            limits: Limits {
+                max_time: SimTime(cfg.limits.max_virtual_time.0),
+                max_events: cfg.limits.max_events,
+                max_steps: cfg.limits.max_steps,
+            },
             dirty: vec![false; n as usize],
             worklist: VecDeque::new(),
             live: 0,
             fault: None,
+            steps: 0,
+            interrupt: None,
             events: 0,
             remote_calls: Vec::new(),
             free_remote_calls: Vec::new(),

@@ -326,7 +326,7 @@ pub(crate) fn shares_of(nodes: &[u32]) -> Vec<(u32, f64)> {
     count_nodes(nodes).into_iter().map(|(n, k)| (n, f64::from(k) / total)).collect()
 }
 
-impl World {
+impl World<'_> {
     /// Installs the memory segment of the leaf just resolved on `core` (removing the old
     /// one's bandwidth demand): a compute leaf of a thread whose operation touches memory.
     pub(crate) fn mem_install(&mut self, core: u32, thread: Option<ThreadId>, attr: Attr) {

@@ -12,7 +12,7 @@ use crate::virt::vcpu::ipi_kind;
 
 use super::World;
 
-impl World {
+impl World<'_> {
     /// Records a timeline of this run (call before [`World::run`]).
     pub fn enable_timeline(&mut self, opts: TimelineOptions) {
         let mut threads = vec![(0, 0); self.threads.len()];

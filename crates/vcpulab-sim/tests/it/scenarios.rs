@@ -97,6 +97,40 @@ fn run_limits_end_runs_with_an_error() {
     assert!(e.contains("max_events"), "{e}");
 }
 
+/// Issue 21 item 13: work that takes no virtual time (and so makes no events) still ends at a
+/// limit, and the interrupt callback is asked during it.
+#[test]
+fn zero_time_loops_end_at_the_step_limit_and_stay_interruptible() {
+    let text = "[experiment]\nworkloads = [\"w\"]\nscenarios = [\"native\"]\nvcpus = [1]\n[limits]\nmax_steps = 2000000\n\
+                [workloads.w]\nprogram = [ { repeat = { times = 9000000000000000000, body = [ { compute = \"0ns\" } ] } } ]\n";
+    let mut plan = vcpulab_sim::api::Plan::new(text, "t.toml", &[]).unwrap();
+    let e = plan.run_cell(0).unwrap_err().to_string();
+    assert!(e.contains("run limit reached") && e.contains("max_steps") && e.contains("2000000"), "{e}");
+    // The interrupt callback is asked every CHECK_EVERY steps although no event happens.
+    let text = text.replace("max_steps = 2000000", "max_steps = 1000000000000");
+    let mut plan = vcpulab_sim::api::Plan::new(&text, "t.toml", &[]).unwrap();
+    let mut asked = 0u32;
+    let e = plan.run_cell_checked(0, &mut || {
+        asked += 1;
+        asked == 3
+    });
+    let e = e.unwrap_err().to_string();
+    assert!(e.ends_with(": interrupted"), "{e}");
+    assert_eq!(asked, 3);
+    // An empty repeat is rejected before running.
+    let empty = "[experiment]\nworkloads = [\"w\"]\n[workloads.w]\nprogram = [ { repeat = { times = 5, body = [] } } ]\n";
+    let e = vcpulab_sim::api::Plan::new(empty, "t.toml", &[]).unwrap_err().to_string();
+    assert!(e.contains("workloads.w.program[0].repeat.body") && e.contains("at least one operation"), "{e}");
+}
+
+/// A real run's step count stays far below the default `limits.max_steps`.
+#[test]
+fn step_counts_of_real_runs_are_far_below_the_default_limit() {
+    let text = "[experiment]\nworkloads = [\"lock\"]\nscenarios = [\"OC\"]\nvcpus = [4]\n";
+    let mut plan = vcpulab_sim::api::Plan::new(text, "t.toml", &["limits.max_steps=1000000".to_string()]).unwrap();
+    plan.run_cell(0).unwrap_or_else(|e| panic!("lock at 4 vCPUs takes < 1e6 steps: {e}"));
+}
+
 #[test]
 fn deadlocks_are_reported() {
     // Thread 0 takes the mutex and exits without releasing it; thread 1 waits forever.
