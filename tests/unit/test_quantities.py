@@ -92,7 +92,7 @@ def test_efficiency_based_speedup_matches_dis_natively() -> None:
     plan = _vcpulab.Plan(
         '[experiment]\nworkloads = ["spinbarrier"]\nscenarios = ["native"]\nvcpus = [4]\nseeds = [1]\n',
         "<test>",
-        ["workloads.spinbarrier.params.iterations=20"],
+        ["workloads.spinbarrier.params.steps=20"],
     )
     import json
 
@@ -132,7 +132,7 @@ def test_one_scalability_type_rule(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_characterize_sim_and_analysis_agree() -> None:
     import json
 
-    c = json.loads(_vcpulab.characterize("barrier", 4, 1, 24_000_000, ["workloads.barrier.params.iterations=50"]))
+    c = json.loads(_vcpulab.characterize("barrier", 4, 1, 24_000_000, ["workloads.barrier.params.steps=50"]))
     th = analysis.Thresholds()
     assert analysis.scalability_type(c["parallelism"], c["sync_per_thread_s"], 4, th) == c["scalability_type"]
 
