@@ -40,7 +40,7 @@ from .atomic import AtomicWriter, write_bytes_atomic, write_csv_atomic
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
 from .report import memory
-from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, parse_override, read_spec_file
+from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override, read_spec_file
 from .store import COMPACT_ABOVE, ResultsStore, StoreError, result_from_row
 from .sweep import (
     CellFailed,
@@ -525,6 +525,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_with_timeline(args, plan, info, scale_info, cdf_out, cells, selected)
     results_dir = _results_dir(args)
     spec_text = plan.spec_toml()
+    if (apicv := apicv_note(spec_text)) is not None:
+        sys.stderr.write(f"vcpulab: note: {apicv}\n")
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
     payload = SpecPayload(payload.text, payload.source, payload.overrides, spec_hash)
     store = ResultsStore(results_dir) if results_dir is not None else None

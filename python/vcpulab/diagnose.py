@@ -112,6 +112,7 @@ GROUPS: tuple[CauseGroup, ...] = (
         (
             "host:exit:EXTERNAL_INTERRUPT",
             "host:exit:MSR_WRITE_EOI",
+            "host:exit:INTERRUPT_WINDOW",
             "host:interrupt",
             "host:ipi_send",
             "kernel:interrupt",

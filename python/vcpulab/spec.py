@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,3 +150,24 @@ def _dedup(values: Sequence[Any] | None) -> list[Any] | None:
     if values is None:
         return None
     return list(dict.fromkeys(values))
+
+
+APICV_OFF_NOTE = (
+    "vm.apicv = false with PV EOI on (vm.pv.eoi, the default) costs exits only where an interrupt reaches a "
+    "vCPU running guest code (a kick, EXTERNAL_INTERRUPT, instead of a posted interrupt) or waits behind another "
+    "pending one (INTERRUPT_WINDOW and MSR_WRITE_EOI); a wake-up IPI to a halted vCPU takes KVM's same path with "
+    "or without APICv, so a workload whose IPIs only wake idle vCPUs runs unchanged (docs/spec.md, vm.apicv)"
+)
+
+
+def apicv_note(spec_toml: str) -> str | None:
+    """:data:`APICV_OFF_NOTE` when a VM of the materialised spec ``spec_toml`` has APICv off and
+    PV EOI on: the setting users expect to cost more than it can (see the note)."""
+    doc = tomllib.loads(spec_toml)
+    base = doc.get("vm", {})
+    for vm in [base, *doc.get("vms", {}).values()]:
+        apicv = vm.get("apicv", base.get("apicv", True))
+        eoi = vm.get("pv", {}).get("eoi", base.get("pv", {}).get("eoi", True))
+        if apicv is False and eoi is not False:
+            return APICV_OFF_NOTE
+    return None

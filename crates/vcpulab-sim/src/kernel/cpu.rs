@@ -125,9 +125,20 @@ impl World<'_> {
             let v = self.vcpu_of(k, cpu);
             let vc = &mut self.vcpus[v as usize];
             vc.ple_epoch = vc.ple_epoch.wrapping_add(1);
-            let spec = self.vspec(v);
-            if !spec.apicv && !spec.pv.eoi {
-                for _ in 0..p.count_ones() {
+            let (apicv, pv_eoi) = (self.vspec(v).apicv, self.vspec(v).pv.eoi);
+            if !apicv {
+                // Without virtual-interrupt delivery KVM injects one interrupt per entry: each
+                // further pending one costs an interrupt-window exit (x86.c
+                // `kvm_check_and_inject_events`, irq.c `kvm_cpu_has_injectable_intr`). Each
+                // handler ends with an EOI write, which exits unless PV EOI is armed; KVM arms
+                // it only when nothing else is pending (lapic.c `apic_sync_pv_eoi_to_guest`:
+                // "IRR set ... could be nested"), so with PV EOI only the last one is free.
+                let pending = p.count_ones();
+                for _ in 1..pending {
+                    self.exit(v, ExitReason::InterruptWindow);
+                }
+                let eoi_exits = if pv_eoi { pending.saturating_sub(1) } else { pending };
+                for _ in 0..eoi_exits {
                     self.exit(v, ExitReason::MsrWriteEoi);
                 }
             }

@@ -21,8 +21,14 @@ pub struct Costs {
     /// ICR MSR write exit (the guest sends an IPI). The guest IPI round trip is ~4,300 cycles
     /// with APICv (IPIV: kvm-unit-tests `ipi`): ~1,500 cycles of it are the sender's exit ≈ 625 ns (*estimate*).
     pub exit_msr_icr: u64,
-    /// EOI MSR write exit; only without APICv and without PV EOI (Linux arch/x86/kernel/kvm.c). A trivial exit ≈ 500 ns.
+    /// EOI MSR write exit; only without APICv, and with PV EOI only for an interrupt handled
+    /// while another was pending (Linux arch/x86/kernel/kvm.c `kvm_guest_apic_eoi_write`,
+    /// arch/x86/kvm/lapic.c `apic_sync_pv_eoi_to_guest`). A trivial exit ≈ 500 ns.
     pub exit_msr_eoi: u64,
+    /// Interrupt-window exit and the injection that follows; only without APICv, once for
+    /// every interrupt pending behind another (see `ExitReason::InterruptWindow`). A trivial
+    /// exit ≈ 500 ns (*estimate*, as `exit_external_interrupt`).
+    pub exit_interrupt_window: u64,
     /// VMX preemption-timer exit when the guest's deadline expires while it runs
     /// (fastpath; other half of `tscdeadline_immed`, TSCDL) ≈ 515 ns.
     pub exit_preemption_timer: u64,
@@ -103,6 +109,7 @@ impl Default for Costs {
             exit_msr_tsc_deadline: 515,
             exit_msr_icr: 625,
             exit_msr_eoi: 500,
+            exit_interrupt_window: 500,
             exit_preemption_timer: 515,
             exit_external_interrupt: 500,
             exit_pause: 625,

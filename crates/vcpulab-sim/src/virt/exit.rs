@@ -24,11 +24,18 @@ pub enum ExitReason {
     PauseInstruction,
     /// A hypercall (VMCALL): PV kick, PV send-IPI, PV sched yield, Shoot4U.
     Vmcall,
+    /// Interrupt-window exiting: without APICv, KVM injects one interrupt per VM entry and, if
+    /// another is pending, asks to exit as soon as the guest can take it (Linux
+    /// arch/x86/kvm/x86.c `kvm_check_and_inject_events` → `enable_irq_window`; with virtual
+    /// interrupt delivery `kvm_cpu_has_injectable_intr` leaves LAPIC interrupts to the CPU,
+    /// arch/x86/kvm/irq.c; Intel SDM Vol. 3C, "Interrupt-Window Exiting and Virtual-Interrupt
+    /// Delivery").
+    InterruptWindow,
 }
 
 impl ExitReason {
     /// Every reason, in a fixed order (the dense index order).
-    pub const ALL: [ExitReason; 8] = [
+    pub const ALL: [ExitReason; 9] = [
         ExitReason::Hlt,
         ExitReason::MsrWriteIcr,
         ExitReason::MsrWriteTscDeadline,
@@ -37,6 +44,7 @@ impl ExitReason {
         ExitReason::ExternalInterrupt,
         ExitReason::PauseInstruction,
         ExitReason::Vmcall,
+        ExitReason::InterruptWindow,
     ];
     /// Number of reasons.
     pub const COUNT: usize = Self::ALL.len();
@@ -58,6 +66,7 @@ impl ExitReason {
             ExitReason::ExternalInterrupt => "EXTERNAL_INTERRUPT",
             ExitReason::PauseInstruction => "PAUSE_INSTRUCTION",
             ExitReason::Vmcall => "VMCALL",
+            ExitReason::InterruptWindow => "INTERRUPT_WINDOW",
         }
     }
 }

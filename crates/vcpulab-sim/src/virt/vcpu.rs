@@ -319,6 +319,7 @@ impl World<'_> {
             ExitReason::MsrWriteIcr => self.costs.exit_msr_icr,
             ExitReason::MsrWriteTscDeadline => self.costs.exit_msr_tsc_deadline,
             ExitReason::MsrWriteEoi => self.costs.exit_msr_eoi,
+            ExitReason::InterruptWindow => self.costs.exit_interrupt_window,
             ExitReason::PreemptionTimer => self.costs.exit_preemption_timer,
             ExitReason::ExternalInterrupt => self.costs.exit_external_interrupt,
             ExitReason::PauseInstruction => self.costs.exit_pause,

@@ -34,6 +34,7 @@ pub const NO_VIRT_COSTS: &[&str] = &[
     "machine.costs.exit_msr_tsc_deadline=0",
     "machine.costs.exit_msr_icr=0",
     "machine.costs.exit_msr_eoi=0",
+    "machine.costs.exit_interrupt_window=0",
     "machine.costs.exit_preemption_timer=0",
     "machine.costs.exit_external_interrupt=0",
     "machine.costs.exit_pause=0",
