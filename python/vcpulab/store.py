@@ -204,8 +204,10 @@ def _read_manifest(path: Path) -> _Manifest:
         elif op in ("add", "replace"):
             table, name, gone = rec.get("table"), rec.get("file"), rec.get("files", [])
             names = [name, *gone] if isinstance(gone, list) else [name, gone]
-            if table not in TABLES or not all(
-                isinstance(n, str) and _PART_NAME.match(n) and n.startswith(f"{table}/") for n in names
+            if (
+                table not in TABLES
+                or not isinstance(name, str)
+                or not all(isinstance(n, str) and _PART_NAME.match(n) and n.startswith(f"{table}/") for n in names)
             ):
                 raise StoreError(f"{path}:{number}: not a valid part record (the manifest is damaged)")
             if op == "add":
