@@ -66,11 +66,11 @@ def _column_types(con: Any) -> dict[str, str]:
 
 
 _NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
-            "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "BOOLEAN")  # fmt: skip
+            "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NULL")  # fmt: skip
 
 
 def _is_numeric(kind: str) -> bool:
-    return kind.split("(")[0] in _NUMERIC
+    return kind.strip('"').split("(")[0] in _NUMERIC  # DuckDB quotes the NULL type: "NULL"
 
 
 def _label(spec_hash: str | None, version: str | None, versions: int) -> str:

@@ -173,7 +173,7 @@ def test_run_repair_sets_the_part_aside_and_reruns_exactly_its_cells(
 def test_repair_needs_a_store(tmp_path: Path) -> None:
     (tmp_path / "tiny.toml").write_text(TINY)
     line = one_line_error(vcpulab("run", "tiny.toml", "--no-store", "--repair", cwd=tmp_path))
-    assert "--repair" in line
+    assert "--repair repairs a results directory" in line and "--no-store" in line
 
 
 def test_query_of_a_timestamp_with_time_zone(store_copy: Path) -> None:
