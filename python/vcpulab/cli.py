@@ -808,7 +808,7 @@ def _repaired_note(store: ResultsStore) -> str:
     names = ", ".join(d.file for d in store.repaired)
     return (
         f"vcpulab: repaired {store.root}: set {len(store.repaired)} damaged part(s) aside in "
-        f"{store.root / 'damaged'}/ ({names}; see NOTES.txt there); their cells are run again\n"
+        f"{store.root / 'damaged'}/ ({names}; see NOTES.txt there); the spec's cells among their rows run again\n"
     )
 
 
@@ -853,6 +853,7 @@ def _query_rows(con: Any, sql: str, limit: int) -> tuple[list[str], list[tuple[A
 
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
+    import pyarrow
 
     if args.limit < 1:
         raise CliError(f"--limit must be at least 1 (got {args.limit})")
@@ -866,6 +867,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         first = str(e).splitlines()[0]
         raise CliError(f"query failed: it needs more than the {QUERY_MEMORY_LIMIT} memory limit ({first})") from None
     except duckdb.Error as e:
+        raise CliError(f"query failed: {e}") from None
+    except (OSError, pyarrow.ArrowException) as e:  # an error while streaming arrives through Arrow
         raise CliError(f"query failed: {e}") from None
     if args.format == "json":
         for row in rows:
