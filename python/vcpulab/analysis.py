@@ -6,16 +6,24 @@ documented in ``docs/results.md``.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._vcpulab import scalability_type as _scalability_type
 from .store import ResultsStore
 
-# A configuration: everything but the seed (its repetitions are the seeds).
+# A cell of the matrix but the seed (its repetitions are the seeds). Its rows are one
+# configuration only if they share `config_key` (the same simulations but the seed): the same
+# spec stored twice with different settings gives two configurations of one cell.
 CONFIG = ("workload", "variant", "scenario", "vcpus", "threads", "oc_vms")
+
+# Spec fields that choose cells rather than configure them: ignored when telling what differs
+# between two configurations.
+_AXES = ("experiment.workloads", "experiment.vcpus", "experiment.seeds", "experiment.scenarios")
 
 SUMMARY_METRICS = ("delta_eta_t", "delta_eta_r", "omega", "weighted_speedup", "t_virt_s")
 
@@ -50,7 +58,36 @@ def estimate(n: int, mean: float | None, sd: float | None, confidence: float = 0
 
 def _columns(con: Any) -> set[str]:
     """The columns of the ``runs`` view."""
-    return {r[0] for r in con.execute("DESCRIBE runs").fetchall()}
+    return set(_column_types(con))
+
+
+def _column_types(con: Any) -> dict[str, str]:
+    """The columns of the ``runs`` view and their DuckDB types."""
+    return {r[0]: r[1] for r in con.execute("DESCRIBE runs").fetchall()}
+
+
+_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+            "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NULL")  # fmt: skip
+
+
+def _is_numeric(kind: str) -> bool:
+    return kind.strip('"').split("(")[0] in _NUMERIC  # DuckDB quotes the NULL type: "NULL"
+
+
+def _label(spec_hash: str | None, version: str | None, versions: int) -> str:
+    """A configuration's short label: its spec hash prefix (and the build, when the store has
+    results of several builds)."""
+    text = (spec_hash or "?")[:8]
+    return f"{text}@{version}" if versions > 1 else text
+
+
+def _spec_groups(con: Any) -> dict[str, tuple[str, str]]:
+    """Per ``config_key``: the (spec hash, build) that labels it, the smallest of the specs that
+    stored its rows."""
+    rows = con.execute(
+        "SELECT config_key, min(spec_hash), min(vcpulab_version) FROM runs GROUP BY config_key"
+    ).fetchall()
+    return {k: (h, v) for k, h, v in rows}
 
 
 def _order_by() -> str:
@@ -64,31 +101,106 @@ def summary(
 ) -> list[dict[str, Any]]:
     """One row per configuration: its repetitions and, per metric, mean and CI half-width."""
     con = store.connect()
-    have = _columns(con)
-    missing = [m for m in metrics if m not in have]
+    types = _column_types(con)
+    missing = [m for m in metrics if m not in types]
     if missing:
         raise KeyError(
             f"no column {', '.join(map(repr, missing))} in the results (see `vcpulab query RESULTS 'DESCRIBE runs'`)"
         )
-    if "seed" not in have:
+    if "seed" not in types:
         return []
+    text = [m for m in metrics if not _is_numeric(types[m])]
+    if text:
+        raise KeyError(
+            f"--metric {text[0]}: the column is {types[text[0]]}, not numeric (a mean needs numbers, e.g. "
+            f"{', '.join(SUMMARY_METRICS[:2])}; see `vcpulab query RESULTS 'DESCRIBE runs'`)"
+        )
     aggs = ", ".join(f"avg({m}), stddev_samp({m}), count({m})" for m in metrics)
     sql = (
-        f"SELECT {', '.join(CONFIG)}, count(DISTINCT seed), {aggs} FROM runs "
-        f"GROUP BY {', '.join(CONFIG)} ORDER BY {_order_by()}"
+        f"SELECT {', '.join(CONFIG)}, config_key, count(DISTINCT seed), {aggs} FROM runs "
+        f"GROUP BY {', '.join(CONFIG)}, config_key ORDER BY {_order_by()}, min(spec_hash), config_key"
     )
+    labels = _spec_groups(con)
+    versions = len({v for _, v in labels.values()})
     out = []
     for row in con.execute(sql).fetchall():
         rec: dict[str, Any] = dict(zip(CONFIG, row[: len(CONFIG)], strict=True))
-        rec["repetitions"] = row[len(CONFIG)]
-        values = row[len(CONFIG) + 1 :]
+        rec["config_key"] = row[len(CONFIG)]
+        spec_hash, version = labels[rec["config_key"]]
+        rec["spec_hash"] = spec_hash
+        rec["config"] = _label(spec_hash, version, versions)
+        rec["repetitions"] = row[len(CONFIG) + 1]
+        values = row[len(CONFIG) + 2 :]
         for j, m in enumerate(metrics):
             mean, sd, n = values[3 * j : 3 * j + 3]
             e = estimate(n, mean, sd, confidence)
             rec[m] = e.mean
             rec[f"{m}_ci"] = e.half_width
         out.append(rec)
+    _drop_single_labels(out, CONFIG)
     return out
+
+
+def _drop_single_labels(rows: list[dict[str, Any]], cell: Sequence[str]) -> None:
+    """``config`` stays set only when some cell has rows of more than one configuration (then a
+    table shows the column); otherwise it is None. ``spec_hash`` always stays."""
+    seen: dict[tuple[Any, ...], set[str]] = {}
+    for r in rows:
+        seen.setdefault(tuple(r[c] for c in cell), set()).add(r["config"])
+    if all(len(labels) == 1 for labels in seen.values()):
+        for r in rows:
+            r["config"] = None
+
+
+def config_legend(store: ResultsStore, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What each configuration label of ``rows`` stands for: its stored spec and the settings
+    in which the specs of the labels differ (cell-choosing fields such as the seeds aside)."""
+    specs: dict[str, str] = {}
+    for r in rows:
+        if r.get("config") and r.get("spec_hash"):
+            specs.setdefault(r["config"], r["spec_hash"])
+    if not specs:
+        return []
+    flat = {label: _flatten(_read_spec(store, h)) for label, h in specs.items()}
+    keys = sorted({k for f in flat.values() for k in f if k not in _AXES})
+    differ = [k for k in keys if len({repr(f.get(k)) for f in flat.values()}) > 1]
+    lines = []
+    for label, h in sorted(specs.items()):
+        settings = ", ".join(f"{k} = {_toml_value(flat[label].get(k))}" for k in differ) or "no setting differs"
+        lines.append(f"config {label}: spec {store.root / 'specs' / (h + '.toml')} ({settings})")
+    lines.append(
+        "(configurations are told apart by config_key; list them with "
+        f'`vcpulab query {store.root} "SELECT DISTINCT config_key, spec_hash, vcpulab_version FROM runs"`)'
+    )
+    return lines
+
+
+def _read_spec(store: ResultsStore, spec_hash: str) -> dict[str, Any]:
+    path = store.root / "specs" / f"{spec_hash}.toml"
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _toml_value(value: Any) -> str:
+    if value is None:
+        return "(default)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 @dataclass(frozen=True)
@@ -125,37 +237,46 @@ def categorize(store: ResultsStore, th: Thresholds = Thresholds()) -> list[dict[
     if "seed" not in have:
         return []
     key = "workload, variant, vcpus, threads"
-    par = "avg(parallelism)" if "parallelism" in have else "NULL"
-    sync = "avg(sync_per_thread_s)" if "sync_per_thread_s" in have else "NULL"
+    par = "parallelism" if "parallelism" in have else "NULL::DOUBLE"
+    sync = "sync_per_thread_s" if "sync_per_thread_s" in have else "NULL::DOUBLE"
+    values = {
+        "dt": "delta_eta_t",
+        "dr": "delta_eta_r",
+        "guest_part": "(guest_ns - c_native_ns) / c_native_ns",
+        "host_part": "host_ns / c_native_ns",
+        "parallelism": par,
+        "sync_per_thread_s": sync,
+    }
+    sums = ", ".join(f"sum({v}), count({v})" for v in values.values())
+    # Sums and counts per configuration and per spec that stored some of its rows (each row
+    # is stored once, so a configuration's figures are the sums over its specs).
     sql = f"""
-        WITH uc AS (
-            SELECT {key}, avg(delta_eta_t) AS dt_uc, avg(delta_eta_r) AS dr_uc,
-                   avg((guest_ns - c_native_ns) / c_native_ns) AS guest_part,
-                   avg(host_ns / c_native_ns) AS host_part, count(*) AS n_uc
-            FROM runs WHERE scenario = 'UC' GROUP BY {key}),
-        oc2 AS (
-            SELECT {key}, avg(delta_eta_t) AS dt_oc2, count(*) AS n_oc2
-            FROM runs WHERE scenario = 'OC2' GROUP BY {key}),
-        oc AS (
-            SELECT {key}, avg(delta_eta_t) AS dt_oc FROM runs WHERE scenario = 'OC' GROUP BY {key}),
-        nat AS (
-            SELECT {key}, {par} AS parallelism, {sync} AS sync_per_thread_s
-            FROM runs WHERE scenario = 'native' GROUP BY {key}),
-        cells AS (
-            SELECT {key} FROM uc UNION SELECT {key} FROM oc2 UNION SELECT {key} FROM nat UNION SELECT {key} FROM oc)
-        SELECT c.workload, c.variant, c.vcpus, c.threads, dt_uc, dr_uc, guest_part, host_part, dt_oc, dt_oc2,
-               parallelism, sync_per_thread_s
-        FROM cells c
-        LEFT JOIN uc USING ({key}) LEFT JOIN oc2 USING ({key}) LEFT JOIN oc USING ({key}) LEFT JOIN nat USING ({key})
-        ORDER BY c.workload, c.variant, c.vcpus, c.threads
+        SELECT {key}, scenario, config_key, spec_hash, vcpulab_version, {sums}
+        FROM runs WHERE scenario IN ('native', 'UC', 'OC', 'OC2')
+        GROUP BY {key}, scenario, config_key, spec_hash, vcpulab_version
     """
+    cells: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for row in con.execute(sql).fetchall():
+        cells.setdefault(tuple(row[:4]), []).append(row[4:])
+    versions = len({row[3] for rows in cells.values() for row in rows})
     names = (
         "workload", "variant", "vcpus", "threads", "dt_uc", "dr_uc", "guest_part", "host_part",
         "dt_oc", "dt_oc2", "parallelism", "sync_per_thread_s",
     )  # fmt: skip
+    rows_out = []
+    for cell, parts in sorted(cells.items(), key=lambda c: tuple("" if v is None else v for v in c[0])):
+        for (spec_hash, version), means in _settings(parts, list(values)):
+            row = (
+                *cell, means["UC"]["dt"], means["UC"]["dr"], means["UC"]["guest_part"], means["UC"]["host_part"],
+                means["OC"]["dt"], means["OC2"]["dt"], means["native"]["parallelism"],
+                means["native"]["sync_per_thread_s"],
+            )  # fmt: skip
+            rows_out.append((row, spec_hash, _label(spec_hash, version, versions)))
     out = []
-    for row in con.execute(sql).fetchall():
+    for row, spec_hash, label in rows_out:
         r: dict[str, Any] = dict(zip(names, row, strict=True))
+        r["spec_hash"] = spec_hash
+        r["config"] = label
         cats = []
         if r["dt_uc"] is not None:
             others = [x for x in (r["dt_oc"], r["dt_oc2"]) if x is not None]
@@ -171,6 +292,52 @@ def categorize(store: ResultsStore, th: Thresholds = Thresholds()) -> list[dict[
         r["categories"] = cats
         r["scalability_type"] = scalability_type(r["parallelism"], r["sync_per_thread_s"], r["vcpus"], th)
         out.append(r)
+    _drop_single_labels(out, ("workload", "variant", "vcpus", "threads"))
+    return out
+
+
+_SCENARIOS = ("native", "UC", "OC", "OC2")
+
+
+def _settings(
+    parts: Sequence[tuple[Any, ...]], fields: Sequence[str]
+) -> list[tuple[tuple[str, str], dict[str, dict[str, float | None]]]]:
+    """The configurations of one (workload, variant, vCPUs, threads) for :func:`categorize`.
+
+    ``parts`` are (scenario, config_key, spec_hash, build, sum, count, sum, count, ...) of
+    ``fields``. Each spec (and build) that stored rows here has a profile: per scenario, the
+    configurations it stored. A scenario a spec did not store takes the configurations every
+    spec storing it agrees on (e.g. the native cell, which VM settings do not change and which
+    is stored once, by whichever spec ran it first); when they disagree it stays undecided.
+    Specs with the same profile are one configuration (the same settings stored with more
+    seeds, say); it is labelled by its smallest spec hash. Returns per configuration the label's
+    (spec hash, build) and per scenario the mean of each field over the profile's rows."""
+    totals: dict[tuple[str, str], list[float]] = {}
+    stored: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for scenario, config, spec_hash, version, *figures in parts:
+        acc = totals.setdefault((scenario, config), [0.0] * len(figures))
+        for j, v in enumerate(figures):
+            acc[j] += v or 0
+        stored.setdefault((spec_hash or "", version or ""), {}).setdefault(scenario, set()).add(config)
+    agreed: dict[str, frozenset[str] | None] = {}
+    for scenario in _SCENARIOS:
+        seen = {frozenset(p[scenario]) for p in stored.values() if scenario in p}
+        agreed[scenario] = next(iter(seen)) if len(seen) == 1 else None
+    profiles: dict[tuple[frozenset[str] | None, ...], tuple[str, str]] = {}
+    for spec, mine in sorted(stored.items()):
+        profile = tuple(frozenset(mine[s]) if s in mine else agreed[s] for s in _SCENARIOS)
+        profiles.setdefault(profile, spec)  # the smallest spec labels it
+    out = []
+    for profile, spec in sorted(profiles.items(), key=lambda p: p[1]):
+        means: dict[str, dict[str, float | None]] = {}
+        for scenario, configs in zip(_SCENARIOS, profile, strict=True):
+            sums = [0.0] * (2 * len(fields))
+            for config in configs or ():
+                sums = [a + b for a, b in zip(sums, totals[(scenario, config)], strict=True)]
+            means[scenario] = {
+                f: sums[2 * j] / sums[2 * j + 1] if sums[2 * j + 1] else None for j, f in enumerate(fields)
+            }
+        out.append((spec, means))
     return out
 
 

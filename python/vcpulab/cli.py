@@ -41,7 +41,7 @@ from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
 from .report import memory
 from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override, read_spec_file
-from .store import COMPACT_ABOVE, ResultsStore, StoreError, result_from_row
+from .store import COMPACT_ABOVE, QUERY_MEMORY_LIMIT, ResultsStore, StoreError, result_from_row
 from .sweep import (
     CellFailed,
     InlineExecutor,
@@ -57,6 +57,8 @@ from .sweep import (
 EXIT_USAGE = 2
 EXIT_SIMULATION = 3
 EXIT_INTERRUPTED = 130
+# `vcpulab query` prints at most this many rows unless --limit says otherwise.
+QUERY_LIMIT = 10_000
 # After Ctrl-C, stopping the workers and committing finished cells normally takes well under a
 # second; if it takes longer than this, the process dumps its threads' stacks and exits anyway.
 INTERRUPT_GRACE_S = 30.0
@@ -246,6 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-store", action="store_true", help="do not store results (run every cell)")
     run.add_argument(
+        "--repair",
+        action="store_true",
+        help="repair a damaged results directory first: set its missing or unreadable parts aside in DIR/damaged/ "
+        "(never deleted) and run their cells again (docs/results.md)",
+    )
+    run.add_argument(
         "-j",
         "--jobs",
         type=_int,
@@ -379,6 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
         "sql", metavar="SQL", help='a SQL query, e.g. "SELECT workload, avg(delta_eta_t) FROM runs GROUP BY 1"'
     )
     q.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format (default: table)")
+    q.add_argument(
+        "--limit",
+        type=_int,
+        default=QUERY_LIMIT,
+        metavar="N",
+        help=f"print at most N rows; a longer result is cut, with a note on stderr (default: {QUERY_LIMIT})",
+    )
     q.set_defaults(func=cmd_query)
 
     sm = commands.add_parser(
@@ -529,6 +544,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"vcpulab: note: {apicv}\n")
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
     payload = SpecPayload(payload.text, payload.source, payload.overrides, spec_hash)
+    if args.repair and results_dir is None:
+        raise CliError("--repair repairs a results directory: drop --no-store (or give --results DIR)")
     store = ResultsStore(results_dir) if results_dir is not None else None
     emit = _InOrder(selected, sys.stdout if args.json else None)
     # Workers are started first, before DuckDB and the progress bar start threads here.
@@ -557,14 +574,18 @@ def _sweep_and_show(
 ) -> int:
     spec_text = plan.spec_toml()
     spec_hash = payload.spec_hash
-    with store.writer() if store is not None else nullcontext() as writer:
-        stored_keys = store.keys() if store is not None else set()
-        known = store.baselines() if store is not None else {}
+    with store.writer(repair=args.repair) if store is not None else nullcontext() as writer:
+        if store is not None and store.repaired:
+            sys.stderr.write(_repaired_note(store))
+        with store.reading() if store is not None else nullcontext():
+            stored_keys = store.keys() if store is not None else set()
+            known = store.baselines() if store is not None else {}
         sweep = plan_sweep(plan, selected, stored_keys, known)
         if writer is not None:
             writer.save_spec(spec_hash, spec_text)
         if store is not None and sweep.stored:
-            stored_rows = store.rows(sweep.jobs[i]["key"] for i in sweep.stored)
+            with store.reading():
+                stored_rows = store.rows(sweep.jobs[i]["key"] for i in sweep.stored)
             for i in sweep.stored:
                 emit.add(i, stored_rows[sweep.jobs[i]["key"]])
         units = sum(len(t.cells) if t.kind == "cell" else 1 for t in sweep.tasks)
@@ -777,23 +798,80 @@ def _results_dir(args: argparse.Namespace) -> str | None:
 
 def _open_store(path: str) -> ResultsStore:
     try:
-        return ResultsStore.open_existing(path)
+        store = ResultsStore.open_existing(path)
+        store.check()
     except StoreError as e:
         raise CliError(str(e)) from None
+    return store
+
+
+def _repaired_note(store: ResultsStore) -> str:
+    """The line ``run --repair`` prints after setting damaged parts aside."""
+    names = ", ".join(d.file for d in store.repaired)
+    return (
+        f"vcpulab: repaired {store.root}: set {len(store.repaired)} damaged part(s) aside in "
+        f"{store.root / 'damaged'}/ ({names}; see NOTES.txt there); the spec's cells among their rows run again\n"
+    )
+
+
+# Statements `vcpulab query` runs: reading only (SELECT, and DESCRIBE / SHOW / SUMMARIZE, which
+# DuckDB parses as SELECT; EXPLAIN).
+_QUERY_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
+def _check_query(sql: str) -> None:
+    """One read-only statement, or a one-line error saying what is wrong."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise CliError(f"query failed: {e}") from None
+    if not statements:
+        raise CliError('query: the SQL is empty (give one SELECT statement, e.g. "SELECT count(*) FROM runs")')
+    if len(statements) > 1:
+        raise CliError(f"query: give one SQL statement (got {len(statements)})")
+    kind = statements[0].type.name
+    if kind not in _QUERY_STATEMENTS:
+        raise CliError(
+            f"query: only reading statements are allowed (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN), not {kind}: "
+            "the results directory is read-only to queries"
+        )
+
+
+def _query_rows(con: Any, sql: str, limit: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+    """The columns and at most ``limit`` rows of ``sql``, and whether there were more. Rows are
+    streamed as Arrow batches, so a huge result is never materialised (Arrow also converts
+    time-zone-aware timestamps without pytz)."""
+    reader = con.sql(sql).to_arrow_reader(min(limit + 1, 2048))
+    columns = list(reader.schema.names)
+    rows: list[tuple[Any, ...]] = []
+    for batch in reader:
+        rows.extend(zip(*(c.to_pylist() for c in batch.columns), strict=True))
+        if len(rows) > limit:
+            break
+    return columns, rows[:limit], len(rows) > limit
 
 
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
+    import pyarrow
 
-    con = _open_store(args.results).connect()
+    if args.limit < 1:
+        raise CliError(f"--limit must be at least 1 (got {args.limit})")
+    _check_query(args.sql)
+    store = _open_store(args.results)
     try:
-        cur = con.execute(args.sql)
+        with store.reading():
+            con = store.query_connection()
+            columns, rows, cut = _query_rows(con, args.sql, args.limit)
+    except duckdb.OutOfMemoryException as e:
+        first = str(e).splitlines()[0]
+        raise CliError(f"query failed: it needs more than the {QUERY_MEMORY_LIMIT} memory limit ({first})") from None
     except duckdb.Error as e:
         raise CliError(f"query failed: {e}") from None
-    if cur.description is None:
-        return 0
-    columns = [d[0] for d in cur.description]
-    rows = cur.fetchall()
+    except (OSError, pyarrow.ArrowException) as e:  # an error while streaming arrives through Arrow
+        raise CliError(f"query failed: {e}") from None
     if args.format == "json":
         for row in rows:
             print(json.dumps(dict(zip(columns, row, strict=True)), ensure_ascii=False, default=str))
@@ -805,6 +883,9 @@ def cmd_query(args: argparse.Namespace) -> int:
         w.writerows(rows)
     else:
         render.stdout_console().print(render.query_table(columns, rows))
+    if cut:
+        sys.stdout.flush()
+        sys.stderr.write(f"vcpulab: output cut: showed the first {len(rows)} rows (--limit N to change)\n")
     return 0
 
 
@@ -812,8 +893,10 @@ def cmd_summary(args: argparse.Namespace) -> int:
     if not 0 < args.confidence < 1:
         raise CliError(f"--confidence must be between 0 and 1 (got {args.confidence})")
     metrics = args.metrics or list(analysis.SUMMARY_METRICS)
+    store = _open_store(args.results)
     try:
-        rows = analysis.summary(_open_store(args.results), metrics, args.confidence)
+        with store.reading():
+            rows = analysis.summary(store, metrics, args.confidence)
     except KeyError as e:
         raise CliError(str(e.args[0])) from None
     if args.json:
@@ -821,19 +904,31 @@ def cmd_summary(args: argparse.Namespace) -> int:
             print(json.dumps(row, ensure_ascii=False))
         return 0
     render.stdout_console().print(render.summary_table(rows, metrics, args.confidence))
+    _print_legend(store, rows)
     return 0
+
+
+def _print_legend(store: ResultsStore, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Under a table with a config column: what each configuration label stands for."""
+    if any(r.get("config") for r in rows):
+        with store.reading():
+            for line in analysis.config_legend(store, rows):
+                print(line)
 
 
 def cmd_categorize(args: argparse.Namespace) -> int:
     th = analysis.Thresholds(
         negligible=args.negligible, guest=args.guest, host=args.host, overcommit=args.overcommit, slice_ms=args.slice
     )
-    rows = analysis.categorize(_open_store(args.results), th)
+    store = _open_store(args.results)
+    with store.reading():
+        rows = analysis.categorize(store, th)
     if args.json:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
         return 0
     render.stdout_console().print(render.categories_table(rows))
+    _print_legend(store, rows)
     return 0
 
 
@@ -843,6 +938,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.results) / "report.html"
     try:
         store = report.open_store(args.results)
+        store.check()
         report.build.check_output(out)
         try:
             import matplotlib  # noqa: F401
@@ -854,7 +950,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             filters = [parse_only([f]) for f in args.diagnose]
         except OnlyError as e:
             raise CliError(str(e).replace("--only", "--diagnose")) from None
-        with report.build.progress_bar(sys.stderr.isatty()) as step:
+        with report.build.progress_bar(sys.stderr.isatty()) as step, store.reading():
             extra = []
             if filters:
                 from .report import diagnosis

@@ -809,13 +809,15 @@ def summary_table(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str], con
     table = Table(
         title=f"mean ± {confidence:.0%} confidence half-width over repetitions", show_edge=False, pad_edge=False
     )
-    for c in ("workload", "variant", "scenario", "vCPUs", "threads", "k", "n"):
+    configs = any(r.get("config") for r in rows)  # several configurations of one cell: label them
+    for c in ("workload", "variant", *(("config",) if configs else ()), "scenario", "vCPUs", "threads", "k", "n"):
         table.add_column(c, justify="right" if c in ("vCPUs", "threads", "k", "n") else "left")
     for m in metrics:
         table.add_column(m, justify="right")
     for r in rows:
         table.add_row(
-            r["workload"], r["variant"] or DASH, r["scenario"], str(r["vcpus"]), str(r["threads"]), str(r["oc_vms"]),
+            r["workload"], r["variant"] or DASH, *((r.get("config") or DASH,) if configs else ()), r["scenario"],
+            str(r["vcpus"]), str(r["threads"]), str(r["oc_vms"]),
             str(r["repetitions"]), *(_estimate(m, r[m], r[f"{m}_ci"]) for m in metrics),
         )  # fmt: skip
     return table
@@ -824,12 +826,14 @@ def summary_table(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str], con
 def categories_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     """TPDS overhead categories and scalability types."""
     table = Table(show_edge=False, pad_edge=False)
-    for c in ("workload", "variant", "vCPUs", "δη_t UC", "guest part", "host part", "δη_t OC", "δη_t OC2",
-              "categories", "parallelism", "sync/thread/s", "type"):  # fmt: skip
-        table.add_column(c, justify="left" if c in ("workload", "variant", "categories") else "right")
+    configs = any(r.get("config") for r in rows)  # several configurations of one cell: label them
+    for c in ("workload", "variant", *(("config",) if configs else ()), "vCPUs", "δη_t UC", "guest part", "host part",
+              "δη_t OC", "δη_t OC2", "categories", "parallelism", "sync/thread/s", "type"):  # fmt: skip
+        table.add_column(c, justify="left" if c in ("workload", "variant", "config", "categories") else "right")
     for r in rows:
         table.add_row(
-            r["workload"], r["variant"] or DASH, str(r["vcpus"]), fmt_pct(r["dt_uc"]), fmt_pct(r["guest_part"]),
+            r["workload"], r["variant"] or DASH, *((r.get("config") or DASH,) if configs else ()),
+            str(r["vcpus"]), fmt_pct(r["dt_uc"]), fmt_pct(r["guest_part"]),
             fmt_pct(r["host_part"]), fmt_pct(r["dt_oc"]), fmt_pct(r["dt_oc2"]), ", ".join(r["categories"]) or DASH,
             fmt_number(r["parallelism"]), fmt_number(r["sync_per_thread_s"]),
             DASH if r["scalability_type"] is None else str(r["scalability_type"]),

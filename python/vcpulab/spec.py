@@ -64,6 +64,11 @@ def parse_override(text: str) -> str:
 
     The value itself is validated by the native side, against the spec.
     """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 on the command line (surrogate escapes)
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise OverrideSyntaxError(f"not valid UTF-8 text: '{shown}'") from None
     path, sep, _value = text.partition("=")
     if not sep or not path.strip():
         raise OverrideSyntaxError(f"expected PATH=VALUE, e.g. experiment.vcpus=[4] (got {text!r})")

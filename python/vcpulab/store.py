@@ -47,6 +47,37 @@ class StoreError(Exception):
     """A results directory that cannot be used (not a store, locked, unreadable)."""
 
 
+# How a manifest may name a part: ``<table>/part-<hex>.parquet`` (nothing outside the table's folder).
+_PART_NAME = re.compile(r"^(runs|baselines)/part-[0-9a-f]+\.parquet$")
+
+# DuckDB's memory cap for `vcpulab query` (a huge query fails with a clear line instead of
+# taking the machine's memory).
+QUERY_MEMORY_LIMIT = "2GB"
+
+
+@dataclass(frozen=True)
+class Damage:
+    """A committed part that cannot be read: ``file`` relative to the store, and why."""
+
+    table: str
+    file: str
+    reason: str
+
+
+class StoreDamaged(StoreError):
+    """Committed parts of the store are missing or unreadable."""
+
+    def __init__(self, root: Path, damage: Sequence[Damage]) -> None:
+        first = damage[0]
+        more = f" (and {len(damage) - 1} more damaged part(s))" if len(damage) > 1 else ""
+        super().__init__(
+            f"results store '{root}' is damaged: {first.file} {first.reason}{more}; repair it with "
+            f"`vcpulab run SPEC --results {root} --repair` (sets the damaged parts aside in "
+            f"{root / 'damaged'}/ and re-runs exactly their cells)"
+        )
+        self.damage = list(damage)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -148,8 +179,11 @@ def _read_manifest(path: Path) -> _Manifest:
     m = _Manifest()
     if not path.exists():
         return m
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError:
+        raise StoreError(f"{path}: not UTF-8 text (the manifest is damaged)") from None
     lines = text.split("\n")
     complete = lines[:-1] if not text.endswith("\n") else lines  # a torn last line never counted
     for number, line in enumerate(complete, 1):
@@ -159,17 +193,27 @@ def _read_manifest(path: Path) -> _Manifest:
             rec = json.loads(line)
         except json.JSONDecodeError:
             raise StoreError(f"{path}:{number}: not a JSON line (the manifest is damaged)") from None
+        if not isinstance(rec, dict):
+            raise StoreError(f"{path}:{number}: not a JSON object (the manifest is damaged)")
         op = rec.get("op")
         if op == "format":
             if rec.get("format") != FORMAT or rec.get("version") != FORMAT_VERSION:
                 raise StoreError(
                     f"{path}: unsupported store format {rec.get('format')!r} version {rec.get('version')!r}"
                 )
-        elif op == "add":
-            m.parts[rec["table"]].append(rec["file"])
-        elif op == "replace":
-            gone = set(rec["files"])
-            m.parts[rec["table"]] = [p for p in m.parts[rec["table"]] if p not in gone] + [rec["file"]]
+        elif op in ("add", "replace"):
+            table, name, gone = rec.get("table"), rec.get("file"), rec.get("files", [])
+            names = [name, *gone] if isinstance(gone, list) else [name, gone]
+            if (
+                table not in TABLES
+                or not isinstance(name, str)
+                or not all(isinstance(n, str) and _PART_NAME.match(n) and n.startswith(f"{table}/") for n in names)
+            ):
+                raise StoreError(f"{path}:{number}: not a valid part record (the manifest is damaged)")
+            if op == "add":
+                m.parts[table].append(name)
+            else:
+                m.parts[table] = [p for p in m.parts[table] if p not in set(gone)] + [name]
         else:
             raise StoreError(f"{path}:{number}: unknown manifest operation {op!r}")
         m.lines += 1
@@ -182,6 +226,8 @@ class ResultsStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.manifest_path = self.root / "manifest.jsonl"
+        self.repaired: list[Damage] = []
+        """The damaged parts the last :meth:`writer` set aside."""
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -204,15 +250,82 @@ class ResultsStore:
         committed parts (an empty table when there are none)."""
         import duckdb
 
+        self.check()
         con = duckdb.connect(":memory:")
+        self._create_views(con, {t: [str(p) for p in self.parts(t)] for t in TABLES})
+        return con
+
+    @staticmethod
+    def _create_views(con: Any, files: Mapping[str, Sequence[str]]) -> None:
         for table in TABLES:
-            files = [str(p) for p in self.parts(table)]
-            if files:
-                listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+            if files[table]:
+                listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files[table])
                 con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listed}], union_by_name = true)")
             else:
                 con.execute(f"CREATE VIEW {table} AS SELECT NULL::VARCHAR AS key WHERE false")
+
+    def query_connection(self, memory_limit: str = QUERY_MEMORY_LIMIT) -> Any:
+        """A connection for user SQL (``vcpulab query``): the views of :meth:`connect`, then no
+        file access beyond the committed parts (no COPY, ATTACH, EXPORT, reading other files,
+        installing extensions), at most ``memory_limit`` of memory, and the configuration
+        locked so the SQL cannot undo any of it."""
+        import duckdb
+
+        self.check()
+        files = {t: [str(p.resolve()) for p in self.parts(t)] for t in TABLES}
+        con = duckdb.connect(":memory:")
+        con.execute("SET allowed_paths = ?", [[f for t in TABLES for f in files[t]]])
+        self._create_views(con, files)
+        con.execute("SET memory_limit = ?", [memory_limit])
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
         return con
+
+    # --- damage -----------------------------------------------------------------------------
+
+    def damage(self, full: bool = False) -> list[Damage]:
+        """The committed parts that are missing or unreadable. Without ``full`` only the file's
+        presence and its Parquet footer are checked (cheap); with it, every page is read."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        found = []
+        state = _read_manifest(self.manifest_path)
+        for table in TABLES:
+            for name in state.parts[table]:
+                path = self.root / name
+                if not path.is_file():
+                    found.append(Damage(table, name, "is listed in manifest.jsonl but missing"))
+                    continue
+                try:
+                    if full:
+                        pq.read_table(path)
+                    else:
+                        pq.read_metadata(path)
+                except (OSError, ValueError, pa.ArrowException) as e:
+                    why = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0].rstrip(".")
+                    found.append(Damage(table, name, f"is truncated or not a readable Parquet file ({why})"))
+        return found
+
+    def check(self) -> None:
+        """Raises :class:`StoreDamaged` when a committed part is missing or has no valid footer."""
+        found = self.damage()
+        if found:
+            raise StoreDamaged(self.root, found)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Reads from the store: an error while reading (DuckDB's, Arrow's) that comes from a
+        damaged part becomes a :class:`StoreDamaged` naming it; any other error passes as is."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except Exception:
+            found = self.damage(full=True)
+            if found:
+                raise StoreDamaged(self.root, found) from None
+            raise
 
     def keys(self) -> set[str]:
         """Keys of the stored cells."""
@@ -245,9 +358,13 @@ class ResultsStore:
     # --- writing ----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def writer(self) -> Iterator[StoreWriter]:
+    def writer(self, repair: bool = False) -> Iterator[StoreWriter]:
         """Creates the store if needed, takes its lock (one writer at a time), removes what an
-        earlier crash left uncommitted, and yields a :class:`StoreWriter`."""
+        earlier crash left uncommitted, and yields a :class:`StoreWriter`.
+
+        A damaged store (a committed part missing or unreadable) raises :class:`StoreDamaged`;
+        with ``repair`` every part is read in full and the damaged ones are set aside (see
+        :meth:`set_aside`, listed in :attr:`repaired`), so their cells are no longer stored."""
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"cannot use '{self.root}' as a results directory: it is a file")
         if self.root.is_dir() and any(self.root.iterdir()) and not self.manifest_path.exists():
@@ -269,7 +386,13 @@ class ResultsStore:
                 self._append_line({"op": "format", "format": FORMAT, "version": FORMAT_VERSION})
             self._truncate_torn_line()
             self._remove_orphans()
-            writer = StoreWriter(self)
+            found = self.damage(full=repair)
+            if found and not repair:
+                raise StoreDamaged(self.root, found)
+            if found:
+                self.set_aside(found)
+            with self.reading():
+                writer = StoreWriter(self)
             try:
                 yield writer
             finally:
@@ -295,8 +418,54 @@ class ResultsStore:
         committed = {p for parts in _read_manifest(self.manifest_path).parts.values() for p in parts}
         for table in TABLES:
             for path in (self.root / table).iterdir():
-                if f"{table}/{path.name}" not in committed:
+                if f"{table}/{path.name}" not in committed and not path.is_dir():
                     path.unlink()
+
+    def set_aside(self, damage: Sequence[Damage]) -> None:
+        """Moves damaged parts into ``damaged/`` (never deleting them), notes each in
+        ``damaged/NOTES.txt``, and rewrites the manifest without them (atomically): their
+        rows are no longer committed, so the next sweep re-runs exactly their cells. Needs the
+        writer's lock."""
+        aside = self.root / "damaged"
+        aside.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+        notes = []
+        for d in damage:
+            src = self.root / d.file
+            where = "it was already missing"
+            if src.exists():
+                dest = aside / f"{d.table}-{src.name}"
+                n = 1
+                while dest.exists():
+                    n += 1
+                    dest = aside / f"{d.table}-{src.stem}.{n}{src.suffix}"
+                os.replace(src, dest)
+                where = f"moved to damaged/{dest.name}"
+            notes.append(
+                f"{stamp}: {d.file} {d.reason}; {where}. Its rows were removed from manifest.jsonl: "
+                "the next `vcpulab run` of the spec re-runs their cells.\n"
+            )
+        with open(aside / "NOTES.txt", "a", encoding="utf-8") as f:
+            f.writelines(notes)
+            f.flush()
+            os.fsync(f.fileno())
+        _sync_dir(aside)
+        for table in TABLES:
+            _sync_dir(self.root / table)
+        gone = {d.file for d in damage}
+        state = _read_manifest(self.manifest_path)
+        self._rewrite_manifest({t: [p for p in state.parts[t] if p not in gone] for t in TABLES})
+        self.repaired = list(damage)
+
+    def _rewrite_manifest(self, parts: Mapping[str, Sequence[str]]) -> None:
+        """Replaces the manifest (atomically) by one listing exactly ``parts``."""
+        from .atomic import AtomicWriter
+
+        with AtomicWriter(self.manifest_path) as f:
+            f.write(json.dumps({"format": FORMAT, "op": "format", "version": FORMAT_VERSION}, sort_keys=True) + "\n")
+            for table in TABLES:
+                for part in parts[table]:
+                    f.write(json.dumps({"file": part, "op": "add", "table": table}, sort_keys=True) + "\n")
 
 
 class StoreWriter:
@@ -330,13 +499,16 @@ class StoreWriter:
     def _recover(self) -> None:
         if not self.journal_path.exists():
             return
-        text = self.journal_path.read_text(encoding="utf-8")
+        text = self.journal_path.read_text(encoding="utf-8", errors="replace")
         for line in text.split("\n")[:-1]:  # the last piece is "" or a torn line
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            self._pending[rec["table"]].append(rec["row"])
+            # A line that is not a row of ours (damaged) is skipped like a torn one.
+            if isinstance(rec, dict) and rec.get("table") in TABLES and isinstance(rec.get("row"), dict):
+                if isinstance(rec["row"].get("key"), str):
+                    self._pending[rec["table"]].append(rec["row"])
         self.flush(force=True)
 
     def append(self, table: str, rows: Sequence[Mapping[str, Any]], lines: Sequence[str] | None = None) -> None:
@@ -441,11 +613,4 @@ class StoreWriter:
         if not merged_any:
             return
         # The log now folds to its current parts: rewrite it as such (atomically).
-        state = _read_manifest(store.manifest_path)
-        from .atomic import AtomicWriter
-
-        with AtomicWriter(store.manifest_path) as f:
-            f.write(json.dumps({"format": FORMAT, "op": "format", "version": FORMAT_VERSION}, sort_keys=True) + "\n")
-            for table in TABLES:
-                for part in state.parts[table]:
-                    f.write(json.dumps({"file": part, "op": "add", "table": table}, sort_keys=True) + "\n")
+        store._rewrite_manifest(_read_manifest(store.manifest_path).parts)

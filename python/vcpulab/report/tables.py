@@ -25,6 +25,17 @@ def _shown(table: Table, label: str) -> str:
     return table.html()
 
 
+def _config_column(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The ``config`` column, when the store has several configurations of one cell
+    (``analysis`` then labels every row; docs/results.md)."""
+    return ("config",) if any(r.get("config") for r in rows) else ()
+
+
+def _legend(data: StoreData, rows: Sequence[Mapping[str, Any]]) -> str:
+    """What each configuration label stands for (nothing without the column)."""
+    return "".join(paragraph(line) for line in analysis.config_legend(data.store, rows))
+
+
 # --- (8) categorization -----------------------------------------------------------------------
 
 
@@ -36,6 +47,7 @@ def categorization(data: StoreData, rows: Sequence[Mapping[str, Any]], th: analy
     cols = (
         "workload",
         "variant",
+        *_config_column(rows),
         "vcpus",
         "threads",
         "dt_uc",
@@ -84,6 +96,7 @@ def categorization(data: StoreData, rows: Sequence[Mapping[str, Any]], th: analy
         )
         + paragraph(f"Configurations per category: {tally}.")
         + table.html()
+        + _legend(data, rows)
         + how(
             f"From the means over seeds. high guest: UC's guest part (G − C_p)/C_p > {th.guest:.0%}; high host: UC's "
             f"host part H/C_p > {th.host:.0%}; high overcommit: δη_t in OC or OC2 exceeds UC's by more than "
@@ -106,7 +119,7 @@ def summary(data: StoreData, confidence: float = 0.95) -> Section:
     rows = analysis.summary(data.store, metrics, confidence) if metrics else []
     if not rows:
         return Section.omit(title, anchor, "no cells to summarize")
-    cols = ["workload", "variant", "scenario", "vcpus", "threads", "oc_vms", "repetitions"]
+    cols = ["workload", "variant", *_config_column(rows), "scenario", "vcpus", "threads", "oc_vms", "repetitions"]
     for m in metrics:
         cols += [m, f"{m}_ci"]
     headers = {"oc_vms": "k", "repetitions": "n", "vcpus": "vCPUs"} | {f"{m}_ci": "± CI" for m in metrics}
@@ -135,6 +148,7 @@ def summary(data: StoreData, confidence: float = 0.95) -> Section:
             f"{confidence:.0%} confidence interval, as `vcpulab summary` prints them."
         )
         + _shown(shown, "Summary")
+        + _legend(data, rows)
         + how(
             "Half-width = t(1 − α/2, n − 1) · s / √n with s the sample standard deviation and t Student's quantile; "
             "none with one repetition. δη half-widths are in percentage points. The CSV has the plain values (ratios)."
