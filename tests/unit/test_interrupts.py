@@ -16,7 +16,7 @@ def test_ctrl_c_raises_and_arms_the_watchdog(monkeypatch: pytest.MonkeyPatch) ->
         pytest.skip("the test runner owns Ctrl-C here")
     gave_up = threading.Event()
     monkeypatch.setattr(cli, "INTERRUPT_GRACE_S", 0.05)
-    monkeypatch.setattr(cli, "_give_up_after_interrupt", gave_up.set)
+    monkeypatch.setattr(cli, "_give_up_after_interrupt", lambda code: gave_up.set())
     with cli._Interrupts():
         assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
         with pytest.raises(KeyboardInterrupt):
@@ -32,7 +32,7 @@ def test_a_prompt_clean_up_cancels_the_watchdog(monkeypatch: pytest.MonkeyPatch)
         pytest.skip("the test runner owns Ctrl-C here")
     gave_up = threading.Event()
     monkeypatch.setattr(cli, "INTERRUPT_GRACE_S", 0.5)
-    monkeypatch.setattr(cli, "_give_up_after_interrupt", gave_up.set)
+    monkeypatch.setattr(cli, "_give_up_after_interrupt", lambda code: gave_up.set())
     with pytest.raises(KeyboardInterrupt), cli._Interrupts():
         os.kill(os.getpid(), signal.SIGINT)
     assert not gave_up.wait(1.0)
