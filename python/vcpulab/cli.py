@@ -537,7 +537,13 @@ def make_payload(args: argparse.Namespace) -> tuple[Plan, SpecPayload]:
     return plan, SpecPayload(loaded.text, loaded.source, tuple(overrides))
 
 
-_FLAGS = {"workloads": "--workload", "scenarios": "--scenario", "vcpus": "--vcpus", "seeds": "--seed", "threads": "--threads"}
+_FLAGS = {
+    "workloads": "--workload",
+    "scenarios": "--scenario",
+    "vcpus": "--vcpus",
+    "seeds": "--seed",
+    "threads": "--threads",
+}
 
 
 def _name_the_flag(message: str, selection: Selection, source: str, sets: Sequence[str]) -> str:
@@ -1205,8 +1211,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 # Above render.MANY_CELLS cells, `validate` lists the values of each dimension and this many cells.
 VALIDATE_FIRST_CELLS = 10
-_DIMENSIONS = (("variant", "variants"), ("workload", "workloads"), ("scenario", "scenarios"),
-               ("vcpus", "vCPU counts"), ("threads", "thread counts"), ("oc_vms", "OC VMs"), ("seed", "seeds"))
+_DIMENSIONS = (
+    ("variant", "variants"),
+    ("workload", "workloads"),
+    ("scenario", "scenarios"),
+    ("vcpus", "vCPU counts"),
+    ("threads", "thread counts"),
+    ("oc_vms", "OC VMs"),
+    ("seed", "seeds"),
+)
 
 
 def _dimensions_table(cells: Sequence[Mapping[str, Any]], shown: int = 8) -> Table:
