@@ -141,9 +141,10 @@ _thread_count = _bounded(_int, 1, U32_MAX, f"a thread count from 1 to {U32_MAX}"
 
 
 def _positive_int(text: str) -> int:
+    """A count (CPUs, vCPUs, runs, rounds, ...): from 1 to :data:`U32_MAX`."""
     value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})")
+    if not 1 <= value <= U32_MAX:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {U32_MAX} (got {text!r})")
     return value
 
 
@@ -158,13 +159,19 @@ def _override(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+# The longest time slice or sampling interval a flag takes, in ms (one hour).
+MAX_DURATION_MS = 3_600_000.0
+
+
 def _duration_ms(text: str) -> float:
     try:
         value = float(text.removesuffix("ms"))
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of milliseconds (got {text!r})")
+    if not 0 < value <= MAX_DURATION_MS:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of milliseconds up to {MAX_DURATION_MS:.0f} (got {text!r})"
+        )
     return value
 
 
@@ -180,7 +187,10 @@ def _virtual_ns(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"expected {_WINDOW_FORM}; {text.strip()!r} is not a duration (units ns, us, ms, s)"
         )
-    return round(float(m.group(1)) * _NS_PER[m.group(2) or "ns"])
+    ns = round(float(m.group(1)) * _NS_PER[m.group(2) or "ns"])
+    if ns > TOML_INT_MAX:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} is too long a duration (at most {TOML_INT_MAX} ns)")
+    return ns
 
 
 def _window(text: str) -> tuple[int, int | None]:
@@ -328,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeline-max-events",
-        type=_positive_int,
+        type=_bounded(_int, 1, TOML_INT_MAX, f"a positive integer up to {TOML_INT_MAX}"),
         metavar="N",
         help=f"stop recording the timeline after N events, and say where (default {TIMELINE_MAX_EVENTS:,})",
     )
@@ -364,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("workload", metavar="NAME", help="a built-in workload (a unique suffix is enough: dedup)")
     ch.add_argument(
         "--cpus",
-        type=_bounded(_int, 1, U32_MAX, f"a CPU count from 1 to {U32_MAX}"),
+        type=_int,
         default=16,
         metavar="N",
         help="CPUs and threads (default: 16)",
@@ -1252,8 +1262,8 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def cmd_characterize(args: argparse.Namespace) -> int:
-    if args.cpus < 1:
-        raise CliError(f"--cpus must be at least 1 (got {args.cpus})")
+    if not 1 <= args.cpus <= U32_MAX:
+        raise CliError(f"--cpus must be at least 1 and at most {U32_MAX} (got {args.cpus})")
     result = json.loads(characterize(args.workload, args.cpus, args.seed, int(args.slice * 1e6), list(args.sets)))
     if args.json:
         print(json.dumps(result))

@@ -108,3 +108,26 @@ def test_validate_summarises_a_large_plan(tmp_path: Path) -> None:
     assert len(run_cli("validate", spec, "--json", timeout=TIMEOUT).out.splitlines()) == cells
     small = run_cli("validate", "--workload", "lock", "--vcpus", "2,4")
     assert small.code == 0 and "more cells" not in small.out and small.out.count("lock") == 8
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (
+            ("run", "--workload", "lock", "--timeline", "t.json", "--timeline-max-events", str(2**70)),
+            "--timeline-max-events",
+        ),
+        (
+            ("run", "--workload", "lock", "--timeline", "t.json", "--timeline-window", "0ms:99999999999999999999s"),
+            "--timeline-window",
+        ),
+        (("characterize-sim", "lock", "--slice", "1e30"), "--slice"),
+        (("characterize-sim", "lock", "--slice", "inf"), "--slice"),
+        (("characterize-sim", "lock", "--cpus", "99999999999"), "--cpus"),
+        (("predict", "x.vtrace", "--vcpus", "99999999999"), "--vcpus"),
+        (("oversubscription", "--rounds", "99999999999"), "--rounds"),
+    ],
+)
+def test_huge_numbers_in_other_flags_are_named_not_overflowed(args: tuple[str, ...], flag: str, tmp_path: Path) -> None:
+    line = one_line_error(run_cli(*args, cwd=tmp_path, timeout=TIMEOUT))
+    assert flag in line and "internal error" not in line and "Overflow" not in line, line
