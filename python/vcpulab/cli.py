@@ -1,7 +1,8 @@
 """The ``vcpulab`` command.
 
 Every failure ends in exactly one line ``vcpulab: error: <message>`` on stderr and an exit
-code: 2 for a bad spec or bad usage, 3 when a simulation cannot complete, 130 on Ctrl-C.
+code: 2 for a bad spec or bad usage, 3 when a simulation cannot complete, 130 on Ctrl-C (SIGINT),
+143 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 import threading
 import tomllib
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from . import __version__, analysis, ple, render, report, scaling
 from ._vcpulab import (
@@ -40,7 +44,7 @@ from .atomic import AtomicWriter, write_bytes_atomic, write_csv_atomic
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
 from .report import memory
-from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override, read_spec_file
+from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override
 from .store import COMPACT_ABOVE, QUERY_MEMORY_LIMIT, ResultsStore, StoreError, result_from_row
 from .sweep import (
     CellFailed,
@@ -59,7 +63,7 @@ EXIT_SIMULATION = 3
 EXIT_INTERRUPTED = 130
 # `vcpulab query` prints at most this many rows unless --limit says otherwise.
 QUERY_LIMIT = 10_000
-# After Ctrl-C, stopping the workers and committing finished cells normally takes well under a
+# After Ctrl-C or SIGTERM, stopping the workers and committing finished cells normally takes well under a
 # second; if it takes longer than this, the process dumps its threads' stacks and exits anyway.
 INTERRUPT_GRACE_S = 30.0
 
@@ -97,7 +101,7 @@ def _scenarios(text: str) -> list[str]:
 
 
 def _ints(text: str) -> list[int]:
-    """``8`` or ``4,8,16`` → integers (their range is checked by the simulator, like the spec's)."""
+    """``8`` or ``4,8,16`` → integers."""
     try:
         return [int(p) for p in text.split(",") if p.strip()]
     except ValueError:
@@ -113,10 +117,36 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
 
 
+# The widest values the spec's fields take (vcpus and threads are u32; seeds are u64, but a
+# TOML integer stops at 2^63 - 1). The simulator checks the rest (e.g. vCPUs the machine has).
+U32_MAX = 2**32 - 1
+TOML_INT_MAX = 2**63 - 1
+
+
+def _bounded(parse: Any, low: int, high: int, what: str) -> Any:
+    """An argument type: ``parse``'s integer(s), each within ``low``..``high`` (``what``
+    describes the range in the error)."""
+
+    def check(text: str) -> Any:
+        value = parse(text)
+        for v in value if isinstance(value, list) else [value]:
+            if not low <= v <= high:
+                raise argparse.ArgumentTypeError(f"expected {what} (got {v})")
+        return value
+
+    return check
+
+
+_vcpu_counts = _bounded(_ints, 1, U32_MAX, f"vCPU counts from 1 to {U32_MAX}")
+_seeds = _bounded(_ints, 0, TOML_INT_MAX, f"seeds from 0 to {TOML_INT_MAX}")
+_thread_count = _bounded(_int, 1, U32_MAX, f"a thread count from 1 to {U32_MAX}")
+
+
 def _positive_int(text: str) -> int:
+    """A count (CPUs, vCPUs, runs, rounds, ...): from 1 to :data:`U32_MAX`."""
     value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})")
+    if not 1 <= value <= U32_MAX:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {U32_MAX} (got {text!r})")
     return value
 
 
@@ -131,13 +161,19 @@ def _override(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+# The longest time slice or sampling interval a flag takes, in ms (one hour).
+MAX_DURATION_MS = 3_600_000.0
+
+
 def _duration_ms(text: str) -> float:
     try:
         value = float(text.removesuffix("ms"))
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of milliseconds (got {text!r})")
+    if not 0 < value <= MAX_DURATION_MS:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of milliseconds up to {MAX_DURATION_MS:.0f} (got {text!r})"
+        )
     return value
 
 
@@ -153,7 +189,10 @@ def _virtual_ns(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"expected {_WINDOW_FORM}; {text.strip()!r} is not a duration (units ns, us, ms, s)"
         )
-    return round(float(m.group(1)) * _NS_PER[m.group(2) or "ns"])
+    ns = round(float(m.group(1)) * _NS_PER[m.group(2) or "ns"])
+    if ns > TOML_INT_MAX:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} is too long a duration (at most {TOML_INT_MAX} ns)")
+    return ns
 
 
 def _window(text: str) -> tuple[int, int | None]:
@@ -185,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="vcpulab",
         description="Simulate multithreaded workloads on virtualized multicore hosts.",
-        epilog="exit codes: 0 ok, 2 invalid spec or usage, 3 simulation could not complete, 130 interrupted",
+        epilog="exit codes: 0 ok, 2 invalid spec or usage, 3 simulation could not complete, 130 interrupted (SIGINT), "
+        "143 terminated (SIGTERM)",
     )
     parser.add_argument("--version", action="version", version=f"vcpulab {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -211,14 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument(
         "--vcpus",
         action="extend",
-        type=_ints,
+        type=_vcpu_counts,
         metavar="N",
         help="vCPU count(s); repeatable or comma-separated (default: 8)",
     )
     experiment.add_argument(
-        "--seed", dest="seeds", action="extend", type=_ints, metavar="N", help="random seed(s) (default: 1)"
+        "--seed", dest="seeds", action="extend", type=_seeds, metavar="N", help="random seed(s) (default: 1)"
     )
-    experiment.add_argument("--threads", type=_int, metavar="N", help="threads per instance (default: vCPUs)")
+    experiment.add_argument("--threads", type=_thread_count, metavar="N", help="threads per instance (default: vCPUs)")
     experiment.add_argument(
         "--set",
         dest="sets",
@@ -306,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeline-max-events",
-        type=_positive_int,
+        type=_bounded(_int, 1, TOML_INT_MAX, f"a positive integer up to {TOML_INT_MAX}"),
         metavar="N",
         help=f"stop recording the timeline after N events, and say where (default {TIMELINE_MAX_EVENTS:,})",
     )
@@ -340,8 +380,20 @@ def build_parser() -> argparse.ArgumentParser:
         "blocks, TLB shootdowns and call-function IPIs.",
     )
     ch.add_argument("workload", metavar="NAME", help="a built-in workload (a unique suffix is enough: dedup)")
-    ch.add_argument("--cpus", type=_int, default=16, metavar="N", help="CPUs and threads (default: 16)")
-    ch.add_argument("--seed", type=_int, default=1, metavar="N", help="random seed (default: 1)")
+    ch.add_argument(
+        "--cpus",
+        type=_int,
+        default=16,
+        metavar="N",
+        help="CPUs and threads (default: 16)",
+    )
+    ch.add_argument(
+        "--seed",
+        type=_bounded(_int, 0, TOML_INT_MAX, f"a seed from 0 to {TOML_INT_MAX}"),
+        default=1,
+        metavar="N",
+        help="random seed (default: 1)",
+    )
     ch.add_argument(
         "--slice",
         type=_duration_ms,
@@ -503,16 +555,85 @@ def make_payload(args: argparse.Namespace) -> tuple[Plan, SpecPayload]:
         loaded, overrides = selection.spec(), list(args.sets)
     else:
         raise CliError(f"{args.command} needs a SPEC file or --workload NAME")
-    return Plan(loaded.text, loaded.source, overrides), SpecPayload(loaded.text, loaded.source, tuple(overrides))
+    try:
+        plan = Plan(loaded.text, loaded.source, overrides)
+    except SpecError as e:
+        raise SpecError(_name_the_flag(str(e), selection, loaded.source, args.sets)) from None
+    return plan, SpecPayload(loaded.text, loaded.source, tuple(overrides))
+
+
+_FLAGS = {
+    "workloads": "--workload",
+    "scenarios": "--scenario",
+    "vcpus": "--vcpus",
+    "seeds": "--seed",
+    "threads": "--threads",
+}
+
+
+def _name_the_flag(message: str, selection: Selection, source: str, sets: Sequence[str]) -> str:
+    """A spec error about a field an experiment flag set (and so replaced), told against the
+    flag rather than the override or spec the flags became: ``--vcpus: experiment.vcpus[0]: ...``
+    (unless a --set, applied after the flags, sets that field again)."""
+    set_paths = [s.partition("=")[0].strip() for s in sets]
+    for key, override in zip(selection.fields(), selection.overrides(), strict=True):
+        if any(re.match(rf"experiment\.{key}\b", path) for path in set_paths):
+            continue
+        flag = _FLAGS[key]
+        for prefix in (f"--set {override}: ", f"{source}: "):
+            rest = message.removeprefix(prefix)
+            if rest != message and re.match(rf"experiment\.{key}\b", rest):
+                return f"{flag}: {rest}"
+    return message
+
+
+# The largest spec file (or other text input) the command reads; the biggest example is a few KiB.
+MAX_TEXT_INPUT = 16 * 1024 * 1024
 
 
 def _read_spec(path: str) -> SpecSource:
+    return SpecSource(read_text_input(path, "spec file"), path)
+
+
+def read_text_input(path: str, what: str) -> str:
+    """The UTF-8 text of the regular file ``path`` of at most :data:`MAX_TEXT_INPUT` bytes,
+    or a one-line error naming ``what`` and ``path``. It never blocks (a FIFO is refused
+    before it is opened, and opened without waiting for a writer if it appears meanwhile) and
+    never reads more than the limit (``/dev/zero`` is refused, a growing file is cut short)."""
+    where = f"cannot read {what} '{path}'"
+    limit = f"larger than {MAX_TEXT_INPUT // (1024 * 1024)} MiB"
+
+    def check(st: os.stat_result) -> None:
+        if stat.S_ISDIR(st.st_mode):
+            raise CliError(f"{where}: is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+            raise CliError(f"{where}: not a regular file ({kind})")
+        if st.st_size > MAX_TEXT_INPUT:
+            raise CliError(f"{where}: {limit} ({st.st_size:,} bytes)")
+
     try:
-        return read_spec_file(path)
+        check(os.stat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            check(os.fstat(fd))  # what was opened, if the path changed since the stat
+            chunks, size = [], 0
+            while size <= MAX_TEXT_INPUT:
+                chunk = os.read(fd, MAX_TEXT_INPUT + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
     except OSError as e:
-        raise CliError(f"cannot read spec file '{path}': {e.strerror or e}") from None
+        raise CliError(f"{where}: {e.strerror or e}") from None
+    if size > MAX_TEXT_INPUT:
+        raise CliError(f"{where}: {limit}")
+    try:
+        return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
-        raise CliError(f"cannot read spec file '{path}': not UTF-8 text") from None
+        raise CliError(f"{where}: not UTF-8 text") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -614,13 +735,14 @@ def _sweep_and_show(
         except CellFailed as e:
             kept = f"; {e.stored} finished cells are stored in {results_dir} (run again to continue)" if writer else ""
             raise CliError(f"{e}{kept}", EXIT_SIMULATION) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             kept = (
                 f" (finished cells are stored in {results_dir}; run the same command again to continue)"
                 if writer
                 else ""
             )
-            raise CliError(f"interrupted{kept}", EXIT_INTERRUPTED) from None
+            message, code = _interrupted(e)
+            raise CliError(f"{message}{kept}", code) from None
         if writer is not None and report_.ran:
             writer.compact(above=COMPACT_ABOVE)
     rows = [emit.rows[i] for i in selected]
@@ -737,8 +859,8 @@ def _run_with_timeline(
         with render.sweep_progress(1, sys.stderr.isatty(), 1) as done:
             result_json, trace, events, truncated_at = plan.run_cell_with_timeline(i, from_ns, to_ns, max_events)
             done(render.cell_label(cells[i]))
-    except KeyboardInterrupt:
-        raise CliError("interrupted", EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as e:
+        raise CliError(*_interrupted(e)) from None
     write_bytes_atomic(args.timeline, trace)
     # The same object (key order included) a stored result gives back.
     raw = json.loads(result_json)
@@ -1178,9 +1300,49 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(json.dumps(cell, ensure_ascii=False))
         return 0
     console = render.stdout_console()
-    console.print(render.cells_table(cells))
+    if len(cells) <= render.MANY_CELLS:
+        console.print(render.cells_table(cells))
+    else:
+        # A table of every cell would take minutes to render for a large sweep, and nobody
+        # reads it: the values each dimension takes, then the first few cells.
+        console.print(_dimensions_table(cells))
+        console.print(render.cells_table(cells[:VALIDATE_FIRST_CELLS]))
+        console.print(
+            f"… and {len(cells) - VALIDATE_FIRST_CELLS:,} more cells (every cell with --json)",
+            style="dim",
+            highlight=False,
+            markup=False,
+        )
     console.print(f"spec OK: {len(cells)} runs", highlight=False)
     return 0
+
+
+# Above render.MANY_CELLS cells, `validate` lists the values of each dimension and this many cells.
+VALIDATE_FIRST_CELLS = 10
+_DIMENSIONS = (
+    ("variant", "variants"),
+    ("workload", "workloads"),
+    ("scenario", "scenarios"),
+    ("vcpus", "vCPU counts"),
+    ("threads", "thread counts"),
+    ("oc_vms", "OC VMs"),
+    ("seed", "seeds"),
+)
+
+
+def _dimensions_table(cells: Sequence[Mapping[str, Any]], shown: int = 8) -> Table:
+    """Per dimension of the cells: how many distinct values, and the first ``shown`` of them."""
+    table = Table(title=f"{len(cells):,} cells", title_justify="left")
+    table.add_column("dimension")
+    table.add_column("values", justify="right")
+    table.add_column("first values")
+    for key, name in _DIMENSIONS:
+        values = list(dict.fromkeys(c.get(key) for c in cells))
+        if all(v in (None, "") for v in values):  # no variants
+            continue
+        listed = ", ".join(str(v) for v in values[:shown]) + (", …" if len(values) > shown else "")
+        table.add_row(name, f"{len(values):,}", Text(listed))
+    return table
 
 
 def _print_items(items: Sequence[Any], table: Any, as_json: bool) -> int:
@@ -1198,8 +1360,8 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def cmd_characterize(args: argparse.Namespace) -> int:
-    if args.cpus < 1:
-        raise CliError(f"--cpus must be at least 1 (got {args.cpus})")
+    if not 1 <= args.cpus <= U32_MAX:
+        raise CliError(f"--cpus must be at least 1 and at most {U32_MAX} (got {args.cpus})")
     result = json.loads(characterize(args.workload, args.cpus, args.seed, int(args.slice * 1e6), list(args.sets)))
     if args.json:
         print(json.dumps(result))
@@ -1286,9 +1448,21 @@ def _write(stream: TextIO, text: str) -> None:
 # --- entry point ----------------------------------------------------------------------------
 
 
+# Control characters (C0, DEL, C1) and the bidirectional overrides and isolates: from a spec
+# or a flag, they would act on the terminal instead of showing in an error line.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def _one_line(message: object) -> str:
+    """``message`` as one printable line: its lines joined with "; ", control characters
+    escaped (``\\x00``, ``\\x1b``, ``\\u202e``)."""
     lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-    return "; ".join(lines) or "unknown error"
+    return _UNPRINTABLE.sub(_escape, "; ".join(lines)) or "unknown error"
 
 
 def _fail(message: object, code: int) -> int:
@@ -1297,40 +1471,71 @@ def _fail(message: object, code: int) -> int:
     return code
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C) or SIGTERM, raised where the main thread is: a KeyboardInterrupt, so
+    every clean-up written for Ctrl-C (stopping workers and traced programs, committing
+    finished cells, removing temporary files) runs for both. Exit code 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum = signum
+
+    @property
+    def code(self) -> int:
+        return 128 + self.signum
+
+    @property
+    def message(self) -> str:
+        return "interrupted" if self.signum == signal.SIGINT else f"interrupted by {signal.Signals(self.signum).name}"
+
+
+def _interrupted(e: KeyboardInterrupt) -> tuple[str, int]:
+    """The error message and exit code of an interruption."""
+    if isinstance(e, Interrupted):
+        return e.message, e.code
+    return "interrupted", EXIT_INTERRUPTED
+
+
 class _Interrupts:
-    """Ctrl-C raises KeyboardInterrupt as usual and also starts a watchdog: the clean-up that
-    follows (stopping workers, committing finished cells) must not hang the terminal. If it
-    outlives :data:`INTERRUPT_GRACE_S`, the watchdog prints every thread's stack (for a bug
-    report) and ends the process with the interrupted exit code; the journal already holds
-    every finished cell, so nothing stored is lost."""
+    """SIGINT and SIGTERM raise :class:`Interrupted` (a KeyboardInterrupt) and start a
+    watchdog: the clean-up that follows (stopping workers, committing finished cells) must not
+    hang the terminal. If it outlives :data:`INTERRUPT_GRACE_S`, the watchdog prints every
+    thread's stack (for a bug report) and ends the process with the signal's exit code (130,
+    143); the journal already holds every finished cell, so nothing stored is lost."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    # What a process starts with, per signal: only then is the signal ours to take over.
+    DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
     def __init__(self) -> None:
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
         self._watchdog: threading.Timer | None = None
 
     def __enter__(self) -> _Interrupts:
-        # Only the main thread of a process whose Ctrl-C is the default can take it over
+        # Only the main thread of a process whose handlers are the defaults can take them over
         # (not, e.g., a test runner calling main() from a worker thread).
-        in_main = threading.current_thread() is threading.main_thread()
-        if in_main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                if signal.getsignal(signum) is self.DEFAULTS[signum]:
+                    self._previous[signum] = signal.signal(signum, self._on_signal)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
         if self._watchdog is not None:
             self._watchdog.cancel()
 
-    def _on_sigint(self, signum: int, frame: object) -> None:
+    def _on_signal(self, signum: int, frame: object) -> None:
         if self._watchdog is None:
-            self._watchdog = threading.Timer(INTERRUPT_GRACE_S, _give_up_after_interrupt)
+            self._watchdog = threading.Timer(INTERRUPT_GRACE_S, _give_up_after_interrupt, args=(128 + signum,))
             self._watchdog.daemon = True
             self._watchdog.start()
-        raise KeyboardInterrupt
+        raise Interrupted(signum)
 
 
-def _give_up_after_interrupt() -> None:
+def _give_up_after_interrupt(code: int = EXIT_INTERRUPTED) -> None:
     import faulthandler
 
     sys.stderr.write(
@@ -1339,7 +1544,7 @@ def _give_up_after_interrupt() -> None:
     )
     sys.stderr.flush()
     faulthandler.dump_traceback(all_threads=True)
-    os._exit(EXIT_INTERRUPTED)
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1368,8 +1573,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return _fail(e, e.code)
     except ConnectionError as e:
         return _fail(e, EXIT_USAGE)
-    except KeyboardInterrupt:
-        return _fail("interrupted", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as e:
+        return _fail(*_interrupted(e))
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): stop quietly, and keep Python from
         # complaining again when it flushes stdout at exit.

@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -84,15 +85,26 @@ class Outcome:
     lines: list[str] = field(default_factory=list)
 
 
-_PLANS: dict[str, Plan] = {}
+class _Plans(threading.local):
+    """The plan a worker thread last built, by payload digest. Per thread: a Dask worker runs
+    several tasks at once on its threads, and a plan runs one simulation at a time. A plan
+    kept from an earlier sweep (Dask workers outlive sweeps) still knows the summaries it
+    simulated then, so :func:`_execute` never relies on it to report them afresh."""
+
+    def __init__(self) -> None:
+        self.plans: dict[str, Plan] = {}
+
+
+_PLANS = _Plans()
 
 
 def _plan_for(payload: SpecPayload) -> Plan:
-    plan = _PLANS.get(payload.digest)
+    plans = _PLANS.plans
+    plan = plans.get(payload.digest)
     if plan is None:
-        _PLANS.clear()  # one experiment per worker at a time
+        plans.clear()  # one experiment per worker thread at a time
         plan = Plan(payload.text, payload.source, list(payload.overrides))
-        _PLANS[payload.digest] = plan
+        plans[payload.digest] = plan
     return plan
 
 
@@ -121,9 +133,14 @@ def _execute(payload: SpecPayload, task: Task, provided: dict[str, str]) -> Outc
             rows.append(
                 (i, run_row(result, key=key, config_key=config_key, spec_hash=payload.spec_hash, version=version))
             )
-    else:
-        plan.run_job(task.cells[0], task.layout, task.count)
-    return Outcome(task, rows, plan.take_new_summaries(), [journal_line("runs", row) for _, row in rows])
+    # The summary of the task's own simulation, whether this plan simulated it just now or
+    # knew it already (a worker's plan outlives a sweep, and a task may run again after a
+    # sweep was stopped): the sweep waits for it, and take_new_summaries() only reports the
+    # summaries the plan has not reported before.
+    own = plan.run_job(task.cells[0], task.layout, task.count)
+    summaries = dict(plan.take_new_summaries())
+    summaries[task.key] = own
+    return Outcome(task, rows, list(summaries.items()), [journal_line("runs", row) for _, row in rows])
 
 
 # --- executors ------------------------------------------------------------------------------
@@ -165,9 +182,22 @@ class InlineExecutor:
         self._pending.clear()
 
 
-def _ignore_sigint() -> None:
-    # Workers leave Ctrl-C to the parent, which stops them.
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _init_worker(parent: int) -> None:
+    """A local worker: it leaves Ctrl-C to the parent, which stops it; SIGTERM ends it at
+    once (not the parent's handler, inherited through fork); and it dies with the parent,
+    however the parent ends (on Linux: killed by the kernel when the parent exits)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 class _ResultQueue:
@@ -196,7 +226,10 @@ class LocalExecutor(_ResultQueue):
         # thread wakes on every unread result and spun for ~9 % of a core here.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         self._pool = ProcessPoolExecutor(
-            workers, mp_context=multiprocessing.get_context(method), initializer=_ignore_sigint
+            workers,
+            mp_context=multiprocessing.get_context(method),
+            initializer=_init_worker,
+            initargs=(os.getpid(),),
         )
         # Workers start on the first submission: start them now, before the caller opens
         # DuckDB or starts threads.
@@ -310,13 +343,26 @@ def plan_sweep(plan: Plan, selected: Sequence[int], stored_keys: set[str], basel
         for i in group:
             for role in ("base", "alone"):
                 job = jobs[i][role]
-                if job is None or job["key"] in baselines or job["key"] == main:
+                if job is None or job["key"] == main:
                     continue
+                # A stored baseline is a dependency too, known from the start: the worker is
+                # given its summary rather than simulating it again.
                 deps.append(job["key"])
-                if job["key"] not in by_main and job["key"] not in extra:
+                if job["key"] not in baselines and job["key"] not in by_main and job["key"] not in extra:
                     extra[job["key"]] = Task("baseline", (i,), job["key"], job["layout"], job["count"])
         row_keys = tuple((jobs[i]["key"], jobs[i]["config_key"]) for i in group)
-        tasks.append(Task("cell", tuple(group), main, deps=tuple(dict.fromkeys(deps)), row_keys=row_keys))
+        own = jobs[group[0]]["main"]
+        tasks.append(
+            Task(
+                "cell",
+                tuple(group),
+                main,
+                own["layout"],
+                own["count"],
+                deps=tuple(dict.fromkeys(deps)),
+                row_keys=row_keys,
+            )
+        )
     # Baselines first, then cells in plan order (native cells before the ones they feed).
     return SweepPlan(
         cells=list(selected), jobs=jobs, stored=stored, tasks=[*extra.values(), *tasks], known=dict(baselines)

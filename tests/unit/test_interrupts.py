@@ -16,7 +16,7 @@ def test_ctrl_c_raises_and_arms_the_watchdog(monkeypatch: pytest.MonkeyPatch) ->
         pytest.skip("the test runner owns Ctrl-C here")
     gave_up = threading.Event()
     monkeypatch.setattr(cli, "INTERRUPT_GRACE_S", 0.05)
-    monkeypatch.setattr(cli, "_give_up_after_interrupt", gave_up.set)
+    monkeypatch.setattr(cli, "_give_up_after_interrupt", lambda code: gave_up.set())
     with cli._Interrupts():
         assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
         with pytest.raises(KeyboardInterrupt):
@@ -32,7 +32,25 @@ def test_a_prompt_clean_up_cancels_the_watchdog(monkeypatch: pytest.MonkeyPatch)
         pytest.skip("the test runner owns Ctrl-C here")
     gave_up = threading.Event()
     monkeypatch.setattr(cli, "INTERRUPT_GRACE_S", 0.5)
-    monkeypatch.setattr(cli, "_give_up_after_interrupt", gave_up.set)
+    monkeypatch.setattr(cli, "_give_up_after_interrupt", lambda code: gave_up.set())
     with pytest.raises(KeyboardInterrupt), cli._Interrupts():
         os.kill(os.getpid(), signal.SIGINT)
     assert not gave_up.wait(1.0)
+
+
+def test_sigterm_takes_the_same_path_with_its_own_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("the test runner owns SIGTERM here")
+    codes: list[int] = []
+    fired = threading.Event()
+    monkeypatch.setattr(cli, "INTERRUPT_GRACE_S", 0.05)
+    monkeypatch.setattr(cli, "_give_up_after_interrupt", lambda code: (codes.append(code), fired.set()))
+    with cli._Interrupts():
+        with pytest.raises(KeyboardInterrupt) as caught:
+            os.kill(os.getpid(), signal.SIGTERM)
+            threading.Event().wait(5)
+        assert isinstance(caught.value, cli.Interrupted)
+        assert cli._interrupted(caught.value) == ("interrupted by SIGTERM", 143)
+        assert fired.wait(5), "the watchdog did not fire"
+    assert codes == [143]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

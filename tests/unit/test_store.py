@@ -583,7 +583,7 @@ def test_plan_sweep_oc2_alone_needs_its_baseline_and_reference() -> None:
     assert [(t.kind, t.layout, t.count) for t in sweep.tasks] == [
         ("baseline", "native", 2),
         ("baseline", "vms", 1),
-        ("cell", "", 0),
+        ("cell", "vms", 2),  # a cell task's own simulation: its summary is reported too
     ]
     base, alone, cell = sweep.tasks
     assert (base.key, alone.key) == (j["base"]["key"], j["alone"]["key"])
@@ -596,7 +596,7 @@ def test_plan_sweep_uc_alone_needs_the_native_run() -> None:
     sweep = plan_sweep(plan, [0], set(), {})
     assert [(t.kind, t.layout, t.count, t.key) for t in sweep.tasks] == [
         ("baseline", "native", 1, j["base"]["key"]),
-        ("cell", "", 0, j["main"]["key"]),
+        ("cell", "vms", 1, j["main"]["key"]),
     ]
     assert sweep.tasks[1].deps == (j["base"]["key"],)
 
@@ -612,8 +612,8 @@ def test_plan_sweep_selection_decides_what_is_a_baseline() -> None:
     assert [(t.kind, t.layout, t.count) for t in sweep.tasks] == [
         ("baseline", "native", 2),
         ("baseline", "vms", 1),
-        ("cell", "", 0),
-        ("cell", "", 0),
+        ("cell", "native", 1),
+        ("cell", "vms", 2),
     ]
     assert [t.cells for t in sweep.tasks[2:]] == [(native,), (oc2,)]
     assert sweep.tasks[3].deps == (j[oc2]["base"]["key"], j[oc2]["alone"]["key"])
@@ -635,12 +635,15 @@ def test_plan_sweep_skips_stored_cells_and_known_baselines() -> None:
     assert sorted(ran) == [i for i in all_cells if i != uc]
     assert j[uc]["main"]["key"] in {t.key for t in sweep.tasks if t.kind == "baseline"}
 
-    # Known summaries are provided, not simulated again, and are nobody's dependency.
+    # Known summaries are not simulated again: no task for them, and the cells that need them
+    # are ready at once, given them as dependencies known from the start.
     summaries = {j[i][role]["key"]: "{}" for i in all_cells for role in ("main", "base") if j[i][role] is not None}
     sweep = plan_sweep(plan, all_cells, {j[uc]["key"]}, summaries)
     assert sweep.known == summaries
     assert [[cells[i]["scenario"] for i in t.cells] for t in sweep.tasks] == [["native"], ["OC", "OC2"]]
-    assert all(t.deps == () for t in sweep.tasks)
+    assert all(set(t.deps) <= summaries.keys() for t in sweep.tasks)
+    oc_task = sweep.tasks[1]
+    assert j[oc]["alone"]["key"] in oc_task.deps and j[oc]["base"]["key"] in oc_task.deps
 
     # Everything stored: nothing to do.
     sweep = plan_sweep(plan, all_cells, {x["key"] for x in j}, {})

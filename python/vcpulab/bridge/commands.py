@@ -5,6 +5,7 @@ output owns stdout."""
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -411,8 +412,12 @@ def trace_program(
     except TraceError as e:
         raise LaunchError(f"the trace of {argv[0]} is unreadable: {e}", 1) from None
     finally:
+        # Also on SIGINT/SIGTERM (the program and its children are stopped by then): the
+        # trace, its log, and the header the tracer writes beside it before linking it in.
         tmp.unlink(missing_ok=True)
         log.unlink(missing_ok=True)
+        for leftover in tmp.parent.glob(glob.escape(tmp.name) + ".vtrace-tmp.*"):
+            leftover.unlink(missing_ok=True)
     return m, info
 
 
@@ -527,8 +532,12 @@ def trace_table(out: Path, m: Measurement, info: dict[str, Any]) -> Table:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     path = Path(args.trace)
-    if not path.is_file():
+    if path.is_dir():
+        raise LaunchError(f"{path}: is a directory (expected a .vtrace file written by `vcpulab trace`)", 2)
+    if not path.exists():
         raise LaunchError(f"{path}: no such trace file", 2)
+    if not path.is_file():
+        raise LaunchError(f"{path}: not a regular file (expected a .vtrace file written by `vcpulab trace`)", 2)
     console = stderr_console()
     try:
         pred = predict.predict(

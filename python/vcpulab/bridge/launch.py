@@ -236,7 +236,9 @@ def run_measured(
             os._exit(127)
     os.close(gate_r)
     os.close(err_w)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the program; we report
+    # SIGINT and SIGTERM (raised here as KeyboardInterrupt by the CLI's handlers) stop the
+    # program and whatever it started before they propagate: nothing outlives the command.
+    # (Ctrl-C at a terminal reaches the program directly as well.)
     try:
         try:
             counters = PerfCounters(pid, list(events))
@@ -244,23 +246,35 @@ def run_measured(
         except BaseException:
             os.kill(pid, signal.SIGKILL)  # never let it run unmeasured
             os.waitpid(pid, 0)
+            pid = 0
             raise
         start = time.monotonic()
         os.write(gate_w, b"x")
         os.close(gate_w)
+        gate_w = -1
         failure = os.read(err_r, 512)  # empty once the exec succeeded (the pipe closes on exec)
         os.close(err_r)
+        err_r = -1
         if failure:
             os.waitpid(pid, 0)
+            pid = 0
             code, _, why = failure.decode(errors="replace").partition(":")
             raise LaunchError(
                 f"{argv[0]}: cannot run it: {why or os.strerror(int(code) if code.isdigit() else errno.EIO)}"
             )
         samples, (status, rusage, end) = _sample_until_exit(pid, start, sample_s)
+        pid = 0
         tlb_after = tlb_shootdowns()
         counts = counters.read()
+    except BaseException as e:
+        if pid:
+            default = signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGKILL
+            stop_program(pid, getattr(e, "signum", default))
+        raise
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for fd in (gate_w, err_r):
+            if fd >= 0:
+                os.close(fd)
     return Measurement(
         argv=list(argv),
         cpus=len(allowed),
@@ -302,3 +316,54 @@ def _sample_until_exit(pid: int, start: float, sample_s: float) -> tuple[list[Sa
     finally:
         os.close(pidfd)
     return samples, (status, rusage, end)
+
+
+# How long a program stopped by SIGINT/SIGTERM of vcpulab gets to exit on its own (the tracer
+# flushes its buffers then) before it and its descendants are killed.
+STOP_GRACE_S = 1.0
+
+
+def stop_program(pid: int, signum: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> None:
+    """Ends the program ``pid`` (a child of this process, not yet reaped) and every process
+    it started: sends them ``signum``, waits up to ``grace_s`` for the program to exit, then
+    kills what is left with SIGKILL and reaps the program. A further interruption meanwhile
+    only cuts the grace short."""
+    import psutil
+
+    def family() -> list[psutil.Process]:
+        try:
+            program = psutil.Process(pid)
+            return [program, *program.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    procs = family()
+    for p in procs:
+        try:
+            p.send_signal(signum)
+        except psutil.Error:
+            pass
+    # Wait for the program, noting the descendants it starts meanwhile (once it has exited,
+    # its orphans are no longer its children). psutil checks that a pid still names the
+    # process it saw, so a reused pid is never hit.
+    deadline = time.monotonic() + (grace_s if signum != signal.SIGKILL else 0.0)
+    try:
+        while procs and procs[0].is_running() and time.monotonic() < deadline:
+            seen = {p.pid for p in procs}
+            procs += [p for p in family() if p.pid not in seen]
+            psutil.wait_procs(procs[:1], timeout=0.05)
+    except KeyboardInterrupt:
+        pass
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    try:
+        psutil.wait_procs([p for p in procs if p.pid != pid], timeout=grace_s)
+    except KeyboardInterrupt:
+        pass
