@@ -1314,6 +1314,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             markup=False,
         )
     console.print(f"spec OK: {len(cells)} runs", highlight=False)
+    if (apicv := apicv_note(plan.spec_toml())) is not None:
+        sys.stderr.write(f"vcpulab: note: {apicv}\n")
     return 0
 
 

@@ -28,3 +28,10 @@ def test_apicv_off_costs_exits_where_interrupts_queue_and_says_why_elsewhere() -
     assert "INTERRUPT_WINDOW" not in r_on["exits"]
     assert r_off["exits"]["INTERRUPT_WINDOW"] > 0
     assert r_off["delta_eta_r"] > r_on["delta_eta_r"]
+
+
+def test_validate_gives_the_same_note() -> None:
+    r = run_cli("validate", "--workload", "lock", "--scenario", "UC", "--set", "vm.apicv=false")
+    assert r.code == 0 and "vcpulab: note: vm.apicv = false with PV EOI on" in r.err
+    r = run_cli("validate", "--workload", "lock", "--scenario", "UC", "--set", "vm.apicv=false", "--set", "vm.pv.eoi=false")
+    assert r.code == 0 and "vm.apicv" not in r.err
