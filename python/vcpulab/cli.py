@@ -954,7 +954,13 @@ def _check_query(sql: str) -> None:
     if len(statements) > 1:
         raise CliError(f"query: give one SQL statement (got {len(statements)})")
     kind = statements[0].type.name
-    if kind not in _QUERY_STATEMENTS:
+    if kind == "EXPLAIN":
+        # EXPLAIN ANALYZE runs the statement it explains: that one must be a SELECT too.
+        inner = re.match(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+|\([^)]*\)\s*)?(.*)", sql, re.S | re.I)
+        inner_kinds = [st.type.name for st in duckdb.extract_statements(inner.group(1))] if inner else []
+        if inner_kinds != ["SELECT"]:
+            raise CliError("query: EXPLAIN is allowed only of a SELECT statement: the results directory is read-only")
+    elif kind not in _QUERY_STATEMENTS:
         raise CliError(
             f"query: only reading statements are allowed (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN), not {kind}: "
             "the results directory is read-only to queries"

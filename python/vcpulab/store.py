@@ -317,11 +317,27 @@ class ResultsStore:
     def reading(self) -> Iterator[None]:
         """Reads from the store: an error while reading (DuckDB's, Arrow's) that comes from a
         damaged part becomes a :class:`StoreDamaged` naming it; any other error passes as is."""
+        import duckdb
+
         try:
             yield
         except StoreError:
             raise
+        except (
+            duckdb.ParserException,
+            duckdb.BinderException,
+            duckdb.CatalogException,
+            duckdb.PermissionException,
+            duckdb.OutOfMemoryException,
+            MemoryError,
+            KeyboardInterrupt,
+        ):
+            # The query's own errors, a limit, an interruption: no damaged file causes these, so
+            # no reason to read every part in full.
+            raise
         except Exception:
+            # Possibly a damaged file (DuckDB reports some as a bare Error): read every part in
+            # full, one at a time, to name it.
             found = self.damage(full=True)
             if found:
                 raise StoreDamaged(self.root, found) from None

@@ -220,6 +220,9 @@ def test_override_that_is_not_utf8(store_copy: Path) -> None:
         "SET enable_external_access = true",
         "CREATE TABLE t AS SELECT 1",
         "SELECT 1; COPY (SELECT 1) TO '{tmp}/y.csv'",
+        "COPY (SELECT 'x' AS key) TO '{part}' (FORMAT parquet, USE_TMP_FILE false)",
+        "EXPLAIN ANALYZE COPY (SELECT 'x' AS key) TO '{part}' (FORMAT parquet, USE_TMP_FILE false)",
+        "EXPLAIN (ANALYZE) COPY (SELECT 'x' AS key) TO '{part}' (FORMAT parquet, USE_TMP_FILE false)",
     ],
     ids=[
         "copy-out",
@@ -232,13 +235,18 @@ def test_override_that_is_not_utf8(store_copy: Path) -> None:
         "set",
         "create",
         "two",
+        "copy-over-part",
+        "explain-analyze-copy",
+        "explain-options-copy",
     ],  # fmt: skip
 )
 def test_query_cannot_write_or_reach_other_files(store_copy: Path, sql: str) -> None:
     root = store_copy / "store"
     before = snapshot(root)
     outside = sorted(p.name for p in store_copy.iterdir())
-    line = one_line_error(vcpulab("query", "store", sql.format(tmp=store_copy, store=root.resolve()), cwd=store_copy))
+    part = sorted((root / "runs").glob("part-*.parquet"))[0].resolve()  # a committed part: queries may read it
+    query = sql.format(tmp=store_copy, store=root.resolve(), part=part)
+    line = one_line_error(vcpulab("query", "store", query, cwd=store_copy))
     assert "query" in line
     assert snapshot(root) == before
     assert sorted(p.name for p in store_copy.iterdir()) == outside
