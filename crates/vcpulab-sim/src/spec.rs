@@ -763,8 +763,15 @@ fn check_workload_tables(doc: &toml::Table) -> Result<(), (String, String)> {
             (true, Some((short, toml::Value::Table(_)))) if t.len() == 1 => format!("{name}.{short}"),
             _ => name.clone(),
         };
-        if canonical(&full).is_some_and(|c| runs.iter().any(|r| canonical(r) == Some(c))) {
-            continue; // `parsec.dedup` patches the listed `dedup`
+        // `parsec.dedup` when the experiment lists the same built-in as `dedup` (or the other
+        // way round): the patch belongs to the listed name, under which it is read.
+        if let Some(listed) = canonical(&full).and_then(|c| runs.iter().find(|r| canonical(r) == Some(c))) {
+            return Err((
+                format!("workloads.{full}"),
+                format!(
+                    "the experiment runs this workload as '{listed}': write its settings under workloads.{listed} (a table under another name of it is not read)"
+                ),
+            ));
         }
         let hint = suggest::did_you_mean(&full, runs.iter().map(String::as_str));
         let listed = if runs.is_empty() { "none".to_string() } else { runs.join(", ") };
