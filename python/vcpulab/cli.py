@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import stat
 import sys
 import threading
 import tomllib
@@ -44,7 +43,8 @@ from .atomic import AtomicWriter, write_bytes_atomic, write_csv_atomic
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
 from .report import memory
-from .spec import SCENARIOS, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override
+from .spec import SCENARIOS, InputFileError, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override
+from .spec import read_text_input as spec_read_text_input
 from .store import COMPACT_ABOVE, QUERY_MEMORY_LIMIT, ResultsStore, StoreError, result_from_row
 from .sweep import (
     CellFailed,
@@ -587,53 +587,18 @@ def _name_the_flag(message: str, selection: Selection, source: str, sets: Sequen
     return message
 
 
-# The largest spec file (or other text input) the command reads; the biggest example is a few KiB.
-MAX_TEXT_INPUT = 16 * 1024 * 1024
-
-
 def _read_spec(path: str) -> SpecSource:
     return SpecSource(read_text_input(path, "spec file"), path)
 
 
 def read_text_input(path: str, what: str) -> str:
-    """The UTF-8 text of the regular file ``path`` of at most :data:`MAX_TEXT_INPUT` bytes,
-    or a one-line error naming ``what`` and ``path``. It never blocks (a FIFO is refused
-    before it is opened, and opened without waiting for a writer if it appears meanwhile) and
-    never reads more than the limit (``/dev/zero`` is refused, a growing file is cut short)."""
-    where = f"cannot read {what} '{path}'"
-    limit = f"larger than {MAX_TEXT_INPUT // (1024 * 1024)} MiB"
-
-    def check(st: os.stat_result) -> None:
-        if stat.S_ISDIR(st.st_mode):
-            raise CliError(f"{where}: is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
-            raise CliError(f"{where}: not a regular file ({kind})")
-        if st.st_size > MAX_TEXT_INPUT:
-            raise CliError(f"{where}: {limit} ({st.st_size:,} bytes)")
-
+    """:func:`vcpulab.spec.read_text_input`, its error as a one-line CLI error."""
     try:
-        check(os.stat(path))
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            check(os.fstat(fd))  # what was opened, if the path changed since the stat
-            chunks, size = [], 0
-            while size <= MAX_TEXT_INPUT:
-                chunk = os.read(fd, MAX_TEXT_INPUT + 1 - size)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        finally:
-            os.close(fd)
+        return spec_read_text_input(path, what)
+    except InputFileError as e:
+        raise CliError(str(e)) from None
     except OSError as e:
-        raise CliError(f"{where}: {e.strerror or e}") from None
-    if size > MAX_TEXT_INPUT:
-        raise CliError(f"{where}: {limit}")
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError:
-        raise CliError(f"{where}: not UTF-8 text") from None
+        raise CliError(f"cannot read {what} '{path}': {e.strerror or e}") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

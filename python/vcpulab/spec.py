@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -91,11 +92,59 @@ def _looks_like_path(text: str) -> bool:
     return stripped.endswith(".toml") or Path(stripped).is_file()
 
 
+MAX_TEXT_INPUT = 16 * 1024 * 1024
+"""The largest spec file (or other text input) read, in bytes; the biggest example is a few KiB."""
+
+
+class InputFileError(ValueError):
+    """An input file that cannot be read as text: its one-line reason, naming the file."""
+
+
+def read_text_input(path: str, what: str) -> str:
+    """The UTF-8 text of the regular file ``path`` of at most :data:`MAX_TEXT_INPUT` bytes,
+    else :class:`InputFileError` naming ``what`` and ``path`` (an OSError, e.g. a missing
+    file, propagates as it is). It never blocks (a FIFO is refused
+    before it is opened, and opened without waiting for a writer if it appears meanwhile) and
+    never reads more than the limit (``/dev/zero`` is refused, a growing file is cut short)."""
+    where = f"cannot read {what} '{path}'"
+    limit = f"larger than {MAX_TEXT_INPUT // (1024 * 1024)} MiB"
+
+    def check(st: os.stat_result) -> None:
+        if stat.S_ISDIR(st.st_mode):
+            raise InputFileError(f"{where}: is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+            raise InputFileError(f"{where}: not a regular file ({kind})")
+        if st.st_size > MAX_TEXT_INPUT:
+            raise InputFileError(f"{where}: {limit} ({st.st_size:,} bytes)")
+
+    # An OSError (missing, not permitted) propagates as it is: callers say it their way.
+    check(os.stat(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        check(os.fstat(fd))  # what was opened, if the path changed since the stat
+        chunks, size = [], 0
+        while size <= MAX_TEXT_INPUT:
+            chunk = os.read(fd, MAX_TEXT_INPUT + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > MAX_TEXT_INPUT:
+        raise InputFileError(f"{where}: {limit}")
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputFileError(f"{where}: not UTF-8 text") from None
+
+
 def read_spec_file(path: str | os.PathLike[str]) -> SpecSource:
-    """Read a spec file; OSError (missing, unreadable) and UnicodeDecodeError propagate."""
+    """Read a spec file: a regular file of at most :data:`MAX_TEXT_INPUT` bytes of UTF-8 text,
+    else :class:`InputFileError` (see :func:`read_text_input`)."""
     name = os.fspath(path)
-    with open(name, encoding="utf-8") as fh:
-        return SpecSource(fh.read(), name)
+    return SpecSource(read_text_input(name, "spec file"), name)
 
 
 def load_spec(spec: SpecLike, source: str | None = None) -> SpecSource:

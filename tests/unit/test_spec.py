@@ -89,3 +89,18 @@ def test_selection_overrides_only_what_was_given() -> None:
         "experiment.vcpus=[2, 4]",
         "experiment.threads=8",
     ]
+
+
+def test_the_python_api_reads_spec_files_as_the_cli_does(tmp_path: Path) -> None:
+    import os
+
+    from vcpulab.spec import InputFileError, load_spec
+
+    fifo = tmp_path / "spec.toml"
+    os.mkfifo(fifo)  # would block a plain open() for ever
+    with pytest.raises(InputFileError, match="not a regular file"):
+        load_spec(fifo)
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * (16 * 1024 * 1024 + 1))
+    with pytest.raises(InputFileError, match="larger than 16 MiB"):
+        load_spec(big)
