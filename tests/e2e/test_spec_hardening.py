@@ -97,6 +97,16 @@ def test_zero_time_loops_end_at_the_step_limit(cli: RunCli, tmp_path: Path) -> N
     assert "repeat.body" in line and "at least one operation" in line, line
 
 
+def test_the_issues_zero_time_loop_ends_under_the_default_limits(cli: RunCli, tmp_path: Path) -> None:
+    # The exact program of the report, with nothing but the defaults: it used to run for ever.
+    # About 10^9 steps at ~10^8 steps/s: a few seconds, more on a busy machine (the timeout is
+    # only a guard against a hang).
+    spec = tmp_path / "z.toml"
+    spec.write_text(ZERO_TIME)
+    line = one_line_error(cli("run", spec, "--no-store", "-j", "1", timeout=300), code=3)
+    assert "limits.max_steps" in line, line
+
+
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

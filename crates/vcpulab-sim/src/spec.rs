@@ -111,7 +111,7 @@ pub struct LimitsSpec {
 
 impl Default for LimitsSpec {
     fn default() -> Self {
-        LimitsSpec { max_virtual_time: Dur(600_000_000_000), max_events: 2_000_000_000, max_steps: 10_000_000_000 }
+        LimitsSpec { max_virtual_time: Dur(600_000_000_000), max_events: 2_000_000_000, max_steps: 1_000_000_000 }
     }
 }
 
