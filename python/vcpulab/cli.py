@@ -708,8 +708,9 @@ def _sweep_and_show(
             )
             message, code = _interrupted(e)
             raise CliError(f"{message}{kept}", code) from None
-        if writer is not None and report_.ran:
-            writer.compact(above=COMPACT_ABOVE)
+        if writer is not None and store is not None and report_.ran:
+            with store.reading():  # compaction reads every part in full: name a damaged one
+                writer.compact(above=COMPACT_ABOVE)
     rows = [emit.rows[i] for i in selected]
     many = (
         len(rows) > render.MANY_CELLS

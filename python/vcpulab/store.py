@@ -311,6 +311,10 @@ class ResultsStore:
         """Raises :class:`StoreDamaged` when a committed part is missing or has no valid footer."""
         found = self.damage()
         if found:
+            # A writer may have compacted meanwhile (new parts in the manifest, the old ones
+            # unlinked after it): look again before calling the store damaged.
+            found = self.damage()
+        if found:
             raise StoreDamaged(self.root, found)
 
     @contextlib.contextmanager

@@ -12,7 +12,7 @@ def test_the_note_names_apicv_off_with_pv_eoi_on_only() -> None:
     assert apicv_note("[vm]\napicv = true\n") is None
     assert apicv_note("") is None
     # A named VM inherits [vm] and may override it.
-    assert apicv_note('[vm]\napicv = false\n[vm.pv]\neoi = false\n[vms.a]\npv = { eoi = true }\n') is not None
+    assert apicv_note("[vm]\napicv = false\n[vm.pv]\neoi = false\n[vms.a]\npv = { eoi = true }\n") is not None
     assert apicv_note("[vms.a]\napicv = false\n") is not None
 
 
@@ -33,5 +33,7 @@ def test_apicv_off_costs_exits_where_interrupts_queue_and_says_why_elsewhere() -
 def test_validate_gives_the_same_note() -> None:
     r = run_cli("validate", "--workload", "lock", "--scenario", "UC", "--set", "vm.apicv=false")
     assert r.code == 0 and "vcpulab: note: vm.apicv = false with PV EOI on" in r.err
-    r = run_cli("validate", "--workload", "lock", "--scenario", "UC", "--set", "vm.apicv=false", "--set", "vm.pv.eoi=false")
+    r = run_cli(
+        "validate", "--workload", "lock", "--scenario", "UC", "--set", "vm.apicv=false", "--set", "vm.pv.eoi=false"
+    )
     assert r.code == 0 and "vm.apicv" not in r.err

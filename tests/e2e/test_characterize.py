@@ -12,7 +12,6 @@ import pytest
 
 from conftest import run_cli, syscall_counts_missing
 
-
 # A program with a known number of each event: N madvise(MADV_DONTNEED) and munmap calls, T
 # threads each computing ~W ms, output on stdout, exit status from argv.
 PROGRAM = r"""

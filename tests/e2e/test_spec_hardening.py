@@ -74,7 +74,11 @@ def test_type_errors_speak_the_users_words(cli: RunCli, tmp_path: Path) -> None:
         (["experiment.threads=10000000"], "experiment.threads", "1..=4096"),
         (["experiment.oc_vms=100000"], "experiment.oc_vms", "2..=64"),
         (["machine.cores_per_socket=100000"], "machine.cores_per_socket", "1..=1024"),
-        (["experiment.seeds=[" + ",".join(str(i) for i in range(1, 10_002)) + "]"], "experiment.seeds", "at most 10000"),
+        (
+            ["experiment.seeds=[" + ",".join(str(i) for i in range(1, 10_002)) + "]"],
+            "experiment.seeds",
+            "at most 10000",
+        ),
     ],
 )
 def test_sizes_are_bounded(cli: RunCli, tmp_path: Path, sets: list[str], field: str, words: str) -> None:
