@@ -224,4 +224,13 @@ def apicv_note(spec_toml: str) -> str | None:
         eoi = vm.get("pv", {}).get("eoi", base.get("pv", {}).get("eoi", True))
         if apicv is False and eoi is not False:
             return APICV_OFF_NOTE
+    # Variants that turn it off: `vary = { "vm.apicv" = [...] }` or a named variant's `set`.
+    experiment = doc.get("experiment", {})
+    eoi_off = base.get("pv", {}).get("eoi", True) is False
+    if False in (experiment.get("vary", {}).get("vm.apicv") or []) and not eoi_off:
+        return APICV_OFF_NOTE
+    for variant in experiment.get("variants", []):
+        sets = variant.get("set", {}) if isinstance(variant, dict) else {}
+        if sets.get("vm.apicv") is False and sets.get("vm.pv.eoi", not eoi_off) is not False:
+            return APICV_OFF_NOTE
     return None

@@ -14,6 +14,11 @@ def test_the_note_names_apicv_off_with_pv_eoi_on_only() -> None:
     # A named VM inherits [vm] and may override it.
     assert apicv_note("[vm]\napicv = false\n[vm.pv]\neoi = false\n[vms.a]\npv = { eoi = true }\n") is not None
     assert apicv_note("[vms.a]\napicv = false\n") is not None
+    # ... and variants that turn it off.
+    assert apicv_note('[experiment]\nvary = { "vm.apicv" = [true, false] }\n') is not None
+    assert apicv_note('[[experiment.variants]]\nname = "x"\nset = { "vm.apicv" = false }\n') is not None
+    no_eoi = '[[experiment.variants]]\nname = "x"\nset = { "vm.apicv" = false, "vm.pv.eoi" = false }\n'
+    assert apicv_note(no_eoi) is None
 
 
 def test_apicv_off_costs_exits_where_interrupts_queue_and_says_why_elsewhere() -> None:
