@@ -187,20 +187,6 @@ def load_ple_series(data: StoreData) -> list[dict[str, Any]]:
     return out
 
 
-def load_useful(data: StoreData) -> list[dict[str, Any]]:
-    """Per cell, the measured instance's threads' compute time (``compute_ns``: spinning and
-    TLB waits excluded) and its completion time (``finish_ns``), for the efficiency-based
-    speedup."""
-    if not data.cells:
-        return []
-    rows = _query(
-        data,
-        "CAST(json_extract(run_json, '$.instances[0].compute_ns') AS DOUBLE) AS compute_ns, "
-        "CAST(json_extract(run_json, '$.instances[0].finish_ns') AS DOUBLE) AS finish_ns",
-    )
-    return [r for r in rows if r["compute_ns"] is not None and r["finish_ns"]]
-
-
 MEMORY_COLUMNS = (
     "cpi",
     "mem_remote_fraction",
