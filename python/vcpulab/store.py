@@ -27,7 +27,9 @@ import fcntl
 import json
 import os
 import re
+import signal
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -488,6 +490,27 @@ class ResultsStore:
                     f.write(json.dumps({"file": part, "op": "add", "table": table}, sort_keys=True) + "\n")
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Holds SIGINT and SIGTERM until the block ends, then acts on the first that came: a
+    commit (a part file and the manifest line that lists it) is never cut in two, which would
+    leave a part on disk that no manifest line names. Only the main thread can hold them (it
+    is the one Python runs signal handlers in); elsewhere the block runs as it is."""
+    held = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or any(signal.getsignal(s) is None for s in held):
+        yield  # (None: a handler installed outside Python, which could not be put back)
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if caught:
+            signal.raise_signal(caught[0])  # now handled as it would have been
+
+
 class StoreWriter:
     """Adds rows to a locked store.
 
@@ -550,6 +573,10 @@ class StoreWriter:
         self._last_flush = time.monotonic()
         if not force and not any(self._pending.values()):
             return
+        with _signals_held():
+            self._commit_pending()
+
+    def _commit_pending(self) -> None:
         for table in TABLES:
             rows = self._pending[table]
             if not rows:

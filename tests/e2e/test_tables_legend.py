@@ -76,7 +76,7 @@ def _legend(out: str) -> str:
 
 
 def test_legend_explains_oc_gamma_only_with_oc_rows(cli: RunCli) -> None:
-    small = ["--set", "workloads.ep.params.iterations=200", "--no-store"]
+    small = ["--set", "workloads.ep.params.chunks=20", "--no-store"]
     oc = cli(
         "run", "--workload", "ep", "--scenario", "native,OC", "--vcpus", "2", "--set", "experiment.oc_vms=2", *small
     )
@@ -113,7 +113,7 @@ def test_report_captions_explain_oc_gamma(cli: RunCli, tmp_path: Path) -> None:
         "--vcpus",
         "1,2",
         "--set",
-        "workloads.ep.params.iterations=200",
+        "workloads.ep.params.chunks=20",
         "--results",
         store,
     )

@@ -135,3 +135,20 @@ def test_categorize_configurations() -> None:
     # cannot tell which is its own.
     two = [part("native", "N", "A", 2.0, 1), part("native", "N2", "B", 6.0, 1), part("UC", "U3", "C", 1.0, 1)]
     assert means(_settings(two, ["x"]))[2] == ("C", {"native": None, "UC": 1.0, "OC": None, "OC2": None})
+
+
+def test_a_commit_is_never_cut_by_ctrl_c() -> None:
+    # Ctrl-C between a part's rename and its manifest line used to leave a part no line names.
+    import os
+    import signal
+
+    from vcpulab.store import _signals_held
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with _signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler would have run by now, between bytecodes
+                done.append(1)
+    assert len(done) == 1000
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
