@@ -250,8 +250,19 @@ class LocalExecutor(_ResultQueue):
             # Stop the running simulations too (Ctrl-C, a failed cell), not only queued ones.
             # SIGKILL: a worker has nothing to clean up, and no handler or blocked signal
             # mask can keep it alive (a live worker would hold the pool's shutdown forever).
-            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+            workers = list((getattr(self._pool, "_processes", None) or {}).values())
+            for proc in workers:
                 proc.kill()
+            for proc in workers:
+                proc.join(timeout=10)
+            # A worker killed while it wrote its result leaves part of a message in the result
+            # pipe, and the pool's manager thread waits for the rest for ever: this process holds
+            # a write end of that pipe too, so no end-of-file comes (the Ctrl-C hang CI saw, with
+            # the manager thread in Connection.recv). Closing that end once the workers are dead
+            # turns the wait into end-of-file, which the manager takes for a broken pool.
+            writer = getattr(getattr(self._pool, "_result_queue", None), "_writer", None)
+            if writer is not None:
+                writer.close()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 
