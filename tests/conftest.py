@@ -100,6 +100,26 @@ def syscall_counts_missing() -> str | None:
     return None if m.count(event) is not None else f"no system-call counts here: {m.counters[event]}"
 
 
+def busy_spec(seeds: int, times: int, scenarios: str = '"native", "UC"') -> str:
+    """A spec of ``seeds`` cells per scenario of a workload of ``times`` short lock-protected
+    sections (60,000: about a tenth of a second of simulation), for tests that stop a sweep
+    part-way and need it still running after its first result."""
+    return f"""\
+[experiment]
+workloads = ["busy"]
+scenarios = [{scenarios}]
+vcpus = [2]
+seeds = [{", ".join(str(s) for s in range(1, seeds + 1))}]
+
+[workloads.busy]
+description = "many short lock-protected sections"
+objects = {{ m = "mutex" }}
+program = [{{ repeat = {{ times = {times}, body = [
+    {{ compute = "10us" }}, {{ lock = "m" }}, {{ compute = "1us" }}, {{ unlock = "m" }},
+] }} }}]
+"""
+
+
 def without_wall(result: dict[str, Any]) -> dict[str, Any]:
     """A result minus the fields measured on the host (not part of the deterministic output)."""
     return {k: v for k, v in result.items() if k != "wall_s"}

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Result, run_cli, vcpulab_command, without_wall
+from conftest import Result, busy_spec, run_cli, vcpulab_command, without_wall
 
 # Baselines that are no selected cell's own run (UC's native run) and cells that feed others
 # (OC's 1-VM reference is UC's own run): the sweep waits on summaries the worker reports.
@@ -35,20 +35,7 @@ max_virtual_time = "20s"
 # Enough cells (each a tenth of a second or so) that a sweep is still running after it
 # journaled its first result.
 MANY_SEEDS = 24
-MANY = f"""\
-[experiment]
-workloads = ["busy"]
-scenarios = ["UC"]
-vcpus = [2]
-seeds = [{", ".join(str(s) for s in range(1, MANY_SEEDS + 1))}]
-
-[workloads.busy]
-description = "many short lock-protected sections"
-objects = {{ m = "mutex" }}
-program = [{{ repeat = {{ times = 60000, body = [
-    {{ compute = "10us" }}, {{ lock = "m" }}, {{ compute = "1us" }}, {{ unlock = "m" }},
-] }} }}]
-"""
+MANY = busy_spec(MANY_SEEDS, 60000, '"UC"')
 
 
 def _free_port() -> int:

@@ -16,24 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, run_cli, vcpulab_command
+from conftest import REPO, busy_spec, run_cli, vcpulab_command
 
 # Many cells of a tenth of a second or so: still running long after the first is stored.
 SEEDS = 200
-SPEC = f"""\
-[experiment]
-workloads = ["busy"]
-scenarios = ["native", "UC"]
-vcpus = [2]
-seeds = [{", ".join(str(s) for s in range(1, SEEDS + 1))}]
-
-[workloads.busy]
-description = "many short lock-protected sections"
-objects = {{ m = "mutex" }}
-program = [{{ repeat = {{ times = 60000, body = [
-    {{ compute = "10us" }}, {{ lock = "m" }}, {{ compute = "1us" }}, {{ unlock = "m" }},
-] }} }}]
-"""
+SPEC = busy_spec(SEEDS, 60000)
 
 CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 

@@ -24,7 +24,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from conftest import Result, one_line_error, run_cli, vcpulab_command, without_wall
+from conftest import Result, busy_spec, one_line_error, run_cli, vcpulab_command, without_wall
 
 SPEC = """\
 [experiment]
@@ -38,20 +38,7 @@ N_CELLS = 2 * 4 * 2 * 2
 # Enough cells, each ~0.1 s, that a sweep is still running a few seconds after it committed
 # its first part (parts may be committed in batches every couple of seconds).
 RESUME_SEEDS = 60
-RESUME_SPEC = f"""\
-[experiment]
-workloads = ["busy"]
-scenarios = ["native", "UC"]
-vcpus = [2]
-seeds = [{", ".join(str(s) for s in range(1, RESUME_SEEDS + 1))}]
-
-[workloads.busy]
-description = "many short lock-protected sections"
-objects = {{ m = "mutex" }}
-program = [{{ repeat = {{ times = 200000, body = [
-    {{ compute = "10us" }}, {{ lock = "m" }}, {{ compute = "1us" }}, {{ unlock = "m" }},
-] }} }}]
-"""
+RESUME_SPEC = busy_spec(RESUME_SEEDS, 200000)
 RESUME_CELLS = 2 * RESUME_SEEDS
 
 SUMMARY_SPEC = """\
