@@ -68,6 +68,30 @@ def run_cli(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def spawn_cli(
+    *args: object, cwd: Path, stdout: int = subprocess.DEVNULL, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Starts ``vcpulab ARGS`` without waiting, in a session of its own (so a test can signal
+    or kill it with everything it started), no input, stderr (text) to read."""
+    return subprocess.Popen(
+        vcpulab_command() + [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def journaled(store: Path) -> int:
+    """Results a sweep has written to the journal of results directory ``store`` and not yet
+    committed to a part (a torn last line does not count)."""
+    journal = store / "journal.jsonl"
+    return journal.read_text().count("\n") if journal.exists() else 0
+
+
 @pytest.fixture
 def cli(tmp_path: Path) -> RunCli:
     """``cli("run", "--workload", "ep")`` runs vcpulab in a fresh directory."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Result, busy_spec, run_cli, vcpulab_command, without_wall
+from conftest import Result, busy_spec, journaled, run_cli, spawn_cli, without_wall
 
 # Baselines that are no selected cell's own run (UC's native run) and cells that feed others
 # (OC's 1-VM reference is UC's own run): the sweep waits on summaries the worker reports.
@@ -124,29 +124,15 @@ def test_the_same_spec_twice_on_one_cluster(cluster: str, tmp_path: Path) -> Non
         assert stored_keys(tmp_path, store) == (8, 8)
 
 
-def _journaled(store: Path) -> int:
-    """Results the sweep has written to its journal (committed or not; a torn last line does
-    not count)."""
-    journal = store / "journal.jsonl"
-    return journal.read_text().count("\n") if journal.exists() else 0
-
-
 def test_a_sweep_killed_on_a_cluster_resumes_there(cluster: str, tmp_path: Path) -> None:
     (tmp_path / "many.toml").write_text(MANY)
     reference = results(vcpulab("run", "many.toml", "--cluster", cluster, "--results", "ref", "--json", cwd=tmp_path))
     assert len(reference) == MANY_SEEDS
 
-    proc = subprocess.Popen(
-        vcpulab_command() + ["run", "many.toml", "--cluster", cluster, "--results", "killed"],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = spawn_cli("run", "many.toml", "--cluster", cluster, "--results", "killed", cwd=tmp_path)
     try:
         deadline = time.monotonic() + 120
-        while not _journaled(tmp_path / "killed"):
+        while not journaled(tmp_path / "killed"):
             assert proc.poll() is None, f"the sweep ended before storing a result: {proc.communicate()[1]!r}"
             assert time.monotonic() < deadline, "no result stored in time"
             time.sleep(0.02)
@@ -159,7 +145,7 @@ def test_a_sweep_killed_on_a_cluster_resumes_there(cluster: str, tmp_path: Path)
     # from the one into the other, so neither alone is a count).
     r = run_cli("query", "killed", "SELECT count(*) FROM runs", "--format", "csv", cwd=tmp_path)
     committed = int(r.out.splitlines()[1]) if r.code == 0 else 0
-    assert 0 < committed + _journaled(tmp_path / "killed") < MANY_SEEDS, (r.out, r.err)
+    assert 0 < committed + journaled(tmp_path / "killed") < MANY_SEEDS, (r.out, r.err)
 
     # The worker may still be running tasks of the killed sweep, and knows what it simulated.
     resumed = vcpulab("run", "many.toml", "--cluster", cluster, "--results", "killed", "--json", cwd=tmp_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RunCli, vcpulab_command
+from conftest import RunCli, spawn_cli
 
 FOREVER = """\
 [experiment]
@@ -173,15 +173,8 @@ def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path: Path) -> None:
     spec = tmp_path / "many.toml"
     spec.write_text(MANY_CELLS.format(seeds=", ".join(str(s) for s in range(1, 5001))))
     out = tmp_path / "out.jsonl"
-    proc = subprocess.Popen(
-        vcpulab_command() + ["run", str(spec), "--json", "--out", str(out)],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # so a hung run can be killed with its workers
-    )
+    # In its own session, so a hung run can be killed with its workers.
+    proc = spawn_cli("run", spec, "--json", "--out", out, cwd=tmp_path, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     first = proc.stdout.readline()  # the run is under way
     assert first, proc.communicate()[1]

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, busy_spec, run_cli, vcpulab_command
+from conftest import REPO, busy_spec, journaled, run_cli, spawn_cli
 
 # Many cells of a tenth of a second or so: still running long after the first is stored.
 SEEDS = 200
@@ -44,15 +44,7 @@ def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
 
     def run(*args: object, cwd: Path) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            vcpulab_command() + [str(a) for a in args],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        proc = spawn_cli(*args, cwd=cwd)
         started.append(proc)
         return proc
 
@@ -91,11 +83,6 @@ def assert_nothing_left(sid: int) -> None:
     while (left := session(sid)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, [(p.pid, p.name()) for p in left]
-
-
-def journaled(store: Path) -> int:
-    journal = store / "journal.jsonl"
-    return journal.read_text().count("\n") if journal.exists() else 0
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

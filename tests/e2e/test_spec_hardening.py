@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RunCli, one_line_error, vcpulab_command
+from conftest import RunCli, one_line_error, spawn_cli
 
 QUICK = '[experiment]\nworkloads = ["lock"]\nscenarios = ["native"]\nvcpus = [2]\n'
 
@@ -120,16 +120,7 @@ def test_ctrl_c_stops_an_in_process_zero_time_loop(tmp_path: Path) -> None:
     spec = tmp_path / "z.toml"
     spec.write_text(ZERO_TIME)
     env = dict(os.environ, VCPULAB_RESULTS=str(tmp_path / "results"))
-    proc = subprocess.Popen(
-        vcpulab_command() + ["run", str(spec), "--no-store", "-j", "1"],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = spawn_cli("run", spec, "--no-store", "-j", 1, cwd=tmp_path, stdout=subprocess.PIPE, env=env)
     try:
         # Wait until it has used some CPU beyond start-up: it is inside the simulation.
         deadline = time.monotonic() + 120

@@ -24,7 +24,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from conftest import Result, busy_spec, one_line_error, run_cli, vcpulab_command, without_wall
+from conftest import Result, busy_spec, one_line_error, run_cli, spawn_cli, without_wall
 
 SPEC = """\
 [experiment]
@@ -249,15 +249,7 @@ def test_every_counter_and_metric_is_stored_as_a_column(full: tuple[Path, Path, 
 
 
 def start_sweep(work: Path, results: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        vcpulab_command() + ["run", "many.toml", "--results", results, "-j", "2"],
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: the pool's workers included
-    )
+    return spawn_cli("run", "many.toml", "--results", results, "-j", 2, cwd=work)  # its group: the workers too
 
 
 def wait_for_a_committed_part(proc: subprocess.Popen[str], root: Path, timeout: float = 120) -> None:
