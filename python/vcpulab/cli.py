@@ -142,12 +142,8 @@ _seeds = _bounded(_ints, 0, TOML_INT_MAX, f"seeds from 0 to {TOML_INT_MAX}")
 _thread_count = _bounded(_int, 1, U32_MAX, f"a thread count from 1 to {U32_MAX}")
 
 
-def _positive_int(text: str) -> int:
-    """A count (CPUs, vCPUs, runs, rounds, ...): from 1 to :data:`U32_MAX`."""
-    value = _int(text)
-    if not 1 <= value <= U32_MAX:
-        raise argparse.ArgumentTypeError(f"expected a positive integer up to {U32_MAX} (got {text!r})")
-    return value
+# A count (CPUs, vCPUs, runs, rounds, ...).
+_positive_int = _bounded(_int, 1, U32_MAX, f"a positive integer up to {U32_MAX}")
 
 
 def _names(text: str) -> list[str]:
