@@ -114,8 +114,9 @@ class Measurement:
     def held_off_share(self) -> float:
         """:attr:`held_off_s` as a share of the program's runnable thread time (CPU time plus
         held off): how far other processes' load distorted this run's wall time."""
-        runnable = self.cpu_s + self.held_off_s
-        return self.held_off_s / runnable if runnable > 0 else 0.0
+        held = self.held_off_s
+        runnable = self.cpu_s + held
+        return held / runnable if runnable > 0 else 0.0
 
     @property
     def exit_code(self) -> int:
