@@ -101,6 +101,12 @@ def test_zero_time_loops_end_at_the_step_limit(cli: RunCli, tmp_path: Path) -> N
     assert "repeat.body" in line and "at least one operation" in line, line
 
 
+@pytest.mark.parametrize("value", ["0", "-1", '"x"'])
+def test_a_bad_step_limit_is_one_line(cli: RunCli, value: str) -> None:
+    line = one_line_error(cli("validate", "--workload", "lock", "--set", f"limits.max_steps={value}"))
+    assert "limits.max_steps" in line, line
+
+
 def test_the_issues_zero_time_loop_ends_under_the_default_limits(cli: RunCli, tmp_path: Path) -> None:
     # The exact program of the report, with nothing but the defaults: it used to run for ever.
     # About 10^9 steps at ~10^8 steps/s: a few seconds, more on a busy machine (the timeout is

@@ -313,6 +313,9 @@ impl Spec {
         if file.limits.max_virtual_time.0 == 0 {
             return Err(SpecError::new(blame("limits.max_virtual_time".into()), "limits.max_virtual_time", "expected a positive duration"));
         }
+        if file.limits.max_steps == 0 {
+            return Err(SpecError::new(blame("limits.max_steps".into()), "limits.max_steps", "expected at least 1 program step"));
+        }
         let parse_named = |name: &str| {
             parse_workload(name, &file.workloads[name])
                 .map(|mut w| {

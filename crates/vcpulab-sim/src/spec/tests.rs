@@ -165,7 +165,12 @@ fn misspelt_overrides_and_tables_are_errors_with_a_suggestion() {
         (&format!("{MIN}[workloads.lcok.params]\niterations = 10\n"), &[], "workloads.lcok", "did you mean 'lock'?"),
         (&format!("{MIN}[workloads.lock.params]\niteratons = 10\n"), &[], "workloads.lock.params.iteratons", "did you mean 'iterations'?"),
         // Another name of a listed built-in is not where its settings are read.
-        ("[experiment]\nworkloads = [\"dedup\"]\n", &["workloads.parsec.dedup.params.fragments=68"], "workloads.parsec.dedup", "workloads.dedup"),
+        (
+            "[experiment]\nworkloads = [\"dedup\"]\n",
+            &["workloads.parsec.dedup.params.fragments=68"],
+            "workloads.parsec.dedup",
+            "workloads.dedup",
+        ),
         (DEDUP, &["workloads.dedup.params.fragments=68"], "workloads.dedup", "workloads.parsec.dedup"),
     ];
     for (text, sets, field, msg) in cases {
