@@ -27,6 +27,12 @@ class _Cell(TypedDict):
     seed: int
     variant: str  # "" without experiment.vary, else e.g. "vm.tlb=pv" or "a=1;b=2"
 
+class _PlatformInfo(TypedDict):
+    name: str
+    title: str
+    used_by: list[str]
+    default: bool
+
 class _WorkloadInfo(TypedDict):
     name: str
     description: str
@@ -103,6 +109,9 @@ class Plan:
 def workloads() -> list[_WorkloadInfo]: ...
 def workload_toml(name: str) -> str: ...
 def policies() -> list[_PolicyInfo]: ...
+def platforms() -> list[_PlatformInfo]: ...
+def platform_toml(name: str) -> str:
+    """A platform preset's TOML, its sources as comments; ``SpecError`` for an unknown name."""
 def characterize(workload: str, cpus: int, seed: int, slice_ns: int, overrides: list[str]) -> str:
     """Run ``workload`` natively with n = ``cpus`` and characterize it; JSON text."""
 

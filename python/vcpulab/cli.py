@@ -35,6 +35,8 @@ from ._vcpulab import (
     VcpulabError,
     bench,
     characterize,
+    platform_toml,
+    platforms,
     policies,
     workload_toml,
     workloads,
@@ -367,6 +369,19 @@ def build_parser() -> argparse.ArgumentParser:
     show = wl_commands.add_parser("show", help="print a built-in workload's TOML")
     show.add_argument("name", metavar="NAME")
     show.set_defaults(func=cmd_workload_show)
+
+    pf = commands.add_parser(
+        "platforms",
+        help="list the platform presets (testbeds)",
+        description="List the platform presets, one per testbed of the published experiments, or show one as "
+        "TOML with the source of every value. A spec selects one with [platform] preset = \"NAME\".",
+    )
+    pf.add_argument("--json", action="store_true", help="print JSON Lines")
+    pf.set_defaults(func=cmd_platforms)
+    pf_commands = pf.add_subparsers(dest="pf_command", metavar="COMMAND", parser_class=_Parser)
+    pf_show = pf_commands.add_parser("show", help="print a preset's TOML, with its sources")
+    pf_show.add_argument("name", metavar="NAME")
+    pf_show.set_defaults(func=cmd_platform_show)
 
     ch = commands.add_parser(
         "characterize-sim",
@@ -1395,6 +1410,15 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 def cmd_policies(args: argparse.Namespace) -> int:
     return _print_items(policies(), render.policies_table, args.json)
+
+
+def cmd_platforms(args: argparse.Namespace) -> int:
+    return _print_items(platforms(), render.platforms_table, args.json)
+
+
+def cmd_platform_show(args: argparse.Namespace) -> int:
+    _write(sys.stdout, platform_toml(args.name))
+    return 0
 
 
 def cmd_workload_show(args: argparse.Namespace) -> int:

@@ -636,6 +636,19 @@ def workloads_table(items: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def platforms_table(items: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(
+        title=Text('platform presets ([platform] preset = "NAME"; vcpulab platforms show NAME: values and sources)'),
+        title_justify="left",
+    )
+    for name in ("name", "testbed", "used by"):
+        table.add_column(name)
+    for p in items:
+        name = f"{p['name']} (default)" if p.get("default") else str(p["name"])
+        table.add_row(Text(name), Text(str(p.get("title", ""))), Text(", ".join(p.get("used_by") or [])))
+    return table
+
+
 def characterization_table(c: Mapping[str, Any]) -> Table:
     def level(high: bool) -> str:
         return "high" if high else "low"

@@ -254,6 +254,30 @@ fn workload_toml(name: &str) -> PyResult<&'static str> {
     builtin_text(name).ok_or_else(|| SpecError::new_err(format!("unknown workload '{name}' (built-ins: {})", builtin_names().join(", "))))
 }
 
+/// The platform presets: name, title, the experiments that use them, and whether it is the
+/// default.
+#[pyfunction]
+fn platforms<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    vcpulab_sim::platform::PRESETS
+        .iter()
+        .map(|p| {
+            let meta = p.meta();
+            let d = PyDict::new(py);
+            d.set_item("name", p.name)?;
+            d.set_item("title", meta.title)?;
+            d.set_item("used_by", meta.used_by)?;
+            d.set_item("default", p.name == vcpulab_sim::platform::DEFAULT_PRESET)?;
+            Ok(d)
+        })
+        .collect()
+}
+
+/// The TOML of a platform preset, with its sources.
+#[pyfunction]
+fn platform_toml(name: &str) -> PyResult<&'static str> {
+    vcpulab_sim::platform::find(name).map(|p| p.text).ok_or_else(|| SpecError::new_err(vcpulab_sim::platform::unknown(name)))
+}
+
 /// Runs the fixed bench model for at least `seconds`; returns JSON.
 #[pyfunction]
 #[pyo3(name = "bench")]
@@ -305,6 +329,8 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(build_id, m)?)?;
     m.add_function(wrap_pyfunction!(workloads, m)?)?;
     m.add_function(wrap_pyfunction!(workload_toml, m)?)?;
+    m.add_function(wrap_pyfunction!(platforms, m)?)?;
+    m.add_function(wrap_pyfunction!(platform_toml, m)?)?;
     m.add_function(wrap_pyfunction!(policies, m)?)?;
     m.add_function(wrap_pyfunction!(characterize, m)?)?;
     m.add_function(wrap_pyfunction!(scalability_type, m)?)?;

@@ -182,6 +182,10 @@ pub struct PlanInfo {
     pub report: crate::spec::ReportSpec,
     /// Variant labels in order ("" when nothing varies).
     pub variants: Vec<String>,
+    /// The platform preset the spec runs on.
+    pub platform: String,
+    /// `[reproduce]`: the published experiment the spec reproduces.
+    pub reproduce: Option<crate::spec::ReproduceSpec>,
 }
 
 /// A validated experiment and the runs done so far.
@@ -297,6 +301,8 @@ impl Plan {
             published: self.spec.published.clone(),
             report: self.spec.report.clone(),
             variants: self.variants.iter().map(|(l, _)| l.clone()).collect(),
+            platform: self.spec.platform.clone(),
+            reproduce: self.spec.reproduce.clone(),
         }
     }
 

@@ -36,6 +36,7 @@ pub mod characterize;
 pub mod engine;
 pub mod kernel;
 pub mod machine;
+pub mod platform;
 pub mod policy;
 pub mod scenario;
 pub mod spec;

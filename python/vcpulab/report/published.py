@@ -36,7 +36,8 @@ class Published:
     """One ``[[published]]`` entry: a value from the literature for the cells ``where`` selects."""
 
     metric: str
-    value: float
+    value: float | None
+    """``None`` for a withheld or figure-only result (shown, not compared)."""
     source: str
     where: Mapping[str, Any] = field(default_factory=dict)
 
@@ -62,7 +63,7 @@ def parse_info(text: str) -> PlanInfo:
     published = tuple(
         Published(
             metric=str(p["metric"]),
-            value=float(p["value"]),
+            value=None if p.get("value") is None else float(p["value"]),
             source=str(p.get("source", "")),
             where=dict(p.get("where") or {}),
         )
@@ -158,7 +159,7 @@ class Comparison:
 
     @property
     def ratio(self) -> float | None:
-        if self.simulated is None or self.published.value == 0:
+        if self.simulated is None or not self.published.value:
             return None
         return self.simulated / self.published.value
 

@@ -239,3 +239,80 @@ fn sizes_have_documented_maxima() {
     }
     parse(MIN, &["experiment.threads=4096", "experiment.oc_vms=64"]).unwrap();
 }
+
+#[test]
+fn a_platform_preset_is_the_base_and_the_spec_overrides_it() {
+    let s = parse(MIN, &[]).unwrap();
+    assert_eq!(s.platform, crate::platform::DEFAULT_PRESET);
+    assert!(s.materialized.contains("preset = \"TPDS-4S\""), "{}", s.materialized);
+    let text = format!("{MIN}vcpus = [4]\n[platform]\npreset = \"DIS-R720\"\n");
+    let s = parse(&text, &[]).unwrap();
+    assert_eq!(s.platform, "DIS-R720");
+    assert_eq!((s.machine.sockets, s.machine.cores_per_socket), (2, 8));
+    // A field of the spec (or --set) replaces the preset's.
+    let s = parse(&format!("{text}[machine]\nsockets = 1\n"), &[]).unwrap();
+    assert_eq!((s.machine.sockets, s.machine.cores_per_socket), (1, 8));
+    let s = parse(&text, &["machine.cores_per_socket=4"]).unwrap();
+    assert_eq!(s.machine.cores_per_socket, 4);
+    // --set selects a preset too, and names are case-insensitive.
+    let s = parse(MIN, &["platform.preset=\"dis-r720\"", "experiment.vcpus=[4]"]).unwrap();
+    assert_eq!(s.platform, "DIS-R720");
+}
+
+#[test]
+fn a_bad_platform_is_a_one_line_error() {
+    let e = parse(&format!("{MIN}[platform]\npreset = \"DIS-R72\"\n"), &[]).unwrap_err();
+    assert_eq!(e.field, "platform.preset");
+    assert!(e.message.contains("unknown platform preset 'DIS-R72'") && e.message.contains("did you mean 'DIS-R720'"), "{e}");
+    let e = parse(&format!("{MIN}[platform]\npreset = 3\n"), &[]).unwrap_err();
+    assert_eq!(e.field, "platform.preset");
+    let e = parse(&format!("{MIN}[platform]\nprest = \"DIS-R720\"\n"), &[]).unwrap_err();
+    assert!(e.message.contains("unknown field 'prest'") && e.message.contains("did you mean 'preset'"), "{e}");
+    let e = parse(&format!("platform = \"DIS-R720\"\n{MIN}"), &[]).unwrap_err();
+    assert_eq!(e.field, "platform");
+    assert!(!e.to_string().contains('\n'));
+}
+
+#[test]
+fn published_rules_need_their_fields() {
+    let entry = |body: &str| format!("{MIN}[[published]]\nmetric = \"delta_eta_t\"\n{body}\n");
+    let ok = parse(&entry("rule = \"value\"\nvalue = 0.5\ntolerance = \"20%\""), &[]).unwrap();
+    assert_eq!(ok.published[0].tolerance, Some(Tolerance::Relative(0.2)));
+    let ok = parse(&entry("rule = \"value\"\nvalue = 0.5\ntolerance = 0.1"), &[]).unwrap();
+    assert_eq!(ok.published[0].tolerance, Some(Tolerance::Absolute(0.1)));
+    for (body, field, words) in [
+        ("rule = \"value\"\nvalue = 0.5", "published[0].tolerance", "needs a tolerance"),
+        ("rule = \"value\"\ntolerance = 0.1", "published[0].value", "needs the published value"),
+        ("rule = \"value\"\nvalue = 0.5\ntolerance = \"abc\"", "published[0].tolerance", "expected a positive number"),
+        ("rule = \"value\"\nvalue = 0.5\ntolerance = -0.1", "published[0].tolerance", "expected a positive number"),
+        ("rule = \"value\"\nvalue = 0.5\ntolerance = \"0%\"", "published[0].tolerance", "expected a positive number"),
+        ("rule = \"sign\"", "published[0].sign", "needs sign"),
+        ("rule = \"order\"\norder = [{ vcpus = 4 }]", "published[0].order", "at least two"),
+        ("rule = \"peak\"\nover = \"vcpus\"", "published[0].at", "the value of `over`"),
+        ("rule = \"trend\"", "published[0].over", "the field varied"),
+        ("value = 1\ntolerance = 0.1", "published[0].tolerance", "only applies to rule = \"value\""),
+        ("rule = \"sign\"\nsign = \"up\"", "published[0].sign", "unknown value 'up'"),
+        ("rule = \"valeu\"", "published[0].rule", "did you mean 'value'"),
+        ("compare = \"change\"", "published[0].compare", "needs relative_to"),
+    ] {
+        let e = parse(&entry(body), &[]).unwrap_err();
+        assert_eq!(e.field, field, "{body}: {e}");
+        assert!(e.message.contains(words), "{body}: {e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+    // Without a rule a value is only shown: no tolerance is needed (the examples' use).
+    assert!(parse(&entry("value = 1"), &[]).is_ok());
+}
+
+#[test]
+fn a_reproduce_table_is_checked() {
+    let ok = format!("{MIN}[reproduce]\nid = \"TPDS-F4\"\ntitle = \"t\"\nstatus = \"visible\"\nquick = {{ \"experiment.seeds\" = [1] }}\n");
+    let s = parse(&ok, &[]).unwrap();
+    assert_eq!(s.reproduce.as_ref().map(|r| r.id.as_str()), Some("TPDS-F4"));
+    let e = parse(&ok.replace("visible", "secret"), &[]).unwrap_err();
+    assert_eq!(e.field, "reproduce.status");
+    let e = parse(&ok.replace("TPDS-F4", " "), &[]).unwrap_err();
+    assert_eq!(e.field, "reproduce.id");
+    let e = parse(&format!("{ok}not_expressible = \"x\"\n"), &[]).unwrap_err();
+    assert!(e.message.contains("unknown field 'not_expressible'"), "{e}");
+}
