@@ -66,7 +66,7 @@ pub struct KernelSpec {
     /// Guest halt-poll governor (used with `idle = "haltpoll"`).
     pub haltpoll: HaltpollSpec,
     /// TLB shootdowns skip CPUs in lazy-TLB mode (idle CPUs that last ran the process):
-    /// Linux >= 4.19. `false` = older kernels (e.g. S4U's 3.16 guests) that IPI them too.
+    /// Linux >= 4.20 (`tlb_is_not_lazy`, arch/x86/mm/tlb.c). Every platform preset sets `false`. `false` = older kernels (e.g. S4U's 3.16 guests) that IPI them too.
     pub tlb_lazy_skip: bool,
     /// Background kernel/daemon threads (`[host.daemons]`: QEMU I/O threads, vhost, kworkers)
     /// that wake up now and then and run briefly; only the host supports them.
