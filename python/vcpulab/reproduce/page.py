@@ -77,7 +77,6 @@ def _panel(ax: Axes, row: Row) -> None:
                 ax.errorbar([x], [p.estimate.mean], yerr=err(p.estimate), fmt="o", color=color, capsize=3)
         ax.set_xticks(xs, [p.label for p in j.points], rotation=30, ha="right", fontsize=7)
         ax.set_xlim(-0.5, len(xs) - 0.5)
-        ax.set_title(f"published: {published_text(row.entry)}", fontsize=7.5, loc="left")
     else:
         value = row.entry.get("value")
         if rule == "value" and j.band is not None:
@@ -99,7 +98,8 @@ def _panel(ax: Axes, row: Row) -> None:
     ax.set_ylabel(quantity_text(row.entry)[:40], fontsize=7)
     ax.grid(True, axis="y", alpha=0.3)
     what = row.what if len(row.what) <= 48 else row.what[:47] + "…"
-    ax.text(0.0, 1.12, f"{what} — {j.verdict}", transform=ax.transAxes, fontsize=7.5, color=color, va="bottom")
+    shape = f"\npublished: {published_text(row.entry)}" if j.points else ""
+    ax.set_title(f"{what} — {j.verdict}{shape}", fontsize=7.5, loc="left", color=color)
 
 
 def experiment_figure(e: Experiment, rows: Sequence[Row]) -> str:
@@ -108,8 +108,13 @@ def experiment_figure(e: Experiment, rows: Sequence[Row]) -> str:
     if not drawable:
         return ""
     with figures.style():
-        fig, axes = figures.grid(len(drawable), 3, 3.6, 2.9, left=0.75)
-        for ax, r in zip(axes, drawable, strict=True):
+        ncols = min(3, len(drawable))
+        nrows = -(-len(drawable) // ncols)
+        fig = figures.new_figure(3.6 * ncols, 3.0 * nrows)
+        axes = fig.subplots(nrows, ncols, squeeze=False).flatten()
+        for ax in axes[len(drawable) :]:
+            ax.set_visible(False)
+        for ax, r in zip(axes, drawable, strict=False):
             _panel(ax, r)
         svg = figures.to_svg(fig, _anchor(e.id), f"{e.id}: published and simulated values")
     caption = (
