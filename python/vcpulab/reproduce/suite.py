@@ -139,7 +139,7 @@ def load_suite(root: str | os.PathLike[str]) -> Suite:
 
 
 def _file_order(path: Path) -> tuple[Any, ...]:
-    return id_order(path.stem)
+    return (id_order(path.stem), path.name)
 
 
 def load_experiment(path: Path) -> Experiment:
