@@ -539,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the published experiments and score them against their published values",
         description="Run the reproduction suite (experiments/published/<ID>.toml: every published experiment, "
         "or the IDs given) through the results store, and print a scoreboard: per published value the simulated "
-        "mean and 95%% CI over seeds and a verdict (reproduced, partly, not reproduced, no published value, not "
+        "mean and 95 % CI over seeds and a verdict (reproduced, partly, not reproduced, no published value, not "
         "expressible). Writes an HTML scoreboard too. Exit 0 whatever the verdicts. See docs/reproduce.md.",
     )
     rep.add_argument("ids", nargs="*", metavar="ID", help="experiment ids to run (case-insensitive; default: all)")

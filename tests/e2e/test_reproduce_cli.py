@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import REPO, RunCli, one_line_error
 
 FIXTURE = REPO / "tests" / "reproduce_suite"
@@ -169,7 +170,8 @@ def test_bad_suite_files_are_one_line_errors(cli: RunCli, tmp_path: Path, name: 
 
 
 def test_bad_quick_override_names_the_file(cli: RunCli, tmp_path: Path) -> None:
-    text = GOOD_HEAD + '[reproduce]\nid = "X-1"\ntitle = "t"\nstatus = "visible"\nquick = { "experiment.vcpuz" = [1] }\n'
+    quick = 'quick = { "experiment.vcpuz" = [1] }\n'
+    text = GOOD_HEAD + '[reproduce]\nid = "X-1"\ntitle = "t"\nstatus = "visible"\n' + quick
     root = _bad(tmp_path, "X-1.toml", text)
     assert cli("reproduce", "--suite", root, "--list").code == 0  # quick is only applied by --quick
     line = one_line_error(cli("reproduce", "--suite", root, "--quick", "--results", tmp_path / "s"))

@@ -149,7 +149,8 @@ def test_relative_to_fixing_a_field_does_not_pair_on_it() -> None:
 
 
 def test_relative_to_without_baseline_or_zero_baseline_skips_the_seed() -> None:
-    results = [cell(1, 2.0), cell(2, 2.0), cell(2, 0.0, scenario="native"), cell(3, 2.0), cell(3, 1.0, scenario="native")]
+    natives = [cell(2, 0.0, scenario="native"), cell(3, 1.0, scenario="native")]
+    results = [cell(1, 2.0), cell(2, 2.0), cell(3, 2.0), *natives]
     got = seed_values(results, "m", {"scenario": "UC"}, relative_to={"scenario": "native"})
     assert got == {3: 2.0}  # seed 1 has no baseline, seed 2 a zero one
 

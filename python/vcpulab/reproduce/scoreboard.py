@@ -193,7 +193,7 @@ def estimate_text(est: Estimate) -> str:
 
 def rich_table(board: Scoreboard) -> Table:
     title = "reproduction scoreboard" + (f" — {QUICK_NOTE}" if board.quick else "")
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(title), title_justify="left")
     for name, justify in (
         ("id", "left"),
         ("measured", "left"),
