@@ -108,13 +108,9 @@ def experiment_figure(e: Experiment, rows: Sequence[Row]) -> str:
     if not drawable:
         return ""
     with figures.style():
-        ncols = min(3, len(drawable))
-        nrows = -(-len(drawable) // ncols)
-        fig = figures.new_figure(3.6 * ncols, 3.0 * nrows)
-        axes = fig.subplots(nrows, ncols, squeeze=False).flatten()
-        for ax in axes[len(drawable) :]:
-            ax.set_visible(False)
-        for ax, r in zip(axes, drawable, strict=False):
+        # Panels placed by hand (figures.grid): constrained layout triples the drawing time.
+        fig, axes = figures.grid(len(drawable), 3, 3.6, 3.1, left=0.8, top=0.45)
+        for ax, r in zip(axes, drawable, strict=True):
             _panel(ax, r)
         svg = figures.to_svg(fig, _anchor(e.id), f"{e.id}: published and simulated values")
     caption = (
