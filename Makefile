@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # maturin installs into the environment named by VIRTUAL_ENV.
 DEVELOP := PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -q
 
-.PHONY: demo test bench install native tracefs build-dev build-release clean
+.PHONY: demo test bench reproduce install native tracefs build-dev build-release clean
 
 demo: install
 	$(BIN)/vcpulab run examples/quickstart.toml
@@ -27,6 +27,11 @@ test: install tracefs
 bench: install
 	cargo bench -p vcpulab-sim
 	$(BIN)/vcpulab bench
+
+# The reproduction suite (experiments/published): every published experiment run and scored, into
+# one resumable results store; the full scoreboard is written to docs/scoreboard.md (docs/reproduce.md).
+reproduce: install
+	$(BIN)/vcpulab reproduce -j 2 --results results/reproduce --markdown docs/scoreboard.md
 
 # Optimised native module installed (editable Python sources) into .venv, with test tools;
 # and the native programs and LD_PRELOAD libraries of the bridge commands.

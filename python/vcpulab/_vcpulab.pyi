@@ -112,6 +112,7 @@ def policies() -> list[_PolicyInfo]: ...
 def platforms() -> list[_PlatformInfo]: ...
 def platform_toml(name: str) -> str:
     """A platform preset's TOML, its sources as comments; ``SpecError`` for an unknown name."""
+
 def characterize(workload: str, cpus: int, seed: int, slice_ns: int, overrides: list[str]) -> str:
     """Run ``workload`` natively with n = ``cpus`` and characterize it; JSON text."""
 

@@ -16,8 +16,8 @@ import signal
 import sys
 import threading
 import tomllib
-from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -55,9 +55,11 @@ from .sweep import (
     SpecPayload,
     make_executor,
     parse_only,
-    plan_sweep,
+    plan_stored,
     run_sweep,
     select_cells,
+    stored_rows,
+    sweep_units,
 )
 
 EXIT_USAGE = 2
@@ -374,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         "platforms",
         help="list the platform presets (testbeds)",
         description="List the platform presets, one per testbed of the published experiments, or show one as "
-        "TOML with the source of every value. A spec selects one with [platform] preset = \"NAME\".",
+        'TOML with the source of every value. A spec selects one with [platform] preset = "NAME".',
     )
     pf.add_argument("--json", action="store_true", help="print JSON Lines")
     pf.set_defaults(func=cmd_platforms)
@@ -532,6 +534,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rp.set_defaults(func=cmd_report)
 
+    rep = commands.add_parser(
+        "reproduce",
+        help="run the published experiments and score them against their published values",
+        description="Run the reproduction suite (experiments/published/<ID>.toml: every published experiment, "
+        "or the IDs given) through the results store, and print a scoreboard: per published value the simulated "
+        "mean and 95 % CI over seeds and a verdict (reproduced, partly, not reproduced, no published value, not "
+        "expressible). Writes an HTML scoreboard too. Exit 0 whatever the verdicts. See docs/reproduce.md.",
+    )
+    rep.add_argument("ids", nargs="*", metavar="ID", help="experiment ids to run (case-insensitive; default: all)")
+    rep.add_argument("--list", action="store_true", help="list every id with its status and kind; run nothing")
+    rep.add_argument(
+        "--quick",
+        action="store_true",
+        help="apply each spec's [reproduce] quick overrides (reduced sizes, for CI: structure and determinism; "
+        "the verdicts are not meaningful)",
+    )
+    rep.add_argument(
+        "--suite", metavar="DIR", help=f"the suite directory (default: {os.path.join('experiments', 'published')})"
+    )
+    rep.add_argument(
+        "--results",
+        metavar="DIR",
+        help="the one results directory of the whole suite (default: results/reproduce, results/reproduce-quick "
+        "with --quick; under $VCPULAB_RESULTS when set); cells already stored there are not run again",
+    )
+    rep.add_argument("-j", "--jobs", type=_int, metavar="N", help="local worker processes (default: all cores)")
+    rep.add_argument("--cluster", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://HOST:8786")
+    rep.add_argument("--json", action="store_true", help="print the scoreboard as one JSON document")
+    rep.add_argument("--html", metavar="FILE", help="the HTML scoreboard to write (default: RESULTS/scoreboard.html)")
+    rep.add_argument("--markdown", metavar="FILE", help="also write the full scoreboard as Markdown to FILE")
+    rep.set_defaults(func=cmd_reproduce)
+
     pol = commands.add_parser(
         "policies",
         help="list the pluggable policies",
@@ -655,6 +689,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         executor.close(cancel=True)  # a no-op after the sweep closed it
 
 
+@contextmanager
+def sweep_failures(results_dir: str | None) -> Iterator[None]:
+    """A failed simulation or an interruption of a sweep as a one-line error (exit 3, or the
+    signal's code), saying where the finished cells are kept when they are stored
+    (``results_dir``) and that running the same command again continues."""
+    try:
+        yield
+    except CellFailed as e:
+        kept = f"; {e.stored} finished cells are stored in {results_dir} (run again to continue)" if results_dir else ""
+        raise CliError(f"{e}{kept}", EXIT_SIMULATION) from None
+    except KeyboardInterrupt as e:
+        kept = (
+            f" (finished cells are stored in {results_dir}; run the same command again to continue)"
+            if results_dir
+            else ""
+        )
+        message, code = _interrupted(e)
+        raise CliError(f"{message}{kept}", code) from None
+
+
 def _sweep_and_show(
     args: argparse.Namespace,
     plan: Plan,
@@ -674,18 +728,12 @@ def _sweep_and_show(
     with store.writer(repair=args.repair) if store is not None else nullcontext() as writer:
         if store is not None and store.repaired:
             sys.stderr.write(_repaired_note(store))
-        with store.reading() if store is not None else nullcontext():
-            stored_keys = store.keys() if store is not None else set()
-            known = store.baselines() if store is not None else {}
-        sweep = plan_sweep(plan, selected, stored_keys, known)
+        sweep = plan_stored(plan, selected, store)
         if writer is not None:
             writer.save_spec(spec_hash, spec_text)
-        if store is not None and sweep.stored:
-            with store.reading():
-                stored_rows = store.rows(sweep.jobs[i]["key"] for i in sweep.stored)
-            for i in sweep.stored:
-                emit.add(i, stored_rows[sweep.jobs[i]["key"]])
-        units = sum(len(t.cells) if t.kind == "cell" else 1 for t in sweep.tasks)
+        for i, row in stored_rows(store, sweep).items():
+            emit.add(i, row)
+        units = sweep_units(sweep)
         if not sweep.tasks:
             executor.close(cancel=False)
             executor = InlineExecutor()
@@ -697,7 +745,7 @@ def _sweep_and_show(
             emit.add(i, row)
             done(render.cell_label(cells[i]))
 
-        try:
+        with sweep_failures(results_dir if writer is not None else None):
             with render.sweep_progress(units, interactive, executor.workers) as done:
                 report_ = run_sweep(
                     plan,
@@ -708,17 +756,6 @@ def _sweep_and_show(
                     on_result=on_result,
                     on_baseline=lambda t: done(f"baseline of {render.cell_label(cells[t.cells[0]])}"),
                 )
-        except CellFailed as e:
-            kept = f"; {e.stored} finished cells are stored in {results_dir} (run again to continue)" if writer else ""
-            raise CliError(f"{e}{kept}", EXIT_SIMULATION) from None
-        except KeyboardInterrupt as e:
-            kept = (
-                f" (finished cells are stored in {results_dir}; run the same command again to continue)"
-                if writer
-                else ""
-            )
-            message, code = _interrupted(e)
-            raise CliError(f"{message}{kept}", code) from None
         if writer is not None and store is not None and report_.ran:
             with store.reading():  # compaction reads every part in full: name a damaged one
                 writer.compact(above=COMPACT_ABOVE)
@@ -1070,6 +1107,69 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"wrote {written[0]}")
     if csvs:
         print(f"wrote {csvs[0].parent}/ ({len(csvs)} CSV files: {', '.join(p.name for p in csvs)})")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    import datetime
+    import shlex
+
+    from . import reproduce
+    from .reproduce import page, run, scoreboard
+
+    try:
+        suite = reproduce.load_suite(args.suite or reproduce.DEFAULT_SUITE)
+        chosen = suite.select(args.ids)
+        if args.list:
+            if args.json:
+                print(json.dumps([scoreboard.id_json(e) for e in chosen], ensure_ascii=False))
+            else:
+                render.stdout_console().print(scoreboard.list_table(chosen))
+            return 0
+        prepared = [run.prepare(e, args.quick) for e in chosen if e.runnable]
+    except reproduce.SuiteError as e:
+        raise CliError(str(e)) from None
+    if args.jobs is not None and args.jobs < 1:
+        raise CliError(f"--jobs must be at least 1 (got {args.jobs})")
+    if args.jobs is not None and args.cluster:
+        raise CliError("--jobs and --cluster exclude each other (the cluster's workers run the cells)")
+    results_dir = args.results or os.path.join(
+        os.environ.get("VCPULAB_RESULTS") or "results", "reproduce-quick" if args.quick else "reproduce"
+    )
+    html_out = args.html or os.path.join(results_dir, "scoreboard.html")
+    for path, option in ((args.html, "--html"), (args.markdown, "--markdown")):
+        if path is not None:
+            _check_writable(path, option=option)
+    if args.quick:
+        sys.stderr.write(f"vcpulab: {scoreboard.QUICK_NOTE}\n")
+    # Workers are started first, before DuckDB and the progress bar start threads here.
+    executor = make_executor(args.jobs, args.cluster)
+    try:
+        with sweep_failures(results_dir):
+            done = run.run_suite(prepared, ResultsStore(results_dir), executor, progress=sys.stderr.isatty())
+    finally:
+        executor.close(cancel=True)  # a no-op after the suite closed it
+    board = scoreboard.build(done.experiments, chosen, args.quick)
+    command = shlex.join(["vcpulab", *getattr(args, "argv", ["reproduce"])])
+    date = datetime.date.today().isoformat()
+    if args.html is None:
+        Path(html_out).parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(html_out, page.render(board, command, date).encode("utf-8"))
+    if args.markdown is not None:
+        with AtomicWriter(args.markdown) as out:
+            out.write(scoreboard.markdown(board, command, date))
+    if args.json:
+        print(json.dumps(board.to_json(), ensure_ascii=False))
+    else:
+        console = render.stdout_console()
+        console.print(scoreboard.rich_table(board))
+        for line in scoreboard.not_expressible_lines(board):
+            console.print(line, style="dim", highlight=False, markup=False)
+        console.print(board.total_line(), style="bold", highlight=False, markup=False)
+    written = [html_out] + ([args.markdown] if args.markdown else [])
+    sys.stderr.write(
+        f"vcpulab: {done.ran} cells run, {done.stored} already stored in {results_dir}; wrote {', '.join(written)}\n"
+    )
     return 0
 
 

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from ._vcpulab import Plan, VcpulabError
 from ._vcpulab import build_id as _version
-from .store import StoreWriter, journal_line, run_row
+from .store import ResultsStore, StoreWriter, journal_line, run_row
 
 # --- the work -------------------------------------------------------------------------------
 
@@ -380,6 +380,31 @@ def plan_sweep(plan: Plan, selected: Sequence[int], stored_keys: set[str], basel
     )
 
 
+def plan_stored(plan: Plan, selected: Sequence[int], store: ResultsStore | None) -> SweepPlan:
+    """:func:`plan_sweep` of the selected cells against what ``store`` holds (cells and
+    baseline summaries); everything is to run without a store."""
+    if store is None:
+        return plan_sweep(plan, selected, set(), {})
+    with store.reading():
+        stored_keys = store.keys()
+        known = store.baselines()
+    return plan_sweep(plan, selected, stored_keys, known)
+
+
+def stored_rows(store: ResultsStore | None, sweep: SweepPlan) -> dict[int, dict[str, Any]]:
+    """The stored rows of the sweep's cells that are already in ``store``, by cell index."""
+    if store is None or not sweep.stored:
+        return {}
+    with store.reading():
+        rows = store.rows(sweep.jobs[i]["key"] for i in sweep.stored)
+    return {i: rows[sweep.jobs[i]["key"]] for i in sweep.stored}
+
+
+def sweep_units(sweep: SweepPlan) -> int:
+    """The steps of a sweep's progress: one per cell it runs, one per baseline simulation."""
+    return sum(len(t.cells) if t.kind == "cell" else 1 for t in sweep.tasks)
+
+
 @dataclass
 class SweepReport:
     """What a sweep did."""
@@ -399,11 +424,14 @@ def run_sweep(
     *,
     on_result: Callable[[int, dict[str, Any]], None] = lambda i, r: None,
     on_baseline: Callable[[Task], None] = lambda t: None,
+    keep_open: bool = False,
 ) -> SweepReport:
     """Runs ``sweep``'s tasks on ``executor``; every finished cell's row is stored (and passed
     to ``on_result``) before the next result is awaited. Raises :class:`CellFailed` on the first
     failed simulation (after cancelling the rest) and lets KeyboardInterrupt through (after
-    stopping the workers); what finished before either is stored."""
+    stopping the workers); what finished before either is stored. The executor is closed at the
+    end, unless ``keep_open`` and the sweep succeeded (several sweeps sharing one pool of
+    workers, such as ``vcpulab reproduce``'s)."""
     version = _version()
     known = dict(sweep.known)
     report = SweepReport(skipped=len(sweep.stored))
@@ -461,7 +489,8 @@ def run_sweep(
                 on_result(i, row)
         cancel = False
     finally:
-        executor.close(cancel=cancel)
+        if cancel or not keep_open:
+            executor.close(cancel=cancel)
     return report
 
 

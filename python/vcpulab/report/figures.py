@@ -81,7 +81,7 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def grid(
-    n: int, ncols: int, width: float, height: float, legend_rows: int = 0, left: float = 0.62
+    n: int, ncols: int, width: float, height: float, legend_rows: int = 0, left: float = 0.62, top: float = 0.28
 ) -> tuple[Figure, list[Axes]]:
     """A figure of ``n`` panels, ``ncols`` per row, each ``width`` × ``height`` inches
     (margins included), and room below for ``legend_rows`` rows of a shared legend.
@@ -95,7 +95,7 @@ def grid(
     legend = 0.1 + 0.22 * legend_rows if legend_rows else 0.0
     fig_w, fig_h = width * ncols, height * nrows + legend
     fig = Figure(figsize=(fig_w, fig_h))
-    right, bottom, top = 0.12, 0.45, 0.28  # inches around each panel's axes (``left`` too)
+    right, bottom = 0.12, 0.45  # inches around each panel's axes (``left`` and ``top`` too)
     axes = []
     for i in range(n):
         row, col = divmod(i, ncols)
