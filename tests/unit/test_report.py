@@ -67,6 +67,12 @@ def test_metric_value() -> None:
     assert report.metric_value(r, "tlb_latency_mean_us") is None
     assert report.metric_value(r, "workload") is None  # not a number
     assert report.metric_value({"workload": "ep"}, "ple_exits") is None  # no metrics at all
+    # A dotted path reaches into the result's tables (exit counts, host time by reason).
+    r = {"exits": {"HLT": 7}, "host_ns_by_reason": {"SCHED": 2.5}, "metrics": {"a.b": 1.0}}
+    assert report.metric_value(r, "exits.HLT") == 7.0
+    assert report.metric_value(r, "host_ns_by_reason.SCHED") == 2.5
+    assert report.metric_value(r, "a.b") == 1.0  # a metric's own name comes first
+    assert report.metric_value(r, "exits.PAUSE") is None and report.metric_value(r, "exits") is None
 
 
 @pytest.mark.parametrize(
@@ -136,6 +142,19 @@ def test_compare_published_means_over_seeds() -> None:
     assert (not_run.matched, not_run.simulated, not_run.ratio, not_run.status) == (0, None, None, "not run")
     assert (not_measured.matched, not_measured.simulated, not_measured.status) == (1, None, "not measured")
     assert zero.simulated == 10.0 and zero.ratio is None  # no ratio to a published zero
+
+
+def test_compare_published_relates_to_the_baseline_seed_by_seed() -> None:
+    # What `vcpulab run` shows for a ratio entry is the scoreboard's statistic, not a plain mean.
+    results = [
+        result("vm.tlb=ipi", seed=1, metrics={"tlb_latency_mean_us": 10.0}),
+        result("vm.tlb=pv", seed=1, metrics={"tlb_latency_mean_us": 5.0}),
+        result("vm.tlb=ipi", seed=2, metrics={"tlb_latency_mean_us": 40.0}),
+        result("vm.tlb=pv", seed=2, metrics={"tlb_latency_mean_us": 10.0}),
+    ]
+    entry = Published("tlb_latency_mean_us", 0.5, "x", {"vm.tlb": "pv"}, relative_to={"vm.tlb": "ipi"})
+    (c,) = report.compare_published([entry], results)
+    assert c.simulated == pytest.approx((0.5 + 0.25) / 2)
 
 
 def test_compare_published_skips_runs_without_the_metric() -> None:

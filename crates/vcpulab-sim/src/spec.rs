@@ -511,6 +511,14 @@ impl Spec {
     /// applying `--set PATH=VALUE` overrides.
     pub fn parse(text: &str, source: &str, overrides: &[String]) -> Result<Spec, SpecError> {
         let mut doc: toml::Table = toml::from_str(text).map_err(|e| SpecError::toml(source, &e))?;
+        if let Some(why) = doc.get("reproduce").and_then(|r| r.get("not_expressible")).and_then(toml::Value::as_str) {
+            let path = "reproduce.not_expressible";
+            return Err(SpecError::new(
+                source,
+                path,
+                format!("this published experiment cannot be run by the model yet ({why}); `vcpulab reproduce --list` lists it"),
+            ));
+        }
         let sets = overrides::parse_all(overrides)?;
         // Overrides outside [workloads] first (they may change which workloads run), then the
         // named built-ins are copied in, then every override (so workload fields land on the copies).

@@ -40,6 +40,11 @@ class Published:
     """``None`` for a withheld or figure-only result (shown, not compared)."""
     source: str
     where: Mapping[str, Any] = field(default_factory=dict)
+    relative_to: Mapping[str, Any] | None = None
+    """Baseline cells: the value is the metric relative to theirs, seed by seed."""
+    compare: str = "ratio"
+    aggregate: str = "mean"
+    """How the cells one seed matches are combined (mean, max, min, sum)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,9 @@ def parse_info(text: str) -> PlanInfo:
             value=None if p.get("value") is None else float(p["value"]),
             source=str(p.get("source", "")),
             where=dict(p.get("where") or {}),
+            relative_to=None if p.get("relative_to") is None else dict(p["relative_to"]),
+            compare=str(p.get("compare") or "ratio"),
+            aggregate=str(p.get("aggregate") or "mean"),
         )
         for p in data.get("published") or ()
     )
@@ -83,10 +91,16 @@ def parse_info(text: str) -> PlanInfo:
 
 
 def metric_value(result: Mapping[str, Any], name: str) -> float | None:
-    """``result["metrics"][name]``, else a numeric top-level field ``name`` (e.g. ``omega``);
-    ``None`` when the run did not measure it."""
+    """``result["metrics"][name]``, else a numeric top-level field ``name`` (e.g. ``omega``),
+    else a dotted path into the result (``exits.HLT``, ``host_ns_by_reason.SCHED``); ``None``
+    when the run did not measure it."""
     metrics = result.get("metrics") or {}
     value = metrics.get(name, result.get(name))
+    if value is None and "." in name:
+        node: Any = result
+        for part in name.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        value = node
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
@@ -176,12 +190,25 @@ def compare_published(
     results: Sequence[Mapping[str, Any]],
     settings: Mapping[str, Any] | None = None,
 ) -> list[Comparison]:
-    """One comparison per published entry, averaging the metric over the matching results."""
+    """One comparison per published entry: the metric over the matching results, as the
+    reproduction scoreboard computes it (one number per seed: the matching cells, relative to
+    ``relative_to``'s and combined by ``aggregate``; then the mean over seeds)."""
+    from ..reproduce.verdict import seed_values  # the scoreboard's statistic (it imports this module)
+
     out = []
     for p in published:
         matching = [r for r in results if cell_matches(r, p.where, settings)]
+        per_seed = seed_values(
+            results,
+            p.metric,
+            p.where,
+            settings=settings,
+            aggregate=p.aggregate,
+            relative_to=p.relative_to,
+            compare=p.compare,
+        )
         values = [v for v in (metric_value(r, p.metric) for r in matching) if v is not None]
-        mean = sum(values) / len(values) if values else None
+        mean = sum(per_seed.values()) / len(per_seed) if per_seed else None
         out.append(Comparison(published=p, matched=len(matching), measured=len(values), simulated=mean))
     return out
 

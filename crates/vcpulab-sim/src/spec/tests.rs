@@ -313,6 +313,7 @@ fn a_reproduce_table_is_checked() {
     assert_eq!(e.field, "reproduce.status");
     let e = parse(&ok.replace("TPDS-F4", " "), &[]).unwrap_err();
     assert_eq!(e.field, "reproduce.id");
-    let e = parse(&format!("{ok}not_expressible = \"x\"\n"), &[]).unwrap_err();
-    assert!(e.message.contains("unknown field 'not_expressible'"), "{e}");
+    let e = parse(&format!("{ok}not_expressible = \"MISSING MECHANISM: x\"\n"), &[]).unwrap_err();
+    assert_eq!(e.field, "reproduce.not_expressible");
+    assert!(e.message.contains("cannot be run by the model yet (MISSING MECHANISM: x)"), "{e}");
 }

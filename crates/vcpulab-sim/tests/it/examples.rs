@@ -15,10 +15,14 @@ fn shoot4u_example_orders_the_policies_as_published() {
         c.metrics[m]
     };
     for sc in ["UC", "OC"] {
-        for m in ["tlb_latency_mean_us", "tlb_latency_max_us"] {
-            let (b, k, s) = (get(sc, "ipi", m), get(sc, "pv", m), get(sc, "shoot4u", m));
-            assert!(s < k && k < b, "{sc} {m}: shoot4u {s} < kvmtlb {k} < baseline {b}");
-        }
+        let m = "tlb_latency_mean_us";
+        let (b, k, s) = (get(sc, "ipi", m), get(sc, "pv", m), get(sc, "shoot4u", m));
+        assert!(s < k && k < b, "{sc} {m}: shoot4u {s} < kvmtlb {k} < baseline {b}");
+        // The maxima are single extreme samples: Shoot4U's is the smallest, but which of
+        // baseline's and kvmtlb's is larger changes with the seed (docs/costs.md).
+        let m = "tlb_latency_max_us";
+        let (b, k, s) = (get(sc, "ipi", m), get(sc, "pv", m), get(sc, "shoot4u", m));
+        assert!(s < k && s < b, "{sc} {m}: shoot4u {s} below kvmtlb {k} and baseline {b}");
     }
     let (uc, oc) = (get("UC", "ipi", "tlb_latency_mean_us"), get("OC", "ipi", "tlb_latency_mean_us"));
     assert!(oc >= 10.0 * uc, "2-VM baseline mean {oc} vs 1-VM {uc}");

@@ -56,7 +56,10 @@ fn type_4_scales_better_on_the_consolidated_vm_and_longer_periods_do_not_hurt_it
 
 #[test]
 fn balanced_and_host_matched_fork_join_beat_imbalanced() {
-    let r = run_text(&example("forkjoin.toml"), &["experiment.seeds=[1, 2, 3, 4]"]);
+    // The mechanisms checked on the TPDS testbed, where this example was written; on its own
+    // testbed (DIS-R720) the gap between the versions is a withheld result (DIS-4.7), which the
+    // reproduction suite shows without judging.
+    let r = run_text(&example("forkjoin.toml"), &["experiment.seeds=[1, 2, 3, 4]", "platform.preset=\"TPDS-4S\""]);
     let t = |w: &str, v: &str| mean(&r, |c| c.workload == w && c.variant == v, |c| c.t_virt_s.unwrap());
     let imbalanced = t("forkjoin_imbalanced", "symmetric");
     assert!(t("forkjoin_balanced", "symmetric") < 0.85 * imbalanced, "balanced {} vs {imbalanced}", t("forkjoin_balanced", "symmetric"));
