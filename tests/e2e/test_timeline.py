@@ -166,7 +166,7 @@ def test_window_and_cap(cli: RunCli, tmp_path: Path) -> None:
 def test_a_window_after_the_run_is_empty_and_says_so(cli: RunCli, tmp_path: Path) -> None:
     r = cli(*SMALL, "--timeline", "e.json", "--timeline-window", "10s:")
     assert r.code == 0, r.err
-    assert "(0 events: the run ended at 181.63 ms, before the window starts; open in" in r.err, r.err
+    assert "(0 events: the run ended at 182.876 ms, before the window starts; open in" in r.err, r.err
     validate(json.loads((tmp_path / "e.json").read_text()))
 
 

@@ -26,7 +26,7 @@ macro_rules! preset {
     };
 }
 
-/// Every built-in preset, in the order of experiments.md's Testbeds table.
+/// Every built-in preset: the TPDS, S4U, BAS and DIS testbeds.
 pub const PRESETS: [Preset; 6] =
     [preset!("TPDS-4S"), preset!("TPDS-4S-k419"), preset!("S4U-2S"), preset!("BAS-OPT"), preset!("DIS-R720"), preset!("DIS-R420")];
 

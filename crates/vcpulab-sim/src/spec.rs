@@ -415,7 +415,7 @@ pub struct PlatformSpec {
 #[derive(Clone, Copy, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Visibility {
-    /// Its published values are given (experiments.md: V).
+    /// Its published values are given.
     Visible,
     /// Withheld to validate the simulator (W): the spec only produces the figure.
     Withheld,
@@ -425,7 +425,7 @@ pub enum Visibility {
 #[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ReproduceSpec {
-    /// The experiment id of experiments.md (`TPDS-F4`).
+    /// The experiment id (`TPDS-F4`: the source and its figure, table or prose result).
     pub id: String,
     /// What the experiment asks, in a line.
     pub title: String,
