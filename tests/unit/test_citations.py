@@ -28,7 +28,12 @@ NOT_KEYS = {"SDM"}
 
 def shipped_files() -> list[Path]:
     files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    for pattern, base in (("*.toml", "workloads"), ("*.toml", "examples"), ("*.py", "python/vcpulab")):
+    for pattern, base in (
+        ("*.toml", "workloads"),
+        ("*.toml", "examples"),
+        ("*.toml", "experiments"),
+        ("*.py", "python/vcpulab"),
+    ):
         files += sorted((ROOT / base).rglob(pattern))
     for crate in sorted((ROOT / "crates").iterdir()):
         files += sorted((crate / "src").rglob("*.rs"))
@@ -47,6 +52,7 @@ def test_the_scan_covers_what_ships() -> None:
         "docs/spec.md",
         "workloads/parsec/dedup.toml",
         "examples/tpds.toml",
+        "experiments/published/TPDS-F4.toml",
         "python/vcpulab/cli.py",
         "crates/vcpulab-sim/src/machine/costs.rs",
     ):
