@@ -1146,7 +1146,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     executor = make_executor(args.jobs, args.cluster)
     try:
         with sweep_failures(results_dir):
-            done = run.run_suite(prepared, ResultsStore(results_dir), executor, progress=sys.stderr.isatty())
+            done = run.run_suite(
+                prepared,
+                ResultsStore(results_dir),
+                executor,
+                progress=sys.stderr.isatty(),
+                reopen=lambda: make_executor(args.jobs, args.cluster),
+            )
     finally:
         executor.close(cancel=True)  # a no-op after the suite closed it
     board = scoreboard.build(done.experiments, chosen, args.quick)

@@ -234,3 +234,18 @@ def test_the_suite_has_every_id_of_experiments_md(cli: RunCli) -> None:
         f"experiments/published lacks {len(missing)} of {len(wanted)} ids of experiments.md: {', '.join(missing)}"
         + (f"; and has ids experiments.md does not list: {', '.join(extra)}" if extra else "")
     )
+
+
+def test_a_failed_simulation_fails_its_experiment_only(cli: RunCli, tmp_path: Path) -> None:
+    # A run limit reached in one experiment (as a yield storm would) leaves its entries unjudged,
+    # says why, and the other experiments are still run and judged.
+    lock = (FIXTURE / "LOCK-1.toml").read_text()
+    failing = lock.replace('id = "LOCK-1"', 'id = "FAIL-1"') + "\n[limits]\nmax_events = 50\n"
+    suite = _suite(tmp_path, {"FAIL-1.toml": failing, "LOCK-1.toml": lock})
+    r = cli("reproduce", "--suite", suite, "--results", tmp_path / "store", "--json", "-j", "2")
+    assert r.code == 0, r.err
+    rows = _json(r.out)["rows"]
+    failed = [row for row in rows if row["id"] == "FAIL-1"]
+    assert failed and all(row["verdict"] == "not run" for row in failed)
+    assert all("simulation failed" in row["note"] and "limits.max_events" in row["note"] for row in failed), failed
+    assert any(row["id"] == "LOCK-1" and row["verdict"] == "reproduced" for row in rows)

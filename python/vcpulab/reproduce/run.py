@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +76,9 @@ class ExperimentResults:
     results: list[dict[str, Any]] = field(default_factory=list)
     ran: int = 0
     stored: int = 0
+    failed: str | None = None
+    """Why a simulation of the experiment failed (a run limit, a deadlock): its entries are
+    then not judged, and the suite went on with the next experiment."""
 
 
 @dataclass
@@ -124,18 +127,28 @@ def run_suite(
     executor: Executor,
     *,
     progress: bool = False,
+    reopen: Callable[[], Executor] | None = None,
 ) -> SuiteRun:
     """Runs every cell of ``prepared`` not in ``store`` yet, experiment after experiment, on
-    ``executor`` (kept open between them, closed at the end). Raises
-    :class:`~vcpulab.sweep.CellFailed` (naming the experiment) on a failed simulation and lets
-    KeyboardInterrupt through; every finished cell is stored either way."""
+    ``executor`` (kept open between them, closed at the end). A failed simulation (a run limit,
+    a deadlock) fails its experiment only: it is recorded in ``failed`` and, when ``reopen``
+    gives a new executor for the rest (the failed sweep stopped the old one's workers), the
+    suite goes on; without ``reopen`` it raises :class:`~vcpulab.sweep.CellFailed` naming the
+    experiment. KeyboardInterrupt goes through. Every finished cell is stored either way."""
     out: list[ExperimentResults] = []
     with store.writer() as writer:
         planned = _plan_all(prepared, store)
         total = sum(sweep_units(s) for s in planned)
         with _suite_progress(total, progress, executor.workers) as bar:
             for p, first in zip(prepared, planned, strict=True):
-                out.append(_run_one(p, first, store, writer, executor, bar))
+                try:
+                    out.append(_run_one(p, first, store, writer, executor, bar))
+                except CellFailed as e:
+                    if reopen is None:
+                        raise
+                    out.append(ExperimentResults(p, failed=str(e).removeprefix(f"{p.experiment.id}: ")))
+                    executor.close(cancel=True)
+                    executor = reopen()
         if any(e.ran for e in out):
             with store.reading():
                 writer.compact(above=COMPACT_ABOVE)

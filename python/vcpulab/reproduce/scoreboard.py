@@ -25,6 +25,7 @@ from .verdict import (
     REPRODUCED,
     Estimate,
     Judged,
+    estimate,
     judge,
     one_line,
     published_text,
@@ -157,7 +158,11 @@ def build(results: Sequence[ExperimentResults], experiments: Sequence[Experiment
         if run is None:
             continue
         for i, entry in enumerate(run.prepared.experiment.published):
-            rows.append(Row(e, i, entry, judge(entry, run.results, run.prepared.settings)))
+            if run.failed is not None:
+                judged = Judged(NOT_RUN, estimate([]), note=f"simulation failed: {run.failed}")
+            else:
+                judged = judge(entry, run.results, run.prepared.settings)
+            rows.append(Row(e, i, entry, judged))
     return Scoreboard(tuple(rows), tuple(experiments), quick)
 
 
