@@ -102,9 +102,20 @@ def _panel(ax: Axes, row: Row) -> None:
     ax.set_title(f"{what} — {j.verdict}{shape}", fontsize=7.5, loc="left", color=color)
 
 
+OTHER_PANELS = 6
+"""Rows without a published value (withheld, figure-only) drawn per experiment; the rest are in
+its table. Every judged row gets its panel. (Each panel costs matplotlib ~60 ms: drawing the
+suite's 1,000-odd withheld rows would take over a minute.)"""
+
+
 def experiment_figure(e: Experiment, rows: Sequence[Row]) -> str:
-    """Every row of one experiment as a panel, inline SVG (empty when there is nothing to draw)."""
+    """The judged rows of one experiment as panels, and up to :data:`OTHER_PANELS` rows without a
+    published value, inline SVG (empty when there is nothing to draw)."""
     drawable = [r for r in rows if r.judged.simulated.mean is not None or r.judged.points]
+    judged = [r for r in drawable if r.judged.verdict != NO_PUBLISHED]
+    others = [r for r in drawable if r.judged.verdict == NO_PUBLISHED]
+    left_out = max(0, len(others) - OTHER_PANELS)
+    drawable = judged + others[:OTHER_PANELS]
     if not drawable:
         return ""
     with figures.style():
@@ -117,10 +128,12 @@ def experiment_figure(e: Experiment, rows: Sequence[Row]) -> str:
         "Grey: the published value with its tolerance band (or the threshold); coloured by verdict: the simulated "
         "mean with its 95 % confidence interval over seeds (Student t)."
     )
+    if left_out:
+        caption += f" {left_out} more rows without a published value are in the table above."
     return figure(svg, caption)
 
 
-def _experiment_section(e: Experiment, rows: Sequence[Row], index: int) -> Section:
+def _experiment_section(e: Experiment, rows: Sequence[Row], index: int, quick: bool = False) -> Section:
     rep = e.reproduce
     facts = [("status", e.status), ("platform", e.platform or "—"), ("spec", str(e.path))]
     if rep.get("source"):
@@ -131,7 +144,9 @@ def _experiment_section(e: Experiment, rows: Sequence[Row], index: int) -> Secti
     table = _rows_table(f"exp_{index:03d}", rows, with_id=False)
     body = f'<dl class="kv">{kv}</dl>'
     body += table.html() if rows else paragraph("No [[published]] entry.", "note")
-    body += experiment_figure(e, rows)
+    # A quick run checks structure: its page has the tables, not the figures (they take most of
+    # a quick run's time).
+    body += "" if quick else experiment_figure(e, rows)
     return Section(title=f"{e.id} — {' '.join(e.title.split())}", anchor=_anchor(e.id), html=body, tables=(table,))
 
 
@@ -141,7 +156,7 @@ def render(board: Scoreboard, command: str, date: str) -> str:
     summary = _rows_table("scoreboard", board.rows, with_id=True)
     top = paragraph(board.total_line(), "what")
     if board.quick:
-        top += paragraph(QUICK_NOTE + ".", "note")
+        top += paragraph(QUICK_NOTE + "; no figures are drawn.", "note")
     top += paragraph(
         "A verdict needs the 95 % confidence interval over seeds on the right side of the tolerance, not only the "
         "mean: reproduced = the CI inside the band (or on the stated side); not reproduced = the CI outside it (or "
@@ -152,7 +167,7 @@ def render(board: Scoreboard, command: str, date: str) -> str:
     for i, e in enumerate(board.experiments):
         if e.runnable:
             rows = [r for r in board.rows if r.experiment.id == e.id]
-            sections.append(_experiment_section(e, rows, i))
+            sections.append(_experiment_section(e, rows, i, board.quick))
     missing = board.not_expressible()
     if missing:
         items = "".join(
