@@ -1118,7 +1118,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .reproduce import page, run, scoreboard
 
     try:
-        suite = reproduce.load_suite(args.suite or reproduce.DEFAULT_SUITE)
+        suite = reproduce.load_suite(args.suite or reproduce.default_suite())
         chosen = suite.select(args.ids)
         if args.list:
             if args.json:

@@ -249,3 +249,10 @@ def test_a_failed_simulation_fails_its_experiment_only(cli: RunCli, tmp_path: Pa
     assert failed and all(row["verdict"] == "not run" for row in failed)
     assert all("simulation failed" in row["note"] and "limits.max_events" in row["note"] for row in failed), failed
     assert any(row["id"] == "LOCK-1" and row["verdict"] == "reproduced" for row in rows)
+
+
+def test_the_default_suite_is_found_from_any_directory(cli: RunCli) -> None:
+    # cli runs in a fresh directory: without experiments/published there, the repository's is used.
+    r = cli("reproduce", "--list", "--json")
+    assert r.code == 0, r.err
+    assert {e["id"] for e in json.loads(r.out)} == {p.stem for p in REAL.glob("*.toml")}

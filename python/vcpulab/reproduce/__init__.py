@@ -10,6 +10,6 @@ suite and scored against their published values (docs/reproduce.md).
 
 from __future__ import annotations
 
-from .suite import DEFAULT_SUITE, Experiment, Suite, SuiteError, load_suite
+from .suite import DEFAULT_SUITE, Experiment, Suite, SuiteError, default_suite, load_suite
 
-__all__ = ["DEFAULT_SUITE", "Experiment", "Suite", "SuiteError", "load_suite"]
+__all__ = ["DEFAULT_SUITE", "Experiment", "Suite", "SuiteError", "default_suite", "load_suite"]

@@ -27,6 +27,18 @@ from .._vcpulab import Plan, SpecError
 from ..spec import InputFileError, read_text_input, toml_value
 
 DEFAULT_SUITE = os.path.join("experiments", "published")
+"""The suite, relative to the working directory (the repository's root)."""
+
+
+def default_suite() -> Path:
+    """:data:`DEFAULT_SUITE` under the working directory, else the one of the repository this
+    package is installed from (an editable install, as ``make`` makes), so that `vcpulab
+    reproduce` works from any directory."""
+    here = Path(DEFAULT_SUITE)
+    repo = Path(__file__).resolve().parents[3] / DEFAULT_SUITE
+    return here if here.is_dir() or not repo.is_dir() else repo
+
+
 STATUSES = ("visible", "withheld")
 NOT_EXPRESSIBLE_KEYS = ("id", "title", "status", "not_expressible")
 
