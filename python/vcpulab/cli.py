@@ -362,28 +362,25 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--print-spec", action="store_true", help="print the materialised spec (TOML) instead")
     validate.set_defaults(func=cmd_validate)
 
-    wl = commands.add_parser(
-        "workloads", help="list the built-in workloads", description="List the built-in workloads, or show one as TOML."
+    _list_and_show(
+        commands,
+        "workloads",
+        "list the built-in workloads",
+        "List the built-in workloads, or show one as TOML.",
+        cmd_workloads,
+        "print a built-in workload's TOML",
+        cmd_workload_show,
     )
-    wl.add_argument("--json", action="store_true", help="print JSON Lines")
-    wl.set_defaults(func=cmd_workloads)
-    wl_commands = wl.add_subparsers(dest="wl_command", metavar="COMMAND", parser_class=_Parser)
-    show = wl_commands.add_parser("show", help="print a built-in workload's TOML")
-    show.add_argument("name", metavar="NAME")
-    show.set_defaults(func=cmd_workload_show)
-
-    pf = commands.add_parser(
+    _list_and_show(
+        commands,
         "platforms",
-        help="list the platform presets (testbeds)",
-        description="List the platform presets, one per testbed of the published experiments, or show one as "
+        "list the platform presets (testbeds)",
+        "List the platform presets, one per testbed of the published experiments, or show one as "
         'TOML with the source of every value. A spec selects one with [platform] preset = "NAME".',
+        cmd_platforms,
+        "print a preset's TOML, with its sources",
+        cmd_platform_show,
     )
-    pf.add_argument("--json", action="store_true", help="print JSON Lines")
-    pf.set_defaults(func=cmd_platforms)
-    pf_commands = pf.add_subparsers(dest="pf_command", metavar="COMMAND", parser_class=_Parser)
-    pf_show = pf_commands.add_parser("show", help="print a preset's TOML, with its sources")
-    pf_show.add_argument("name", metavar="NAME")
-    pf_show.set_defaults(func=cmd_platform_show)
 
     ch = commands.add_parser(
         "characterize-sim",
@@ -582,6 +579,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- commands -------------------------------------------------------------------------------
+
+
+def _list_and_show(
+    commands: Any, name: str, help: str, description: str, list_func: Any, show_help: str, show_func: Any
+) -> None:
+    """A command that lists a catalogue (`--json`: JSON Lines) and has `show NAME` for one item."""
+    listing = commands.add_parser(name, help=help, description=description)
+    listing.add_argument("--json", action="store_true", help="print JSON Lines")
+    listing.set_defaults(func=list_func)
+    sub = listing.add_subparsers(dest=f"{name}_command", metavar="COMMAND", parser_class=_Parser)
+    show = sub.add_parser("show", help=show_help)
+    show.add_argument("name", metavar="NAME")
+    show.set_defaults(func=show_func)
 
 
 def make_plan(args: argparse.Namespace) -> Plan:

@@ -432,12 +432,9 @@ fn apply_preset(doc: &mut toml::Table, blame: &dyn Fn(&str) -> String) -> Result
     let mut base = preset.tables();
     merge(&mut base, doc);
     *doc = base;
-    if let Some(toml::Value::Table(t)) = doc.get_mut("platform") {
+    // `platform` is a table or absent here (checked above); other keys stay for serde to reject.
+    if let toml::Value::Table(t) = doc.entry("platform").or_insert_with(|| toml::Value::Table(toml::Table::new())) {
         t.insert("preset".into(), toml::Value::String(preset.name.into()));
-    } else {
-        let mut t = toml::Table::new();
-        t.insert("preset".into(), toml::Value::String(preset.name.into()));
-        doc.insert("platform".into(), toml::Value::Table(t));
     }
     Ok(preset.name.to_string())
 }
