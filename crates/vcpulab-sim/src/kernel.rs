@@ -43,6 +43,15 @@ pub mod irq {
     pub const RESCHED: u8 = 2;
     /// A call-function IPI (TLB shootdown; the CSDs are queued in [`super::KCpu::csd`]).
     pub const CALL_FUNC: u8 = 4;
+    /// A reschedule IPI that only delivers a remote wake-up (`ttwu_queue_remote`: the waker
+    /// and the target share no cache, so the target enqueues the woken task itself in
+    /// `sched_ttwu_pending`); whether it preempts was decided at the wake-up. Same vector as
+    /// [`RESCHED`].
+    pub const WAKE_LIST: u8 = 8;
+    /// The number of distinct interrupt vectors pending in `p` (RESCHED and WAKE_LIST are one).
+    pub fn vectors(p: u8) -> u32 {
+        u32::from(p & TIMER != 0) + u32::from(p & (RESCHED | WAKE_LIST) != 0) + u32::from(p & CALL_FUNC != 0)
+    }
 }
 
 /// What a kernel runs on.
@@ -86,6 +95,9 @@ pub enum IdleState {
     Halted,
     /// Polling with TIF_POLLING set (wakers set need_resched instead of sending IPIs).
     Polling,
+    /// In C1 through MWAIT with TIF_POLLING set (host, `idle = "mwait"`): interrupts wake it
+    /// as from HLT; a wake-up needs no IPI but pays the C1 exit latency.
+    Mwait,
 }
 
 /// One CPU of a kernel.
@@ -197,12 +209,16 @@ pub struct Kernel {
     /// Offset of this kernel's tick grid (ns in `0..tick`): a guest's jiffies are not in
     /// phase with the host's.
     pub tick_phase: u64,
+    /// The last-level-cache domain of each CPU, as the kernel sees it (`cpus_share_cache`,
+    /// `sd_llc`): the socket of each core for the host; for a guest, what the VM's CPU
+    /// topology says (`vm.llc`).
+    pub llc: Vec<u32>,
 }
 
 impl Kernel {
-    /// A kernel with `n` idle CPUs.
+    /// A kernel with `n` idle CPUs, each its own cache domain.
     pub fn new(kind: KernelKind, n: u32, params: KernelParams) -> Self {
-        Kernel { kind, cpus: (0..n).map(|_| KCpu::new()).collect(), params, tick_phase: 0 }
+        Kernel { kind, cpus: (0..n).map(|_| KCpu::new()).collect(), params, tick_phase: 0, llc: (0..n).collect() }
     }
 }
 

@@ -102,13 +102,16 @@ pub enum Cause {
     MemoryStall,
     /// A NUMA balancer migrating a VM's memory (host layer, charged to the VM).
     NumaMigrate,
+    /// The host waking a blocked vCPU thread (`try_to_wake_up` from a kick), on the waker's
+    /// core (host layer, charged to the waking vCPU).
+    VcpuWakeup,
     /// Handling a VM exit of the given reason (host layer, charged to the vCPU).
     Exit(ExitReason),
 }
 
 impl Cause {
     /// Causes that are not exits, in dense order.
-    const BASE: [Cause; 19] = [
+    const BASE: [Cause; 20] = [
         Cause::Compute,
         Cause::SpinUser,
         Cause::SpinKernel,
@@ -128,6 +131,7 @@ impl Cause {
         Cause::CallWait,
         Cause::MemoryStall,
         Cause::NumaMigrate,
+        Cause::VcpuWakeup,
     ];
     /// Number of distinct causes (dense index range).
     pub const COUNT: usize = Self::BASE.len() + ExitReason::COUNT;
@@ -163,6 +167,7 @@ impl Cause {
             Cause::CallWait => 16,
             Cause::MemoryStall => 17,
             Cause::NumaMigrate => 18,
+            Cause::VcpuWakeup => 19,
             Cause::Exit(_) => unreachable!(),
         }
     }
@@ -203,6 +208,7 @@ impl Cause {
             Cause::CallWait => "call_wait".into(),
             Cause::MemoryStall => "memory_stall".into(),
             Cause::NumaMigrate => "numa_migrate".into(),
+            Cause::VcpuWakeup => "vcpu_wakeup".into(),
             Cause::Exit(r) => format!("exit:{}", r.name()),
         }
     }

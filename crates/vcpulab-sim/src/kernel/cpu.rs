@@ -112,7 +112,7 @@ impl World<'_> {
         if k == HOST {
             let curr = kc.curr;
             let host_busy = !kc.kwork.is_empty();
-            if was == IdleState::Halted {
+            if matches!(was, IdleState::Halted | IdleState::Mwait) {
                 let attr = Attr { owner: 0, layer: Layer::Host, cause: Cause::CStateExit };
                 self.push_work(HOST, cpu, attr, self.costs.c1_exit);
             }
@@ -133,7 +133,7 @@ impl World<'_> {
                 // handler ends with an EOI write, which exits unless PV EOI is armed; KVM arms
                 // it only when nothing else is pending (lapic.c `apic_sync_pv_eoi_to_guest`:
                 // "IRR set ... could be nested"), so with PV EOI only the last one is free.
-                let pending = p.count_ones();
+                let pending = irq::vectors(p);
                 for _ in 1..pending {
                     self.exit(v, ExitReason::InterruptWindow);
                 }
@@ -186,11 +186,12 @@ impl World<'_> {
                 };
                 Step::Leaf(Leaf { attr, rem: Rem::Inf, thread: None })
             }
-            IdlePolicy::Halt | IdlePolicy::Haltpoll if k == HOST => {
-                self.kernels[0].cpus[cpu as usize].idle = IdleState::Halted;
+            IdlePolicy::Halt | IdlePolicy::Haltpoll | IdlePolicy::Mwait if k == HOST => {
+                let state = if policy == IdlePolicy::Mwait { IdleState::Mwait } else { IdleState::Halted };
+                self.kernels[0].cpus[cpu as usize].idle = state;
                 Step::Leaf(Leaf { attr: Attr { owner: 0, layer: Layer::Host, cause: Cause::Idle }, rem: Rem::Inf, thread: None })
             }
-            IdlePolicy::Halt | IdlePolicy::Haltpoll => {
+            IdlePolicy::Halt | IdlePolicy::Haltpoll | IdlePolicy::Mwait => {
                 self.guest_idle_halt(k, cpu);
                 Step::Again
             }
@@ -317,7 +318,7 @@ impl World<'_> {
                 let attr = self.ctx_attr(k, from, Cause::IpiSend);
                 self.push_work(k, from, attr, self.costs.ipi_send);
             }
-            let at = self.now + self.costs.ipi_latency;
+            let at = self.now + self.send_delay(from) + self.costs.ipi_latency;
             if self.timeline.is_some() {
                 self.tl_ipi_send(k, from, to, kind, ki, at);
             }

@@ -5,8 +5,9 @@
 //!   weight, floored at `min_gran`; checked at the tick.
 //! - Wake-up preemption when `curr.vruntime − woken.vruntime > wakeup_gran × 1024 / weight`.
 //! - Sleepers are placed at `max(vruntime, min_vruntime − latency / 2)` (GENTLE_FAIR_SLEEPERS).
-//! - Wake-up CPU selection: previous CPU if idle, else the first idle allowed CPU after it,
-//!   else the previous CPU. Idle CPUs pull a queued task when they go idle (newidle balance);
+//! - Wake-up CPU selection as `select_task_rq_fair` (`wake_affine`, then `select_idle_sibling`
+//!   within the target's last-level cache; see [`World::select_cpu`]). Idle CPUs pull a
+//!   queued task when they go idle (newidle balance);
 //!   busy CPUs push queued tasks to idle CPUs at their periodic balance (nohz idle balance).
 //! - A thread inside a kernel spinlock section is not preemptible (preempt_count > 0).
 
@@ -270,7 +271,7 @@ impl World<'_> {
             self.touch_kcpu(k, prev);
             return;
         }
-        let target = self.select_cpu(t);
+        let target = self.select_cpu(t, waker);
         let half_latency = self.kernels[k as usize].params.latency / 2;
         let (old_min, new_min) =
             (self.kernels[k as usize].cpus[prev as usize].min_vr, self.kernels[k as usize].cpus[target as usize].min_vr);
@@ -330,6 +331,11 @@ impl World<'_> {
         let idle_loop_awake = kc.curr.is_none() && kc.idle == IdleState::Awake;
         if waker == Some((k, cpu)) || kc.idle == IdleState::Polling || idle_loop_awake {
             self.touch_kcpu(k, cpu);
+        } else if kc.idle == IdleState::Mwait {
+            // set_nr_if_polling: the store to the monitored flags wakes the core from C1.
+            kc.idle = IdleState::Awake;
+            let attr = Attr { owner: 0, layer: Layer::Host, cause: Cause::CStateExit };
+            self.push_work(k, cpu, attr, self.costs.c1_exit);
         } else if let Some((wk, wcpu)) = waker {
             self.send_ipi(wk, wcpu, cpu, irq::RESCHED);
         } else {
@@ -346,15 +352,49 @@ impl World<'_> {
         kc.curr.is_none() && kc.rq.is_empty()
     }
 
-    fn select_cpu(&self, t: TaskId) -> u32 {
+    /// The weighted load of a CPU's run queue (current task included): the instantaneous
+    /// stand-in for `weighted_cpuload` (the runnable load average) that `wake_affine` compares.
+    fn cpu_load(&self, k: KernelId, cpu: u32) -> u64 {
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        let curr = kc.curr.filter(|&c| self.tasks[c as usize].state == TaskState::Running).map_or(0, |c| self.tasks[c as usize].weight);
+        curr + kc.rq.iter().map(|&(_, q)| self.tasks[q as usize].weight).sum::<u64>()
+    }
+
+    /// `select_task_rq_fair` for a wake-up (Linux v4.15 kernel/sched/fair.c, fast path):
+    /// `wake_affine` picks the waker's CPU or the previous one, then `select_idle_sibling`
+    /// takes that target if idle, else the previous CPU if idle and in the same LLC, else the
+    /// first idle CPU of the target's LLC, else the target. A kernel whose CPUs share no
+    /// cache (a guest with one vCPU per socket) never looks beyond the target: a woken thread
+    /// can queue behind a busy vCPU while others idle, until load balancing moves it.
+    /// Approximations: `wake_wide` and SMT (`select_idle_core`) are not modelled, the idle
+    /// scan is not cut short by `avg_idle`, and loads are instantaneous.
+    fn select_cpu(&self, t: TaskId, waker: Option<(KernelId, u32)>) -> u32 {
         let task = &self.tasks[t as usize];
         if let Some(p) = task.pinned {
             return p;
         }
         let k = task.kernel;
-        let n = self.kernels[k as usize].cpus.len() as u32;
+        let kern = &self.kernels[k as usize];
+        let n = kern.cpus.len() as u32;
         let prev = task.cpu;
-        (0..n).map(|i| (prev + i) % n).find(|&c| self.cpu_idle(k, c)).unwrap_or(prev)
+        let mut target = prev;
+        if let Some(this) = waker.filter(|&(wk, c)| wk == k && c != prev).map(|(_, c)| c) {
+            if self.cpu_idle(k, this) && kern.llc[this as usize] == kern.llc[prev as usize] {
+                // wake_affine_idle
+                target = if self.cpu_idle(k, prev) { prev } else { this };
+            } else if 100 * self.cpu_load(k, this) <= 112 * self.cpu_load(k, prev) {
+                // wake_affine_weight: imbalance_pct 125 → prev's load counts 112 %.
+                target = this;
+            }
+        }
+        if self.cpu_idle(k, target) {
+            return target;
+        }
+        if prev != target && kern.llc[prev as usize] == kern.llc[target as usize] && self.cpu_idle(k, prev) {
+            return prev;
+        }
+        let llc = kern.llc[target as usize];
+        (1..n).map(|i| (target + i) % n).find(|&c| kern.llc[c as usize] == llc && self.cpu_idle(k, c)).unwrap_or(target)
     }
 
     fn sched_slice(&self, k: KernelId, cpu: u32, t: TaskId) -> u64 {
@@ -467,6 +507,13 @@ impl World<'_> {
     fn preempt_for(&mut self, k: KernelId, cpu: u32, t: TaskId, waker: Option<(KernelId, u32)>) {
         if self.kernels[k as usize].cpus[cpu as usize].curr.is_none() || self.wakeup_preempts(k, cpu, t) {
             self.resched_cpu(k, cpu, waker);
+        } else if let Some((wk, wcpu)) = waker.filter(|&(wk, c)| wk == k && c != cpu) {
+            // ttwu_queue: a waker that shares no cache with the target queues the task on the
+            // target's wake list and interrupts it (Linux v3.16–v4.15 kernel/sched/core.c
+            // `ttwu_queue_remote`), even when the wake-up does not preempt.
+            if self.kernels[k as usize].llc[wcpu as usize] != self.kernels[k as usize].llc[cpu as usize] {
+                self.send_ipi(wk, wcpu, cpu, irq::WAKE_LIST);
+            }
         }
     }
 
@@ -485,6 +532,24 @@ impl World<'_> {
         }
         self.touch_kcpu(k, cpu);
         self.kernels[k as usize].cpus[cpu as usize].kwork.push_back(Work { attr, rem: cost, then: None });
+    }
+
+    /// Time until the work queued on `core` right now is done: the host's queue, then the
+    /// guest's of the vCPU current there. An interrupt a CPU sends leaves only when the work
+    /// before it is done (the sender's exit handling, `try_to_wake_up`, the ICR write), so
+    /// the waker's side of a wake-up lies on the wakee's critical path.
+    pub(crate) fn send_delay(&mut self, core: u32) -> u64 {
+        self.touch(core);
+        let hc = &self.kernels[0].cpus[core as usize];
+        let host: u64 = hc.kwork.iter().map(|w| w.rem).sum();
+        let guest = match hc.curr.map(|t| self.tasks[t as usize].kind) {
+            Some(TaskKind::Vcpu(v)) => {
+                let (k, cpu) = (self.vcpus[v as usize].kernel, self.vcpus[v as usize].idx);
+                self.kernels[k as usize].cpus[cpu as usize].kwork.iter().map(|w| w.rem).sum()
+            }
+            _ => 0,
+        };
+        host + guest
     }
 
     /// Queues overhead on a CPU followed by an action when it completes.

@@ -163,6 +163,17 @@ impl World<'_> {
     /// One resolution step for thread `t`, current on CPU `cpu` of kernel `k`.
     pub(crate) fn step_thread(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Step {
         let th = &self.threads[t as usize];
+        if k != HOST && th.act == Act::Compute && th.kdepth == 0 && th.compute_rem > 0 {
+            let v = self.vcpu_of(k, cpu);
+            if std::mem::take(&mut self.vcpus[v as usize].fpu_inactive) {
+                // User computation's first FPU/SSE instruction with the guest FPU deactivated:
+                // #NM exit, KVM reloads the guest FPU (vmx_fpu_activate, kvm_load_guest_fpu).
+                // Guest kernel code and spin loops do not touch the FPU.
+                self.exit(v, crate::virt::exit::ExitReason::ExceptionNmi);
+                return Step::Again;
+            }
+        }
+        let th = &self.threads[t as usize];
         match th.act {
             Act::Compute => {
                 if th.compute_rem == 0 {

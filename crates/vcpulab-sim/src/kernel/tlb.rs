@@ -3,8 +3,11 @@
 //!
 //! A thread that removes mappings flushes its own TLB (per page up to
 //! `tlb_single_page_flush_ceiling` = 33 pages, else a full flush), then every other CPU of
-//! its kernel whose current thread belongs to the same process (`mm_cpumask` minus lazy-TLB
-//! CPUs: idle CPUs are skipped) must flush too:
+//! its kernel whose current thread belongs to the same process must flush too. Idle CPUs that
+//! last ran the process are in lazy-TLB mode: with `tlb_lazy_skip` (Linux >= 4.20
+//! `tlb_is_not_lazy`; or 4.14–4.19 with PCID, where `enter_lazy_tlb` switches to init_mm at
+//! once, `tlb_defer_switch_to_init_mm`) they are skipped; without it (older kernels, or no
+//! PCID) they are targets until the first flush they receive makes them leave the mm:
 //!
 //! - `ipi` (native `flush_tlb_others`): queue a call-function entry on each target, send a
 //!   call-function IPI to targets whose queue was empty, and busy-wait at CPL 0 (preemption
@@ -280,6 +283,14 @@ impl World<'_> {
     /// A CPU received a call-function IPI: run the queued handlers, acknowledging each. A
     /// flush costs `tlb_flush_remote`; a membarrier's `smp_mb` is within `irq_handler`.
     pub(crate) fn run_csds(&mut self, k: KernelId, cpu: u32) {
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if kc.curr.is_none() && kc.csd.iter().any(|&sd| self.remote_calls[sd as usize].kind == CallKind::TlbFlush) {
+            // A lazy-TLB CPU that receives a flush leaves the mm (`leave_mm`, Linux v3.16/v3.19
+            // arch/x86/mm/tlb.c `flush_tlb_func`; v4.15 `flush_tlb_func_common` switches to
+            // init_mm, and `switch_mm_irqs_off` clears it from the old mm's cpumask): no
+            // further shootdown of that process reaches it until it runs the process again.
+            kc.last_mm = None;
+        }
         while let Some(sd) = self.kernels[k as usize].cpus[cpu as usize].csd.pop_front() {
             let (cause, cost) = match self.remote_calls[sd as usize].kind {
                 CallKind::TlbFlush => (Cause::TlbFlush, self.costs.tlb_flush_remote),

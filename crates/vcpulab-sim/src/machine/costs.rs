@@ -100,6 +100,23 @@ pub struct Costs {
     /// switch) plus the stalls of refilling L1/L2 with the vCPU's working set (*estimate*)
     /// → 10 µs, charged to the vCPU (host layer, `vcpu_switch` cause) on top of the switch.
     pub vcpu_migration: u64,
+
+    // ---- the halt-and-wake path (issue: idle vCPUs on the critical path) ----
+    /// The host waking a blocked vCPU thread from a kick (`kvm_vcpu_kick` →
+    /// `kvm_vcpu_wake_up` → `try_to_wake_up`: `select_task_rq_fair`, `enqueue_task_fair`,
+    /// `check_preempt_curr`, the remote wake-up queue), charged on the waker's core to the
+    /// waking vCPU (host layer, cause `vcpu_wakeup`, reported under SCHED) on top of the
+    /// exit that sent the interrupt and the host IPI (`ipi_send`) to the target core.
+    pub host_wakeup: u64,
+    /// Saving the guest's FPU state and restoring the host thread's at `vcpu_put` (XSAVEOPT +
+    /// XRSTOR), with `vm.lazy_fpu` (KVM before Linux 4.15: `kvm_arch_vcpu_put` →
+    /// `kvm_put_guest_fpu`); charged to the vCPU (host layer, `vcpu_switch`) at every
+    /// switch-out.
+    pub fpu_switch: u64,
+    /// The #NM exit of the guest's first FPU use after an entry with the guest FPU
+    /// deactivated (`vm.lazy_fpu`): a light exit plus reloading the guest state
+    /// (`kvm_load_guest_fpu`: XRSTOR after saving the host's).
+    pub exit_exception_nm: u64,
 }
 
 impl Default for Costs {
@@ -134,6 +151,9 @@ impl Default for Costs {
             ple_scan_per_vcpu: 20,
             shoot4u_remote: 2_000,
             vcpu_migration: 10_000,
+            host_wakeup: 1_000,
+            fpu_switch: 200,
+            exit_exception_nm: 800,
         }
     }
 }

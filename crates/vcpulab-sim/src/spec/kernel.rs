@@ -21,6 +21,14 @@ pub enum IdlePolicy {
     /// the guest disables host halt polling for its vCPUs (MSR_KVM_POLL_CONTROL = 0;
     /// Linux drivers/cpuidle/governors/haltpoll.c). Only meaningful in `[guest]`; in `[host]` it behaves as `halt`.
     Haltpoll,
+    /// MWAIT in C1 with TIF_POLLING set (intel_idle, `mwait_idle_with_hints`: the CPU monitors
+    /// its thread-info flags): a waker sets need_resched with `set_nr_if_polling` and the
+    /// store to the monitored line wakes the CPU, so a wake-up sends no IPI and runs no
+    /// interrupt handler; the CPU pays the C1 exit latency (Linux v3.16–v4.15
+    /// kernel/sched/core.c `ttwu_queue_remote` / `set_nr_if_polling`,
+    /// arch/x86/include/asm/mwait.h). Interrupts (timers) wake it as from HLT. Host only: KVM
+    /// does not expose MWAIT to guests, where it behaves as `halt`.
+    Mwait,
 }
 
 /// Guest halt-poll governor parameters (`/sys/module/haltpoll/parameters/`, Linux drivers/cpuidle/governors/haltpoll.c).
@@ -66,7 +74,11 @@ pub struct KernelSpec {
     /// Guest halt-poll governor (used with `idle = "haltpoll"`).
     pub haltpoll: HaltpollSpec,
     /// TLB shootdowns skip CPUs in lazy-TLB mode (idle CPUs that last ran the process):
-    /// Linux >= 4.20 (`tlb_is_not_lazy`, arch/x86/mm/tlb.c). Every platform preset sets `false`. `false` = older kernels (e.g. S4U's 3.16 guests) that IPI them too.
+    /// Linux >= 4.20 (`tlb_is_not_lazy`, arch/x86/mm/tlb.c), or 4.14–4.19 on a CPU with PCID
+    /// (`enter_lazy_tlb` switches to init_mm at once: `tlb_defer_switch_to_init_mm`). `false`
+    /// = older kernels, or no PCID (e.g. a guest whose CPU model lacks it): a lazy CPU gets
+    /// the flush IPI and leaves the mm in its handler (`leave_mm`), so it is a target once per
+    /// idle period.
     pub tlb_lazy_skip: bool,
     /// Background kernel/daemon threads (`[host.daemons]`: QEMU I/O threads, vhost, kworkers)
     /// that wake up now and then and run briefly; only the host supports them.

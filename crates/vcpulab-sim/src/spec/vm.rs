@@ -188,6 +188,33 @@ pub struct VmSpec {
     pub memory: MemoryPlacement,
     /// The host node of `memory = "bind"`.
     pub memory_node: u32,
+    /// KVM switches the FPU lazily, as before Linux 4.15: every `vcpu_put` saves the guest's
+    /// FPU state and restores the host thread's (`kvm_put_guest_fpu`, cost
+    /// `machine.costs.fpu_switch`) and deactivates the guest FPU, so the guest's first FPU
+    /// use after the next entry exits with #NM (`EXCEPTION_NMI`, `exit_exception_nm`) (Linux
+    /// v3.16/v3.19 arch/x86/kvm/x86.c `kvm_arch_vcpu_put`, vmx.c `vmx_fpu_deactivate`,
+    /// `handle_exception`). From v4.15 ("x86,kvm: move qemu/guest FPU switching out to
+    /// vcpu_run") the guest FPU stays loaded for the whole KVM_RUN: `false`, the default.
+    pub lazy_fpu: bool,
+    /// Which vCPUs the guest believes share a last-level cache, from the CPU topology the VM
+    /// presents: `per_vcpu` (default: libvirt without a `<topology>` element starts QEMU with
+    /// `-smp N,sockets=N,cores=1,threads=1`, so each vCPU is a socket of its own and the guest's
+    /// `cpus_share_cache` is false between any two vCPUs) or `shared` (one socket with N cores:
+    /// all vCPUs share one LLC). It decides where the guest scheduler looks for an idle CPU
+    /// when it wakes a thread (`select_idle_sibling` scans the waker's target's LLC only) and
+    /// whether a remote wake-up always sends an IPI (`ttwu_queue_remote`).
+    pub llc: GuestLlc,
+}
+
+/// The guest's view of shared last-level caches.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestLlc {
+    /// Each vCPU its own socket and LLC.
+    #[default]
+    PerVcpu,
+    /// All vCPUs in one LLC.
+    Shared,
 }
 
 /// The NUMA topology a guest sees.
@@ -218,6 +245,8 @@ impl Default for VmSpec {
     fn default() -> Self {
         VmSpec {
             apicv: true,
+            lazy_fpu: false,
+            llc: GuestLlc::PerVcpu,
             ipiv: false,
             pin: true,
             weight: 1024,

@@ -31,11 +31,16 @@ pub enum ExitReason {
     /// arch/x86/kvm/irq.c; Intel SDM Vol. 3C, "Interrupt-Window Exiting and Virtual-Interrupt
     /// Delivery").
     InterruptWindow,
+    /// A guest exception KVM intercepts: here #NM (device not available), the guest's first
+    /// FPU/SSE instruction after KVM deactivated the guest FPU at the last `vcpu_put`
+    /// (`vm.lazy_fpu`; Linux v3.19 arch/x86/kvm/vmx.c `handle_exception` →
+    /// `vmx_fpu_activate`). perf kvm names the exit EXCEPTION_NMI.
+    ExceptionNmi,
 }
 
 impl ExitReason {
     /// Every reason, in a fixed order (the dense index order).
-    pub const ALL: [ExitReason; 9] = [
+    pub const ALL: [ExitReason; 10] = [
         ExitReason::Hlt,
         ExitReason::MsrWriteIcr,
         ExitReason::MsrWriteTscDeadline,
@@ -45,6 +50,7 @@ impl ExitReason {
         ExitReason::PauseInstruction,
         ExitReason::Vmcall,
         ExitReason::InterruptWindow,
+        ExitReason::ExceptionNmi,
     ];
     /// Number of reasons.
     pub const COUNT: usize = Self::ALL.len();
@@ -67,6 +73,7 @@ impl ExitReason {
             ExitReason::PauseInstruction => "PAUSE_INSTRUCTION",
             ExitReason::Vmcall => "VMCALL",
             ExitReason::InterruptWindow => "INTERRUPT_WINDOW",
+            ExitReason::ExceptionNmi => "EXCEPTION_NMI",
         }
     }
 }

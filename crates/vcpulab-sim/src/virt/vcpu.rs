@@ -191,6 +191,9 @@ pub struct Vcpu {
     pub flush_on_entry: bool,
     /// Inside `kvm_vcpu_on_spin` (a PLE exit whose directed yield has not returned).
     pub in_on_spin: bool,
+    /// The guest FPU is deactivated (`vm.lazy_fpu`, after a `vcpu_put`): the guest's next
+    /// FPU use exits with #NM.
+    pub fpu_inactive: bool,
     /// Bumped at every interruption of guest execution (exit, interrupt): a PAUSE loop
     /// interrupted for longer than `ple_gap` starts a new PLE window.
     pub ple_epoch: u32,
@@ -235,6 +238,7 @@ impl Vcpu {
             st_preempted: false,
             flush_on_entry: false,
             in_on_spin: false,
+            fpu_inactive: false,
             ple_epoch: 0,
             exits: [0; ExitReason::COUNT],
             ipis_sent: [0; ipi_kind::COUNT],
@@ -324,6 +328,7 @@ impl World<'_> {
             ExitReason::ExternalInterrupt => self.costs.exit_external_interrupt,
             ExitReason::PauseInstruction => self.costs.exit_pause,
             ExitReason::Vmcall => self.costs.exit_vmcall,
+            ExitReason::ExceptionNmi => self.costs.exit_exception_nm,
         };
         self.exit_with(v, reason, cost);
     }
@@ -420,6 +425,9 @@ impl World<'_> {
             let waker = self.vcpu_core(vf);
             self.vcpu_unhalt(vt, waker);
         } else {
+            // Posted delivery: KVM sets the PIR bit and sends the notification IPI from the
+            // ICR-write exit handler (vmx_deliver_posted_interrupt), so the latency runs from
+            // the write; the exit delays the sender only.
             let at = self.now + self.costs.ipi_posted_latency;
             if self.timeline.is_some() {
                 self.tl_ipi_send(k, from, to, kind, ki, at);
@@ -432,6 +440,12 @@ impl World<'_> {
     /// executing the wake-up (the sender's exit handler), None for an interrupt on the
     /// vCPU's own core (its timer).
     pub(crate) fn vcpu_unhalt(&mut self, v: u32, waker_core: Option<u32>) {
+        if let Some(c) = waker_core {
+            // try_to_wake_up of the vCPU thread, in the waker's exit handler.
+            let payer = self.kernels[HOST as usize].cpus[c as usize].curr;
+            let owner = payer.map_or(0, |t| self.tasks[t as usize].owner);
+            self.push_work(HOST, c, Attr { owner, layer: Layer::Host, cause: Cause::VcpuWakeup }, self.costs.host_wakeup);
+        }
         let vc = &mut self.vcpus[v as usize];
         vc.hp.wakeups += 1;
         vc.ready = true;
@@ -463,6 +477,14 @@ impl World<'_> {
         };
         let vm = vc.vm as usize;
         let idx = vc.idx;
+        if self.vms[vm].spec.lazy_fpu {
+            // kvm_arch_vcpu_put → kvm_put_guest_fpu: save the guest FPU, restore QEMU's, and
+            // deactivate the guest FPU for the next entry (KVM_REQ_DEACTIVATE_FPU).
+            let vc = &mut self.vcpus[v as usize];
+            vc.fpu_inactive = true;
+            let (core, owner) = (self.tasks[vc.task as usize].cpu, vc.owner);
+            self.push_work(HOST, core, Attr { owner, layer: Layer::Host, cause: Cause::VcpuSwitch }, self.costs.fpu_switch);
+        }
         self.vms[vm].policies.yielder.on_sched_out(idx, why, now);
         if self.timeline.is_some() {
             self.tl_vcpu_off(v, runnable);

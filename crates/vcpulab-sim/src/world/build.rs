@@ -68,6 +68,9 @@ impl<'i> World<'i> {
             mem: super::memory::MemState::new(&cfg.machine, n).map(Box::new),
             numad: None,
         };
+        if let Ok(topo) = cfg.machine.select(n) {
+            w.kernels[HOST as usize].llc = topo.pcpus.iter().map(|p| p.socket).collect();
+        }
         match cfg.layout {
             Layout::Native { instances } => {
                 for i in 0..instances {
@@ -83,6 +86,9 @@ impl<'i> World<'i> {
                     let k = w.kernels.len() as KernelId;
                     let mut guest = Kernel::new(KernelKind::Guest { vm }, n, cfg.guest.params(n));
                     guest.tick_phase = Stream::new(stream_seed(cfg.seed, &[STREAM_KERNEL, u64::from(vm)])).below(guest.params.tick_ns);
+                    if spec.llc == crate::spec::vm::GuestLlc::Shared {
+                        guest.llc = vec![0; n as usize];
+                    }
                     w.kernels.push(guest);
                     let mut ids = Vec::new();
                     for i in 0..n {

@@ -468,7 +468,7 @@ pub struct AsymmetricRecord {
 pub fn host_reason_name(c: Cause) -> String {
     match c {
         Cause::Exit(r) => r.name().to_string(),
-        Cause::VcpuSwitch => "SCHED".into(),
+        Cause::VcpuSwitch | Cause::VcpuWakeup => "SCHED".into(),
         Cause::Interrupt => "HOST_INTERRUPT".into(),
         Cause::TimerProgram => "HOST_TIMER".into(),
         Cause::IpiSend => "HOST_IPI".into(),

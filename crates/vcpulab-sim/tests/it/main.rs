@@ -42,5 +42,6 @@ pub const NO_VIRT_COSTS: &[&str] = &[
     "machine.costs.yield_to=0",
     "machine.costs.ple_scan_per_vcpu=0",
     "machine.costs.vcpu_switch=0",
+    "machine.costs.host_wakeup=0",
     "machine.costs.ipi_posted_latency=1000",
 ];
