@@ -148,6 +148,11 @@ pub struct KCpu {
     pub hp_poll_rem: u64,
     /// When the current halt of the idle loop began (guest haltpoll's `block_ns`).
     pub halt_since: Option<SimTime>,
+    /// `rq->idle_stamp`: when this CPU last entered newidle balancing with nothing to run.
+    pub idle_stamp: Option<SimTime>,
+    /// `rq->avg_idle`: running average of its idle periods (ns), capped at twice the
+    /// migration cost; newidle balance is skipped while it is below the migration cost.
+    pub avg_idle: u64,
     /// The instance (address space) this CPU last ran a thread of: still loaded while idle
     /// (lazy TLB).
     pub last_mm: Option<u32>,
@@ -178,6 +183,8 @@ impl KCpu {
             hp_timed_out: false,
             hp_poll_rem: 0,
             halt_since: None,
+            idle_stamp: None,
+            avg_idle: 2 * crate::kernel::sched::MIGRATION_COST,
             last_mm: None,
         }
     }

@@ -16,6 +16,10 @@ use crate::account::{Attr, Cause, Layer};
 use super::{irq, IdleState, KernelId, TaskId, TaskKind, TaskState, ThreadId, Work, HOST};
 use crate::world::World;
 
+/// `sysctl_sched_migration_cost` (Linux v3.16–v4.15 kernel/sched/fair.c: 500 µs, not scaled by
+/// the CPU count): the idle time below which newidle balancing is not worth it.
+pub const MIGRATION_COST: u64 = 500_000;
+
 impl World<'_> {
     /// Accounts the running task's time since it was last accounted.
     pub(crate) fn update_curr(&mut self, k: KernelId, cpu: u32) {
@@ -228,10 +232,18 @@ impl World<'_> {
         self.push_work(k, cpu, attr, cost);
     }
 
-    /// Leaves the idle loop because a task was picked: restart the tick (NO_HZ_IDLE exit).
+    /// Leaves the idle loop because a task was picked: restart the tick (NO_HZ_IDLE exit) and
+    /// fold the idle period into `avg_idle` (`ttwu_do_wakeup`: `update_avg`, 1/8 weight,
+    /// capped at twice the migration cost).
     fn exit_idle(&mut self, k: KernelId, cpu: u32) {
         let next = self.kernels[k as usize].next_tick_after(self.now);
+        let now = self.now;
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        if let Some(stamp) = kc.idle_stamp.take() {
+            let delta = now.since(stamp) as i64;
+            let avg = kc.avg_idle as i64;
+            kc.avg_idle = ((avg + (delta - avg) / 8).max(0) as u64).min(2 * MIGRATION_COST);
+        }
         kc.idle = IdleState::Awake;
         if !kc.tick_on {
             kc.tick_on = true;
@@ -428,13 +440,25 @@ impl World<'_> {
         }
     }
 
-    /// Newidle balance: an idle CPU pulls a queued task from the busiest CPU.
+    /// Newidle balance (`idle_balance`, Linux v4.15 kernel/sched/fair.c): an idle CPU pulls a
+    /// queued task from the busiest CPU. Skipped, as Linux does, while the CPU's average idle
+    /// period is shorter than the migration cost (`avg_idle < sysctl_sched_migration_cost`)
+    /// and when no CPU is overloaded (`rd->overload`: no run queue holds more than one
+    /// runnable task), so a task just woken onto a CPU that is still waking up (a halted
+    /// vCPU) stays there.
     pub(crate) fn idle_balance(&mut self, k: KernelId, cpu: u32) -> bool {
         let n = self.kernels[k as usize].cpus.len() as u32;
+        let now = self.now;
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        kc.idle_stamp.get_or_insert(now);
+        if kc.avg_idle < MIGRATION_COST {
+            return false;
+        }
         let mut best: Option<(usize, u32, TaskId)> = None;
         for c in (1..n).map(|i| (cpu + i) % n) {
-            let rq = &self.kernels[k as usize].cpus[c as usize].rq;
-            if rq.is_empty() {
+            let src = &self.kernels[k as usize].cpus[c as usize];
+            let rq = &src.rq;
+            if rq.is_empty() || src.nr_running() < 2 {
                 continue;
             }
             let movable = rq.iter().rev().map(|&(_, t)| t).find(|&t| self.allowed(t, cpu));
