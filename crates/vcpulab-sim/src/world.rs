@@ -64,6 +64,9 @@ pub(crate) enum Ev {
     Timer { k: KernelId, cpu: u32, gen: u32 },
     /// An IPI reaches a kernel CPU.
     Ipi { k: KernelId, cpu: u32, kind: u8 },
+    /// A waker's store to the monitored flags of a core in MWAIT lands (`set_nr_if_polling`):
+    /// the core leaves C1.
+    MwaitWake { core: u32 },
     /// An allocation period ends ([`crate::virt::allocation`]).
     Period,
     /// The numad-like balancer scans the VMs ([`crate::policy::numad`]).
@@ -255,6 +258,7 @@ impl<'i> World<'i> {
                     }
                     self.raise_irq(k, cpu, kind)
                 }
+                Ev::MwaitWake { core } => self.mwait_wake(core),
                 Ev::Period => self.period_end(),
                 Ev::Numad => self.numad_scan(),
             }

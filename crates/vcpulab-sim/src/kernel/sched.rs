@@ -344,15 +344,31 @@ impl World<'_> {
         if waker == Some((k, cpu)) || kc.idle == IdleState::Polling || idle_loop_awake {
             self.touch_kcpu(k, cpu);
         } else if kc.idle == IdleState::Mwait {
-            // set_nr_if_polling: the store to the monitored flags wakes the core from C1.
-            kc.idle = IdleState::Awake;
-            let attr = Attr { owner: 0, layer: Layer::Host, cause: Cause::CStateExit };
-            self.push_work(k, cpu, attr, self.costs.c1_exit);
+            // set_nr_if_polling: the waker's store to the monitored flags, once the work it
+            // queued before the wake-up is done, wakes the core from C1.
+            let delay = match waker {
+                Some((HOST, c)) if c != cpu => self.send_delay(c),
+                _ => 0,
+            };
+            self.q.schedule(self.now + delay, crate::world::Ev::MwaitWake { core: cpu });
         } else if let Some((wk, wcpu)) = waker {
             self.send_ipi(wk, wcpu, cpu, irq::RESCHED);
         } else {
             self.raise_irq(k, cpu, irq::RESCHED);
         }
+    }
+
+    /// A core in MWAIT sees the store to its monitored flags: it leaves C1 (exit latency
+    /// `c1_exit`) and reschedules.
+    pub(crate) fn mwait_wake(&mut self, core: u32) {
+        let kc = &mut self.kernels[HOST as usize].cpus[core as usize];
+        if kc.idle != IdleState::Mwait {
+            return; // already woken (an interrupt came first)
+        }
+        kc.idle = IdleState::Awake;
+        let attr = Attr { owner: 0, layer: Layer::Host, cause: Cause::CStateExit };
+        self.push_work(HOST, core, attr, self.costs.c1_exit);
+        self.touch(core);
     }
 
     fn allowed(&self, t: TaskId, cpu: u32) -> bool {

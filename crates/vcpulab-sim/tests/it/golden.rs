@@ -53,3 +53,45 @@ fn two_threads_share_one_core_fairly() {
     let finish: Vec<u64> = run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns).collect();
     assert_eq!(finish, vec![10_000_000, 10_000_000]);
 }
+
+/// The halt-and-wake path on 2 vCPUs of the default platform (TPDS-4S: Linux 4.15, APICv,
+/// host idle in C1 by MWAIT). Thread t1 blocks at a barrier at once; its vCPU halts. Thread t0
+/// computes 1 ms, arrives and wakes t1, which computes 100 µs.
+///
+/// Native: t0 starts at 1,550 ns (switch 1,500 + tick 50) and arrives at 1,001,550. Its futex
+/// wake (300) stores to the monitored flags of core 1 (no IPI, intel_idle MWAIT), which leaves
+/// C1 (2,000), switches to t1 (1,500) and restarts its tick (50): t1 runs from 1,005,400 and is
+/// done at 1,105,400. The wakee's critical path: 300 + 3,550 = 3,850 ns.
+///
+/// UC: t0 starts at 6,158 (see `one_thread_one_core_timeline`) and arrives at 1,006,158.
+/// Waker's side: the reschedule IPI's ICR write exits (625), KVM kicks the halted vCPU 1 and
+/// the host's try_to_wake_up runs in that exit (1,000), and the futex call itself (300): the
+/// store to core 1's monitored flags lands 1,925 ns later. Wakee's side: C1 exit (2,000), the
+/// host's switch to the vCPU thread (4,000), the host tick restart (50), the guest's reschedule
+/// interrupt (400), the guest's tick restart, a TSC_DEADLINE exit (608), the guest's switch to
+/// t1 (1,500): t1 runs from 1,016,641 (10,483 ns after the wake-up, 2.7 × native) and is done
+/// at 1,116,641.
+#[test]
+fn halt_and_wake_path_timeline() {
+    let exp = "vcpus = [2]\n";
+    let prog = "objects = { b = { kind = \"barrier\", parties = 2 } }\n\
+                [[workloads.w.groups]]\nname = \"waker\"\nthreads = 1\nprogram = [ { compute = \"1ms\" }, { barrier = \"b\" } ]\n\
+                [[workloads.w.groups]]\nname = \"wakee\"\nthreads = 1\nprogram = [ { barrier = \"b\" }, { compute = \"100us\" } ]\n";
+    let native = run_inline(&format!("scenarios = [\"native\"]\n{exp}"), prog, &[]);
+    assert_eq!(native[0].run.duration_ns, 1_105_400);
+    assert_eq!(row(&native[0], "host", "host", "cstate_exit"), 2_000);
+    assert_eq!(row(&native[0], "native0", "kernel", "syscall"), 600, "t1's futex wait and t0's futex wake");
+    let uc = &run_inline(&format!("scenarios = [\"UC\"]\n{exp}"), prog, &[])[0];
+    assert_eq!((uc.t_native_s * 1e9).round() as u64, 1_105_400);
+    assert_eq!(uc.run.duration_ns, 1_116_641);
+    assert_eq!(row(uc, "vm0/vcpu0", "host", "exit:MSR_WRITE_ICR"), 625);
+    assert_eq!(row(uc, "vm0/vcpu0", "host", "vcpu_wakeup"), 1_000);
+    assert_eq!(row(uc, "host", "host", "cstate_exit"), 2_000, "one C1 exit: vCPU 1's core, woken by the store");
+    assert_eq!(row(uc, "vm0/vcpu1", "kernel", "interrupt"), 400, "the reschedule IPI, posted");
+    assert_eq!(uc.exits.get("MSR_WRITE_ICR"), Some(&1));
+    assert_eq!(uc.exits.get("HLT"), Some(&2), "vCPU 1 at start, vCPU 0 when t0 is done");
+    // TSC_DEADLINE: both vCPUs arm their tick at start; vCPU 1 stops it to halt and restarts it
+    // when woken; vCPU 0 stops it when t0 is done.
+    assert_eq!(uc.exits.get("MSR_WRITE_TSC_DEADLINE"), Some(&5));
+    assert_eq!(uc.run.attributed_ns, 2 * 1_116_641, "every ns of both cores is attributed");
+}
