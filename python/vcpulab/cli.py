@@ -1513,6 +1513,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if data["wait_chains"]["total_ns"]:
         console.print()
         console.print(render.wait_chains_table(data))
+    if data.get("wake_path", {}).get("wakeups"):
+        console.print()
+        console.print(render.wake_path_table(data))
     if data["mitigations"]:
         console.print()
         console.print(render.mitigations_table(data))

@@ -81,8 +81,16 @@ GROUPS: tuple[CauseGroup, ...] = (
     ),
     CauseGroup(
         BLOCKING,
-        ("host:exit:HLT", "host:halt_poll", "kernel:idle_poll", "kernel:context_switch"),
-        "a blocked thread idles its vCPU: HLT exit, host halt polling, and the vCPU switches of halts (TPDS §2.1)",
+        (
+            "host:exit:HLT",
+            "host:halt_poll",
+            "host:vcpu_wakeup",
+            "host:exit:EXCEPTION_NMI",
+            "kernel:idle_poll",
+            "kernel:context_switch",
+        ),
+        "a blocked thread idles its vCPU: HLT exit, host halt polling, the host's wake-up of the "
+        "halted vCPU, and the vCPU switches of halts (TPDS §2.1)",
     ),
     CauseGroup(
         SCHEDULING,
@@ -327,6 +335,63 @@ def causes(result: Mapping[str, Any], native: Mapping[str, Any]) -> list[Cause]:
     return out
 
 
+# --- the wake-up path ----------------------------------------------------------------------------
+
+WAKE_STEPS: tuple[tuple[str, str, str], ...] = (
+    ("host:exit:MSR_WRITE_ICR", "waker", "the waker's ICR write exits (every IPI, APICv or not)"),
+    ("host:vcpu_wakeup", "waker", "the host's try_to_wake_up of a halted vCPU, in that exit"),
+    ("host:ipi_send", "waker", "a host reschedule IPI to the woken vCPU's core (no MWAIT)"),
+    ("host:vcpu_switch", "wakee", "the host's switch to (and from) the vCPU thread, FPU switching included"),
+    ("host:exit:EXCEPTION_NMI", "wakee", "the woken thread's first FPU use (#NM; lazy FPU, KVM before 4.15)"),
+    ("host:exit:EXTERNAL_INTERRUPT", "wakee", "interrupts for a vCPU in guest mode without APICv"),
+    ("host:exit:MSR_WRITE_EOI", "wakee", "the guest's EOI (no APICv)"),
+    ("host:exit:INTERRUPT_WINDOW", "wakee", "one injection per entry (no APICv)"),
+    ("kernel:interrupt", "wakee", "the guest's reschedule interrupt"),
+    (
+        "host:exit:MSR_WRITE_TSC_DEADLINE",
+        "both",
+        "tick stop on idle entry (off the path) and restart on wake-up (on it)",
+    ),
+    ("host:exit:HLT", "off", "the waiter's HLT"),
+    ("host:halt_poll", "off", "host halt polling (its success shortens the wakee's path)"),
+)
+"""Host and guest steps of a blocking wait in a VM: ``layer:cause``, which side of a wake-up it
+lies on (the waker's, the wakee's, both, or off the critical path), and what it is
+(docs/semantics.md, the halt-and-wake path)."""
+
+
+def wake_path(result: Mapping[str, Any], native: Mapping[str, Any]) -> dict[str, Any]:
+    """How long a woken thread waits to run in the VM and natively (the schedulers' wake-up
+    latency: woken → running, mean over the measured instances' threads), the wake-up count,
+    and the VM's time per step of the halt-and-wake path (per instance) with its side."""
+
+    def latency(r: Mapping[str, Any]) -> tuple[int, float | None]:
+        count, total = 0, 0.0
+        for inst in (r.get("run") or {}).get("instances") or []:
+            if inst.get("background"):
+                continue
+            w = inst.get("wake_latency") or {}
+            n = int(w.get("count") or 0)
+            count += n
+            total += float(w.get("mean_ns") or 0.0) * n
+        return count, (total / count if count else None)
+
+    (n_vm, vm_ns), (n_native, native_ns) = latency(result), latency(native)
+    flat = flat_breakdown(result)
+    steps = [
+        {"step": key, "side": side, "what": what, "ns": flat[key]}
+        for key, side, what in WAKE_STEPS
+        if flat.get(key, 0.0) > 0
+    ]
+    return {
+        "wakeups": n_vm,
+        "wakeups_native": n_native,
+        "latency_ns": vm_ns,
+        "latency_native_ns": native_ns,
+        "steps": steps,
+    }
+
+
 # --- wait chains -------------------------------------------------------------------------------
 
 
@@ -417,6 +482,7 @@ class Diagnosis:
     native: dict[str, Any]
     causes: list[Cause]
     waits: dict[str, Any]
+    wake: dict[str, Any] = field(default_factory=dict)
     mitigations: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -436,6 +502,7 @@ class Diagnosis:
             "result": {k: self.result.get(k) for k in keep},
             "causes": [c.to_json(c_native) for c in self.causes],
             "wait_chains": self.waits,
+            "wake_path": self.wake,
             "mitigations": self.mitigations,
         }
 
@@ -498,6 +565,7 @@ def run(
         native=native,
         causes=cause_list,
         waits=wait_chains(result),
+        wake=wake_path(result, native),
     )
     if not mitigate:
         return diag

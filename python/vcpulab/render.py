@@ -943,6 +943,25 @@ def wait_chains_table(d: Mapping[str, Any]) -> Table:
     return t
 
 
+def wake_path_table(d: Mapping[str, Any]) -> Table:
+    w = d["wake_path"]
+    vm, native = w["latency_ns"], w["latency_native_ns"]
+    lat = f"{vm / 1e3:.1f} µs" if vm is not None else DASH
+    nat = f"{native / 1e3:.1f} µs" if native is not None else DASH
+    title = (
+        f"Wake-up path: {w['wakeups']:,} wake-ups; a woken thread waits {lat} on average to run "
+        f"({nat} natively, {w['wakeups_native']:,} wake-ups); the VM's steps, per instance"
+    )
+    t = Table(title=title, title_justify="left")
+    t.add_column("step")
+    t.add_column("critical path")
+    t.add_column("time", justify="right")
+    t.add_column("what")
+    for s in w["steps"]:
+        t.add_row(s["step"], s["side"], _ms(s["ns"]), s["what"])
+    return t
+
+
 def mitigations_table(d: Mapping[str, Any]) -> Table:
     t = Table(title="Mitigations (TPDS §7, DIS), re-run with each switched on, best first", title_justify="left")
     t.add_column("mitigation")

@@ -331,11 +331,11 @@ def test_the_browser_check_sees_errors_and_requests(tmp_path: Path) -> None:
 
 def test_report_with_a_diagnosis_section(stores: dict[str, Path], cli: RunCli, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    r = cli("report", stores["tpds"], "-o", out, "--diagnose", "workload=splash2x.volrend,scenario=OC,vcpus=4,seed=1")
+    r = cli("report", stores["tpds"], "-o", out, "--diagnose", "workload=parsec.dedup,scenario=OC,vcpus=4,seed=1")
     assert r.code == 0, r.err
     text = out.read_text(encoding="utf-8")
     check_page_text(text)
-    assert '<section id="diagnosis">' in text and "splash2x.volrend in OC, 4 vCPUs, seed 1" in text
+    assert '<section id="diagnosis">' in text and "parsec.dedup in OC, 4 vCPUs, seed 1" in text
     causes = list(csv.DictReader(io.StringIO((tmp_path / "report_csv" / "diagnosis_1_causes.csv").read_text())))
     assert causes[0]["cause"] == "user spinning" and float(causes[0]["added_s"]) > 0
     assert (tmp_path / "report_csv" / "diagnosis_1_mitigations.csv").is_file()

@@ -99,6 +99,10 @@ pub struct ScenarioResult {
     pub exits: BTreeMap<String, u64>,
     /// Host time by exit reason / host activity, all VMs (ns).
     pub host_ns_by_reason: BTreeMap<String, u64>,
+    /// Each host reason's part of δη_r: its host time per measured VM over C_p (TPDS Fig. 9's
+    /// split of the host cycles; "TSC_DEADLINE writes alone reach a δη_r of up to 10 %" is
+    /// `delta_eta_r_by_reason.MSR_WRITE_TSC_DEADLINE`). Empty for native cells.
+    pub delta_eta_r_by_reason: BTreeMap<String, f64>,
     /// Guest (user + kernel) busy time, all VMs (ns); native: the instance's busy time.
     pub guest_ns: u64,
     /// Host-layer time of the VMs (ns); native: 0.
@@ -463,6 +467,15 @@ impl Plan {
                 *host_by.entry(r.clone()).or_insert(0) += n;
             }
         }
+        let measured_vms: Vec<u32> = rec.measured().filter_map(|i| i.vm).collect();
+        let mut dr_by = BTreeMap::new();
+        if virt && c_native > 0.0 && !measured_vms.is_empty() {
+            for vm in rec.vms.iter().filter(|v| measured_vms.contains(&v.vm)) {
+                for (r, n) in &vm.host_ns_by_reason {
+                    *dr_by.entry(r.clone()).or_insert(0.0) += *n as f64 / measured_vms.len() as f64 / c_native;
+                }
+            }
+        }
         let guest_ns = rec.measured().map(|i| i.user_ns + i.kernel_ns).sum();
         let host_ns = if virt { rec.measured().map(|i| i.host_ns).sum() } else { 0 };
         let mut breakdown: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
@@ -493,6 +506,7 @@ impl Plan {
             c_virt_ns: virt.then_some(c_virt),
             exits,
             host_ns_by_reason: host_by,
+            delta_eta_r_by_reason: dr_by,
             guest_ns,
             host_ns,
             events: rec.events,
