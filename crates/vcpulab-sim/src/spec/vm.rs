@@ -181,10 +181,11 @@ pub struct VmSpec {
     /// are laid out on, each bound to that host node; the guest kernel is NUMA-aware).
     pub numa: NumaView,
     /// Where the host puts the memory of a guest whose NUMA is hidden: `interleave`
-    /// (default; guest-physical pages, touched during boot and recycled by the guest's
-    /// allocator, are spread over the nodes of the VM's vCPUs in proportion to them),
-    /// `first_touch` (a page lands on the node of the vCPU that first touches it: a thread's
-    /// data follows the vCPU it first ran on) or `bind` (all on `memory_node`).
+    /// (default; a thread's private data lands on the node of the vCPU that first touches
+    /// it, the host's first touch, and data shared between threads is spread over the nodes
+    /// of the VM's vCPUs in proportion to them; `crate::world::memory` has the split),
+    /// `first_touch` (all of a thread's data, shared too, follows the vCPU it first ran on)
+    /// or `bind` (all on `memory_node`).
     pub memory: MemoryPlacement,
     /// The host node of `memory = "bind"`.
     pub memory_node: u32,
@@ -232,7 +233,8 @@ pub enum NumaView {
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryPlacement {
-    /// Spread over the vCPUs' nodes.
+    /// Private data where the vCPU that first touches it runs, shared data spread over the
+    /// vCPUs' nodes.
     #[default]
     Interleave,
     /// Where the vCPU that first touches it runs.

@@ -381,7 +381,14 @@ fn parse_memory(params: &toml::Table, m: &toml::Table) -> Result<Memory, ParseEr
             "numa" => out.numa = fraction(params, v, &path)?,
             "sharing" => out.sharing = fraction(params, v, &path)?,
             "footprint" => out.footprint = size(params, v, &path)?,
-            _ => return err(&path, "unknown field (expected intensity, footprint, bandwidth, numa, sharing)"),
+            "first_touch" => {
+                out.main_first_touch = match resolve(params, v, &path)? {
+                    Value::String(s) if s == "main" => true,
+                    Value::String(s) if s == "threads" => false,
+                    o => return err(&path, format!("expected \"threads\" or \"main\" (got {o})")),
+                }
+            }
+            _ => return err(&path, "unknown field (expected intensity, footprint, bandwidth, numa, sharing, first_touch)"),
         }
     }
     Ok(out)
@@ -961,6 +968,28 @@ mod tests {
     fn parse(src: &str) -> Result<Workload, ParseError> {
         let v: Value = toml::from_str::<toml::Table>(src).map(Value::Table).unwrap();
         parse_workload("t", &v)
+    }
+
+    #[test]
+    fn memory_first_touch_is_threads_or_main() {
+        let w = parse(
+            r#"program = [ { compute = "1ms" } ]
+            memory = { sharing = 0.4 }"#,
+        )
+        .unwrap();
+        assert!(!w.memory.main_first_touch);
+        let w = parse(
+            r#"program = [ { compute = "1ms" } ]
+            memory = { sharing = 0.4, first_touch = "main" }"#,
+        )
+        .unwrap();
+        assert!(w.memory.main_first_touch);
+        let e = parse(
+            r#"program = [ { compute = "1ms" } ]
+            memory = { first_touch = "worker" }"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.0, "memory.first_touch");
     }
 
     #[test]

@@ -339,6 +339,10 @@ pub struct Memory {
     pub numa: f32,
     /// Data sharing between threads.
     pub sharing: f32,
+    /// The main thread builds all the data before it creates the workers (`first_touch =
+    /// "main"`, workloads.md §2.3): no thread owns private data, it is all shared. Otherwise
+    /// (`"threads"`, the default) each thread first-touches its own private data.
+    pub main_first_touch: bool,
 }
 
 /// Response-time bounds (BAS's "good" and "tolerable").

@@ -66,3 +66,21 @@ fn spreading_helps_a_bandwidth_bound_profile_and_hurts_a_sharing_one() {
     assert!(t("ocean_cp", "spread") < 0.9 * t("ocean_cp", "hidden"), "ocean_cp gains the other nodes' bandwidth");
     assert!(t("canneal", "spread") > t("canneal", "hidden"), "canneal's threads share data across sockets");
 }
+
+#[test]
+fn one_thread_in_a_vm_spanning_sockets_reads_only_its_shared_data_remotely() {
+    let r = run_text(
+        &example(),
+        &["experiment.workloads=[\"ocean_cp\", \"canneal\"]", "experiment.vcpus=[32]", "experiment.threads=1", "experiment.variants=[]"],
+    );
+    // ocean_cp's threads first-touch their own subgrids: only its shared data (memory.sharing
+    // 0.4 of the memory accesses, spread over the 2 nodes) is remote, 0.9 × 0.4 / 2 = 18 %,
+    // not the half of everything that 32 threads see.
+    let ocean = &cell(&r, "ocean_cp", "", 32).metrics;
+    assert!((ocean["mem_remote_fraction"] - 0.18).abs() < 0.02, "ocean_cp: {ocean:?}");
+    assert!(dt(cell(&r, "ocean_cp", "", 32)) < 0.12, "ocean_cp 1 thread: δη_t {:.3}", dt(cell(&r, "ocean_cp", "", 32)));
+    // canneal's main thread builds the netlist (memory.first_touch = "main"): all of it is
+    // spread, as before.
+    let canneal = &cell(&r, "canneal", "", 32).metrics;
+    assert!(canneal["mem_remote_fraction"] > 0.4, "canneal: {canneal:?}");
+}
