@@ -30,9 +30,12 @@ fn numa_hidden_costs_once_the_vm_spans_sockets_and_exposing_it_removes_most() {
         assert!(spans > 0.1, "{w}: δη_t {spans:.3} spanning two sockets with NUMA hidden");
         let exposed = dt(cell(&r, w, "exposed", 32));
         assert!(exposed < spans / 3.0, "{w}: exposing NUMA leaves δη_t {exposed:.3} of {spans:.3}");
-        // The cause is visible: remote accesses and CPI.
+        // The cause is visible: remote accesses and CPI. With NUMA hidden, data the main
+        // thread builds (canneal) is spread over the nodes; a thread's own data (ocean_cp)
+        // stays where the thread first touched it, so only its shared data and the data of
+        // threads the guest moved are remote.
         let (h, e) = (&cell(&r, w, "hidden", 32).metrics, &cell(&r, w, "exposed", 32).metrics);
-        assert!(h["mem_remote_fraction"] > 0.4 && e["mem_remote_fraction"] < 0.15, "{w}: remote {h:?} vs {e:?}");
+        assert!(h["mem_remote_fraction"] > 0.15 && e["mem_remote_fraction"] < 0.1, "{w}: remote {h:?} vs {e:?}");
         assert!(h["cpi"] > e["cpi"], "{w}: CPI hidden {} <= exposed {}", h["cpi"], e["cpi"]);
     }
     // A compute-bound profile does not care.
