@@ -83,6 +83,25 @@ def test_causes_account_for_all_added_time(cli: RunCli) -> None:
     assert abs(got - expected) < 1e-6 * max(1.0, abs(expected))
 
 
+def test_blocking_in_uc_shows_the_wake_up_path_with_its_sides(cli: RunCli) -> None:
+    # A blocking barrier in one VM without halt polling: every wake-up is of a vCPU blocked in
+    # the host. The woken thread waits longer than natively, the waker's ICR exit and the host's
+    # try_to_wake_up are on the waker's side, the host's switch to the vCPU thread on the
+    # wakee's, the waiter's HLT off the path. (With halt polling on, a poll that succeeds makes
+    # the wake-up faster than a native core's C1 exit.)
+    off = ("--set", "vm.halt_poll.enabled=false")
+    d = _diagnose(cli, "--workload", "barrier", "--scenario", "UC", "--vcpus", "4", "--no-mitigations", *off)
+    w = d["wake_path"]
+    assert w["wakeups"] > 100 and w["wakeups_native"] > 100, w
+    assert w["latency_ns"] > w["latency_native_ns"] > 0, w
+    sides = {s["step"]: s["side"] for s in w["steps"]}
+    assert sides["host:exit:MSR_WRITE_ICR"] == "waker" and sides["host:vcpu_wakeup"] == "waker", sides
+    assert sides["host:vcpu_switch"] == "wakee" and sides["host:exit:HLT"] == "off", sides
+    assert all(s["ns"] > 0 for s in w["steps"])
+    r = cli("diagnose", "--workload", "barrier", "--scenario", "UC", "--vcpus", "4", "--no-mitigations", *off)
+    assert r.code == 0 and "Wake-up path" in r.out and "waker" in r.out, r.err
+
+
 def test_diagnose_table_and_json_file(cli: RunCli, tmp_path: Path) -> None:
     out = tmp_path / "diag.json"
     r = cli(
