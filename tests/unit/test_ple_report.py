@@ -30,7 +30,7 @@ scenarios = ["OC"]
 vcpus = [4]
 
 [workloads.kspin.params]
-iterations = 500
+iterations = 2000
 
 [[experiment.variants]]
 name = "KVM"
@@ -41,7 +41,8 @@ set = { "vm.ple.window_policy" = "fixed", "vm.ple.window_cycles" = 512 }
 
 [[experiment.variants]]
 name = "APLE"
-set = { "vm.ple.window_policy" = "aple" }
+# Short epochs (40 PLE exits), so that this small run closes several.
+set = { "vm.ple.window_policy" = "aple", "vm.ple.aple.epoch_exits" = 40 }
 
 [record]
 ple_window = true

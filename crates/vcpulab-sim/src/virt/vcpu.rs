@@ -478,12 +478,16 @@ impl World<'_> {
         let vm = vc.vm as usize;
         let idx = vc.idx;
         if self.vms[vm].spec.lazy_fpu {
-            // kvm_arch_vcpu_put → kvm_put_guest_fpu: save the guest FPU, restore QEMU's, and
-            // deactivate the guest FPU for the next entry (KVM_REQ_DEACTIVATE_FPU).
+            // kvm_arch_vcpu_put → kvm_put_guest_fpu: if the guest FPU is loaded (the guest used
+            // it since the last put: `guest_fpu_loaded`), save it and restore QEMU's; then
+            // deactivate the guest FPU for the next entry (KVM_REQ_DEACTIVATE_FPU). A vCPU
+            // switched out again before its guest touched the FPU saves nothing.
             let vc = &mut self.vcpus[v as usize];
-            vc.fpu_inactive = true;
-            let (core, owner) = (self.tasks[vc.task as usize].cpu, vc.owner);
-            self.push_work(HOST, core, Attr { owner, layer: Layer::Host, cause: Cause::VcpuSwitch }, self.costs.fpu_switch);
+            let loaded = !std::mem::replace(&mut vc.fpu_inactive, true);
+            if loaded {
+                let (core, owner) = (self.tasks[vc.task as usize].cpu, vc.owner);
+                self.push_work(HOST, core, Attr { owner, layer: Layer::Host, cause: Cause::VcpuSwitch }, self.costs.fpu_switch);
+            }
         }
         self.vms[vm].policies.yielder.on_sched_out(idx, why, now);
         if self.timeline.is_some() {

@@ -83,8 +83,18 @@ proptest! {
             format!("host.numad.enabled={}", numad && window == "kvm"),
             "host.numad.interval=\"200us\"".to_string(),
         ];
-        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-        for r in run_inline(&exp, &prog, &sets) {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let text = format!("[experiment]\nworkloads = [\"w\"]\n{exp}\n[workloads.w]\n{prog}\n");
+        let mut plan = vcpulab_sim::api::Plan::new(&text, "test.toml", &sets).unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..plan.cells().len() {
+            let r = match plan.run_cell(i) {
+                Ok(r) => r,
+                // A directed-yield storm under a fixed PLE window (a known pathology of fixed
+                // windows, see above and docs/semantics.md) ends at the event limit: the bound
+                // holds, and there is no finished run to check.
+                Err(e) if window == "fixed" && e.to_string().contains("limits.max_events") => continue,
+                Err(e) => panic!("{e}"),
+            };
             let run = &r.run;
             prop_assert_eq!(run.attributed_ns, u64::from(run.cores) * run.duration_ns);
             let ledger_sum: u64 = run.ledger.iter().map(|l| l.ns).sum();
