@@ -474,7 +474,7 @@ impl World<'_> {
         for c in (1..n).map(|i| (cpu + i) % n) {
             let src = &self.kernels[k as usize].cpus[c as usize];
             let rq = &src.rq;
-            if rq.is_empty() || src.nr_running() < 2 {
+            if src.nr_running() < 2 {
                 continue;
             }
             let movable = rq.iter().rev().map(|&(_, t)| t).find(|&t| self.allowed(t, cpu));
