@@ -12,7 +12,7 @@ fn example() -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-const FIXED: [u64; 6] = [512, 2048, 4096, 8192, 16384, 32768];
+const FIXED: [u64; 5] = [512, 4096, 8192, 16384, 32768];
 
 /// Mean over seeds of t(KVM) / t(variant), by (workload, scenario, variant).
 fn performance(r: &[ScenarioResult]) -> BTreeMap<(String, String, String), f64> {
