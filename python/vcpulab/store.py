@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -599,16 +599,54 @@ class StoreWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        def write(tmp: str) -> None:
+            # Rows differ in their columns (a metric only some workloads have): the part has
+            # the union, in first-seen order, NULL where a row lacks one.
+            columns = list(dict.fromkeys(k for row in rows for k in row))
+            part = pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
+            pq.write_table(part, tmp, compression="zstd")
+
+        return self._new_part(table, write)
+
+    def _merge_parts(self, table: str, parts: Sequence[Path]) -> str:
+        """Writes the rows of ``parts`` as one new part, the first row of each key kept, part by
+        part: one row group per source part, so no column is ever concatenated in memory (a
+        store's result JSON can exceed the 2 GiB a single Arrow string array holds)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.unify_schemas([pq.read_schema(p) for p in parts], promote_options="default")
+
+        def write(tmp: str) -> None:
+            seen: set[str] = set()
+            with pq.ParquetWriter(tmp, schema, compression="zstd") as out:
+                for p in parts:
+                    part = pq.read_table(p)
+                    keep = []
+                    for k in part.column("key").to_pylist():
+                        keep.append(k not in seen)
+                        seen.add(k)
+                    part = part.filter(pa.array(keep, pa.bool_()))
+                    if part.num_rows == 0:
+                        continue
+                    n = part.num_rows
+                    cols = [
+                        part.column(f.name).cast(f.type) if f.name in part.column_names else pa.nulls(n, f.type)
+                        for f in schema
+                    ]
+                    out.write_table(pa.Table.from_arrays(cols, schema=schema))
+
+        return self._new_part(table, write)
+
+    def _new_part(self, table: str, write: Callable[[str], None]) -> str:
+        """A new part file of ``table``, written by ``write(tmp_path)`` and then moved into
+        place atomically (never a partial part under its final name)."""
         name = f"{table}/part-{uuid.uuid4().hex[:16]}.parquet"
         target = self.store.root / name
         fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=target.parent)
         os.close(fd)
         try:
-            # Rows differ in their columns (a metric only some workloads have): the part has
-            # the union, in first-seen order, NULL where a row lacks one.
-            columns = list(dict.fromkeys(k for row in rows for k in row))
-            table = pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
-            pq.write_table(table, tmp, compression="zstd")
+            write(tmp)
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
                 os.chmod(f.fileno(), 0o666 & ~_umask())
@@ -634,9 +672,6 @@ class StoreWriter:
         (rows with the same key kept once), then rewrites the manifest to the current state.
         A sweep compacts with ``above = COMPACT_ABOVE``: rewriting the whole store after every
         sweep would cost time in proportion to everything stored so far."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         self.flush()
         store = self.store
         merged_any = False
@@ -645,14 +680,7 @@ class StoreWriter:
             if len(parts) <= max(1, above):
                 continue
             merged_any = True
-            merged = pa.concat_tables([pq.read_table(p) for p in parts], promote_options="default")
-            seen: set[str] = set()
-            keep = []
-            for i, k in enumerate(merged.column("key").to_pylist()):
-                if k not in seen:
-                    seen.add(k)
-                    keep.append(i)
-            name = self._write_part(table, merged.take(keep).to_pylist())
+            name = self._merge_parts(table, parts)
             files = [f"{table}/{p.name}" for p in parts]
             store._append_line({"op": "replace", "table": table, "files": files, "file": name})
             for p in parts:

@@ -379,6 +379,27 @@ def test_compaction_keeps_one_part_per_table_and_the_same_rows(
     assert len(store.parts("runs")) == 2
 
 
+def test_compaction_streams_part_by_part(tmp_path: Path, real_results: list[dict[str, Any]]) -> None:
+    # A store's result JSON can exceed the 2 GiB one Arrow string array holds (a full
+    # `vcpulab reproduce` store did: "offset overflow while concatenating arrays"), so the
+    # merged part is written one row group per source part, never as one concatenated table.
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "r"
+    store = ResultsStore(root)
+    rows = rows_of(real_results)
+    for row in rows:
+        with store.writer() as w:
+            w.append("runs", [row])
+    with store.writer() as w:
+        w.append("runs", [rows[0]])  # a key stored twice: journaled, not a new part
+        w.compact()
+    (part,) = store.parts("runs")
+    meta = pq.ParquetFile(part).metadata
+    assert meta.num_row_groups == len(rows) and meta.num_rows == len(rows)
+    assert store.keys() == {r["key"] for r in rows}
+
+
 def test_compaction_of_a_single_part_keeps_it(tmp_path: Path, real_results: list[dict[str, Any]]) -> None:
     root = tmp_path / "r"
     store = ResultsStore(root)
