@@ -337,7 +337,11 @@ def test_report_with_a_diagnosis_section(stores: dict[str, Path], cli: RunCli, t
     check_page_text(text)
     assert '<section id="diagnosis">' in text and "parsec.dedup in OC, 4 vCPUs, seed 1" in text
     causes = list(csv.DictReader(io.StringIO((tmp_path / "report_csv" / "diagnosis_1_causes.csv").read_text())))
-    assert causes[0]["cause"] == "user spinning" and float(causes[0]["added_s"]) > 0
+    # dedup's two virtualization costs in OC: its pthread spinlocks (user spinning on preempted
+    # holders) and its glibc arena trims (TLB shootdowns); the larger one leads, with a real cost.
+    added = [float(c["added_s"]) for c in causes]
+    assert added == sorted(added, reverse=True) and added[0] > 0
+    assert causes[0]["cause"] in ("user spinning", "TLB shootdowns"), causes[0]
     assert (tmp_path / "report_csv" / "diagnosis_1_mitigations.csv").is_file()
     _, _, tools = open_in_chromium(out, tmp_path / "profile")
     assert tools.errors() == []
