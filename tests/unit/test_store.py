@@ -59,6 +59,13 @@ def sql_name(name: str) -> str:
     return re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower()
 
 
+def append_one_part_per_row(store: ResultsStore, rows: list[dict[str, Any]]) -> None:
+    """Appends ``rows`` to ``runs`` in one writer session each, so each becomes a part."""
+    for row in rows:
+        with store.writer() as w:
+            w.append("runs", [row])
+
+
 def manifest_lines(root: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (root / "manifest.jsonl").read_text().splitlines()]
 
@@ -194,9 +201,7 @@ def test_every_row_of_a_result_survives_when_stored_one_by_one(
 ) -> None:
     store = ResultsStore(tmp_path / "r")
     rows = rows_of(real_results)
-    for row in rows:  # one writer session each: every part holds a single row
-        with store.writer() as w:
-            w.append("runs", [row])
+    append_one_part_per_row(store, rows)
     assert len(store.parts("runs")) == len(rows)
     assert stored_records(store) == {r["key"]: non_null(r) for r in rows}
     for key, rec in store.rows(r["key"] for r in rows).items():
@@ -388,9 +393,7 @@ def test_compaction_streams_part_by_part(tmp_path: Path, real_results: list[dict
     root = tmp_path / "r"
     store = ResultsStore(root)
     rows = rows_of(real_results)
-    for row in rows:
-        with store.writer() as w:
-            w.append("runs", [row])
+    append_one_part_per_row(store, rows)
     with store.writer() as w:
         w.append("runs", [rows[0]])  # a key stored twice: journaled, not a new part
         w.compact()
@@ -420,9 +423,7 @@ def test_compaction_above_a_part_count_leaves_smaller_tables_alone(
     root = tmp_path / "r"
     store = ResultsStore(root)
     rows = rows_of(real_results)
-    for row in rows:
-        with store.writer() as w:
-            w.append("runs", [row])
+    append_one_part_per_row(store, rows)
     with store.writer() as w:
         w.add_baselines([("b", "{}")], "test")
     n = len(rows)

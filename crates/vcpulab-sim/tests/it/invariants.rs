@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 
-use super::run_inline;
+use super::{run_inline, try_run_inline};
 
 /// A random well-formed program: every thread runs the same ops, locks are released in the
 /// same iteration, barriers involve every thread, so no program can deadlock.
@@ -83,11 +83,9 @@ proptest! {
             format!("host.numad.enabled={}", numad && window == "kvm"),
             "host.numad.interval=\"200us\"".to_string(),
         ];
-        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-        let text = format!("[experiment]\nworkloads = [\"w\"]\n{exp}\n[workloads.w]\n{prog}\n");
-        let mut plan = vcpulab_sim::api::Plan::new(&text, "test.toml", &sets).unwrap_or_else(|e| panic!("{e}"));
-        for i in 0..plan.cells().len() {
-            let r = match plan.run_cell(i) {
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        for r in try_run_inline(&exp, &prog, &sets) {
+            let r = match r {
                 Ok(r) => r,
                 // A directed-yield storm under a fixed PLE window (a known pathology of fixed
                 // windows, see above and docs/semantics.md) ends at the event limit: the bound

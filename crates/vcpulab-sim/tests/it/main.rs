@@ -13,19 +13,33 @@ mod scalability;
 mod scenarios;
 mod timeline;
 
-use vcpulab_sim::api::{Plan, ScenarioResult};
+use vcpulab_sim::api::{CellError, Plan, ScenarioResult};
+
+/// A spec with one inline workload `w`.
+fn inline_text(experiment: &str, workload: &str) -> String {
+    format!("[experiment]\nworkloads = [\"w\"]\n{experiment}\n[workloads.w]\n{workload}\n")
+}
 
 /// Builds a spec with one inline workload `w` and runs every cell.
 pub fn run_inline(experiment: &str, workload: &str, sets: &[&str]) -> Vec<ScenarioResult> {
-    let text = format!("[experiment]\nworkloads = [\"w\"]\n{experiment}\n[workloads.w]\n{workload}\n");
-    run_text(&text, sets)
+    run_text(&inline_text(experiment, workload), sets)
+}
+
+/// Like [`run_inline`], yielding each cell's outcome (cells run one by one, as consumed) for
+/// a test that accepts some failures.
+pub fn try_run_inline(experiment: &str, workload: &str, sets: &[&str]) -> impl Iterator<Item = Result<ScenarioResult, CellError>> {
+    try_run_text(&inline_text(experiment, workload), sets)
 }
 
 /// Runs every cell of a spec text.
 pub fn run_text(text: &str, sets: &[&str]) -> Vec<ScenarioResult> {
+    try_run_text(text, sets).map(|r| r.unwrap_or_else(|e| panic!("{e}"))).collect()
+}
+
+fn try_run_text(text: &str, sets: &[&str]) -> impl Iterator<Item = Result<ScenarioResult, CellError>> {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
     let mut plan = Plan::new(text, "test.toml", &sets).unwrap_or_else(|e| panic!("{e}"));
-    (0..plan.cells().len()).map(|i| plan.run_cell(i).unwrap_or_else(|e| panic!("{e}"))).collect()
+    (0..plan.cells().len()).map(move |i| plan.run_cell(i))
 }
 
 /// Sets that make every virtualization-specific cost zero.
