@@ -13,7 +13,9 @@
 //!   (time running on a CPU), then blocks as above (`parsec_barrier`, libgomp, adaptive
 //!   mutexes); a barrier with an unbounded budget is a spin barrier.
 //! - Queue: `push` appends a timestamped item (blocking while full), a drain loop pops one
-//!   (blocking while empty); a queue closes when its last producer thread exits.
+//!   (blocking while empty); a queue closes when its last producer thread exits. `join` blocks
+//!   until every item pushed so far has been popped and its drain body has finished; the
+//!   consumer finishing the last one wakes the joiners (a thread pool's wait-for-completion).
 //! - Condition variable: `signal` wakes the first waiter or, with none, leaves a token that
 //!   the next `wait` consumes without blocking (the predicate a correct program re-checks);
 //!   `broadcast` wakes every current waiter. `wait` needs the mutex, releases it while
@@ -89,6 +91,10 @@ pub enum Obj {
         pop_waiters: VecDeque<ThreadId>,
         /// Producers blocked on a full queue.
         push_waiters: VecDeque<ThreadId>,
+        /// Items pushed whose drain body has not finished (queued or being processed).
+        outstanding: u64,
+        /// Threads blocked in `join` until `outstanding` is 0.
+        joiners: Vec<ThreadId>,
     },
     /// Condition variable.
     Cond {
@@ -149,6 +155,8 @@ impl Obj {
                 producers,
                 pop_waiters: VecDeque::new(),
                 push_waiters: VecDeque::new(),
+                outstanding: 0,
+                joiners: Vec::new(),
             },
         }
     }
@@ -379,7 +387,9 @@ impl World<'_> {
     /// after the wake-up).
     pub(crate) fn op_push(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) -> Flow {
         let now = self.now;
-        let Obj::Queue { items, capacity, pop_waiters, push_waiters, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        let Obj::Queue { items, capacity, pop_waiters, push_waiters, outstanding, .. } = self.obj(t, q) else {
+            unreachable!("checked at parse")
+        };
         if capacity.is_some_and(|c| items.len() as u32 >= c) {
             push_waiters.push_back(t);
             self.threads[t as usize].pc -= 1;
@@ -387,6 +397,7 @@ impl World<'_> {
             return Flow::Stop;
         }
         items.push_back(now);
+        *outstanding += 1;
         if let Some(w) = pop_waiters.pop_front() {
             self.syscall(k, cpu, t);
             self.wake_thread(w, (k, cpu));
@@ -416,6 +427,34 @@ impl World<'_> {
                 None
             }
         }
+    }
+
+    /// The drain body of an item of `q` finished: when no item is left queued or in progress,
+    /// the threads waiting in `join` wake (PhysBAM's THREAD_POOL: the worker that finds the
+    /// queue empty with no other worker busy signals `workers_done_condition`).
+    pub(crate) fn queue_item_done(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) {
+        let Obj::Queue { outstanding, joiners, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        *outstanding -= 1;
+        if *outstanding > 0 || joiners.is_empty() {
+            return;
+        }
+        let woken = std::mem::take(joiners);
+        self.syscall(k, cpu, t);
+        for w in woken {
+            self.wake_thread(w, (k, cpu));
+        }
+    }
+
+    /// `join`: continue when every item pushed to `q` has been processed, else block until
+    /// the last one is (the instruction is not retried: the wake-up means it is done).
+    pub(crate) fn op_join(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) -> Flow {
+        let Obj::Queue { outstanding, joiners, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        if *outstanding == 0 {
+            return Flow::Continue;
+        }
+        joiners.push(t);
+        self.block_thread(k, cpu, t, BlockOn::Queue(q));
+        Flow::Stop
     }
 
     /// A producer of queue `q` exited: when it was the last, the queue closes and every

@@ -334,7 +334,7 @@ impl World<'_> {
                 Instr::CondBroadcast(c) => self.op_cond_wake(k, cpu, t, *c, true),
                 Instr::LoopStart { count, end, split } => {
                     let th = &mut self.threads[t as usize];
-                    let mut count = *count;
+                    let mut count = count.value(self.insts[th.inst as usize].n);
                     if *split {
                         let size = u64::from(wl.groups[th.group as usize].threads.value(self.insts[th.inst as usize].n));
                         count = count / size + u64::from(u64::from(th.idx) < count % size);
@@ -383,8 +383,11 @@ impl World<'_> {
                 },
                 Instr::DrainEnd { start } => {
                     self.threads[t as usize].pc = *start;
+                    let Instr::DrainPop { queue, .. } = wl.program.instrs[*start as usize] else { unreachable!("compiled in pairs") };
+                    self.queue_item_done(k, cpu, t, queue);
                     Flow::Continue
                 }
+                Instr::Join(q) => self.op_join(k, cpu, t, *q),
                 Instr::Respond(_) => {
                     let lat = self.now.since(self.threads[t as usize].item);
                     self.insts[self.threads[t as usize].inst as usize].responses.push(lat);

@@ -20,7 +20,10 @@ fn minimal_spec_uses_defaults_and_builtins() {
 fn overrides_reach_builtin_workloads_and_blame_the_flag() {
     let s = parse(MIN, &["workloads.lock.params.iterations=7", "experiment.vcpus=[2,4]"]).unwrap();
     assert_eq!(s.experiment.vcpus.0, vec![2, 4]);
-    assert_eq!(s.workloads[0].program.instrs[0], crate::workload::Instr::LoopStart { count: 7, end: 5, split: false });
+    assert_eq!(
+        s.workloads[0].program.instrs[0],
+        crate::workload::Instr::LoopStart { count: crate::workload::Times::Fixed(7), end: 5, split: false }
+    );
     let e = parse(MIN, &["vm.apicvv=false"]).unwrap_err();
     assert_eq!(e.source, "--set vm.apicvv=false");
     assert!(e.message.contains("unknown field"), "{e}");

@@ -9,7 +9,7 @@ use toml::Value;
 
 use super::dist::{parse_duration, Dist};
 use super::heap::{parse_size, HeapParams};
-use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Workload, MODELS};
+use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Times, Workload, MODELS};
 
 /// A parse error: the path inside the workload table and a message.
 pub type ParseError = (String, String);
@@ -582,6 +582,19 @@ fn positive_u32(v: &Value, path: &str) -> Result<u32, ParseError> {
     }
 }
 
+/// A loop's iteration count: a non-negative integer, or a count of n like `"n"` or `"2n"`.
+fn loop_times(params: &toml::Table, v: &Value, path: &str) -> Result<Times, ParseError> {
+    match resolve(params, v, path)? {
+        Value::String(s) => via_param(
+            v,
+            CountExpr::parse(&s).filter(|e| !e.fixed).map(Times::PerN).ok_or_else(|| {
+                (path.to_string(), format!("expected a non-negative integer or a count of n like \"n\" or \"2n\" (got \"{s}\")"))
+            }),
+        ),
+        _ => count(params, v, path).map(Times::Fixed),
+    }
+}
+
 fn count(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> {
     via_param(v, count_resolved(params, v, path))
 }
@@ -850,6 +863,13 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             }
             Instr::Respond(q)
         }
+        "join" => {
+            let q = use_object(ctx, a, &p, &[K::Queue])?;
+            if ctx.draining.contains(&q) {
+                return err(&p, "join must not be inside a drain of the same queue (it would wait for its own item)");
+            }
+            Instr::Join(q)
+        }
         "drain" => {
             let t = sub_table(a, &p, &["queue", "body"])?;
             let qv = t.get("queue").ok_or_else(|| (format!("{p}.queue"), "missing".to_string()))?;
@@ -902,7 +922,7 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
         "repeat" => {
             let t = sub_table(a, &p, &["times", "body", "split"])?;
             let times = t.get("times").ok_or_else(|| (format!("{p}.times"), "missing".to_string()))?;
-            let count = count(ctx.params, times, &format!("{p}.times"))?;
+            let count = loop_times(ctx.params, times, &format!("{p}.times"))?;
             let split = t.get("split").map(|v| flag(v, &format!("{p}.split"))).transpose()?.unwrap_or(false);
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
             if body.as_array().is_some_and(Vec::is_empty) {
@@ -1009,7 +1029,7 @@ mod tests {
         .unwrap();
         assert!(w.stochastic);
         assert_eq!(w.objects.len(), 3);
-        assert_eq!(w.program.instrs.first(), Some(&Instr::LoopStart { count: 3, end: 4, split: false }));
+        assert_eq!(w.program.instrs.first(), Some(&Instr::LoopStart { count: Times::Fixed(3), end: 4, split: false }));
         assert_eq!(w.program.instrs.last(), Some(&Instr::End));
         assert!(w.check_threads(1).is_err());
         assert!(w.check_threads(2).is_ok());

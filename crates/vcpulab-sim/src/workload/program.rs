@@ -138,6 +138,32 @@ impl fmt::Display for CountExpr {
     }
 }
 
+/// How many times a loop body runs: a constant, or a function of the run's thread parameter n
+/// (a fork-join that enqueues one task per thread: `times = "n"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Times {
+    /// A constant count (0 skips the body).
+    Fixed(u64),
+    /// A count that depends on n.
+    PerN(CountExpr),
+}
+
+impl Times {
+    /// Its value for thread parameter `n`.
+    pub fn value(&self, n: u32) -> u64 {
+        match self {
+            Times::Fixed(k) => *k,
+            Times::PerN(e) => u64::from(e.value(n)),
+        }
+    }
+}
+
+impl From<u64> for Times {
+    fn from(k: u64) -> Times {
+        Times::Fixed(k)
+    }
+}
+
 /// A group of threads running the same program (a pipeline stage, a pool, a generator).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Group {
@@ -196,7 +222,7 @@ pub enum Instr {
     /// Start of a loop body executed `count` times; `end` is the index of its `LoopEnd`.
     LoopStart {
         /// Iterations.
-        count: u64,
+        count: Times,
         /// Index of the matching `LoopEnd`.
         end: u32,
         /// `count` is the group's total: each thread runs its share (`count / size`, the
@@ -240,6 +266,9 @@ pub enum Instr {
     },
     /// Record the response time of the item last popped from the queue.
     Respond(ObjId),
+    /// Wait until every item pushed to the queue so far has been popped and its drain body
+    /// has finished (a thread pool's wait-for-completion; Python's `Queue.join`).
+    Join(ObjId),
     /// `free` of the thread's this-many most recent allocations.
     Free(u64),
     /// `free` of the thread's k-th most recent live allocation (0 = the most recent): what a

@@ -15,7 +15,7 @@ use crate::virt::allocation::{Periods, VcpuAlloc};
 use crate::virt::vcpu::{Vcpu, Vm};
 use crate::workload::dist::Dist;
 use crate::workload::heap::Arena;
-use crate::workload::program::{Instr, Program, Workload};
+use crate::workload::program::{Instr, Program, Times, Workload};
 
 use super::{Core, Leaf, Limits, Rem, World};
 
@@ -185,7 +185,7 @@ impl<'i> World<'i> {
             return;
         }
         let instrs = vec![
-            Instr::LoopStart { count: u64::MAX, end: 3, split: false },
+            Instr::LoopStart { count: Times::Fixed(u64::MAX), end: 3, split: false },
             Instr::Sleep(Dist::Exp { mean: d.interval.0 as f64 }),
             Instr::Compute { dist: Dist::Exp { mean: d.run.0 as f64 }, skew: 0.0, mem: 0.0, split: false },
             Instr::LoopEnd { start: 0 },

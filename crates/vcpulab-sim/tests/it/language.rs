@@ -217,3 +217,36 @@ fn a_rotating_serial_part_visits_every_thread() {
     let e = spec_error("objects = { b = \"barrier\" }\nprogram = [ { serial = { barrier = \"b\", thread = \"rotate\", body = [] } } ]");
     assert!(e.contains("program[0].serial.thread") && e.contains("no"), "{e}");
 }
+
+#[test]
+fn a_pool_joins_its_queue_once_per_fork_join() {
+    // PhysBAM's THREAD_POOL: main enqueues one task per worker (`times = "n"`), then waits
+    // until every task is done; the worker finishing the last one wakes it, once.
+    let pool = r#"objects = { q = "queue" }
+        [[workloads.w.groups]]
+        name = "main"
+        threads = 1
+        program = [ { repeat = { times = 10, body = [
+          { compute = "200us" }, { repeat = { times = "n", body = [ { push = "q" } ] } }, { join = "q" },
+        ] } } ]
+        [[workloads.w.groups]]
+        name = "workers"
+        threads = "n"
+        program = [ { drain = { queue = "q", body = [ { compute = "100us" } ] } } ]"#;
+    for n in [2u64, 4] {
+        let r = run_inline(&format!("scenarios = [\"native\"]\nvcpus = [{n}]"), pool, &[]);
+        let stats = &r[0].run.instances[0].thread_stats;
+        assert_eq!(stats.len() as u64, 1 + n);
+        assert_eq!(stats[0].counters.blocks, 10, "main sleeps once per join, however many tasks");
+        let work: u64 = stats[1..].iter().map(|t| t.counters.compute_ns).sum();
+        assert_eq!(work, 10 * n * 100_000, "n tasks of 100 µs per fork-join");
+        // Main waited for its tasks every time: 10 × (200 µs serial + 100 µs of tasks).
+        assert!(r[0].t_native_s >= 0.003, "{}", r[0].t_native_s);
+    }
+    let e = spec_error(
+        "objects = { q = \"queue\" }\nprogram = [ { push = \"q\" }, { drain = { queue = \"q\", body = [ { join = \"q\" } ] } } ]",
+    );
+    assert!(e.contains("join must not be inside a drain of the same queue"), "{e}");
+    let e = spec_error("program = [ { repeat = { times = \"2q\", body = [ { compute = \"1us\" } ] } } ]");
+    assert!(e.contains("program[0].repeat.times") && e.contains("count of n"), "{e}");
+}
