@@ -158,12 +158,6 @@ impl Times {
     }
 }
 
-impl From<u64> for Times {
-    fn from(k: u64) -> Times {
-        Times::Fixed(k)
-    }
-}
-
 /// A group of threads running the same program (a pipeline stage, a pool, a generator).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Group {
