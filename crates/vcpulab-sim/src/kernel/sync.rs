@@ -350,6 +350,18 @@ impl World<'_> {
         self.pv_kick(k, from, to);
     }
 
+    /// Thread `t` wakes the blocked threads `woken` with one futex system call (none when
+    /// there is nobody to wake).
+    fn futex_wake(&mut self, k: KernelId, cpu: u32, t: ThreadId, woken: Vec<ThreadId>) {
+        if woken.is_empty() {
+            return;
+        }
+        self.syscall(k, cpu, t);
+        for w in woken {
+            self.wake_thread(w, (k, cpu));
+        }
+    }
+
     pub(crate) fn op_barrier(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) -> Flow {
         let Obj::Barrier { parties, arrived, gen, waiters, spin } = self.obj(t, b) else { unreachable!("checked at parse") };
         *arrived += 1;
@@ -374,12 +386,7 @@ impl World<'_> {
                 self.touch(core);
             }
         }
-        if !blocked.is_empty() {
-            self.syscall(k, cpu, t);
-            for w in blocked {
-                self.wake_thread(w, (k, cpu));
-            }
-        }
+        self.futex_wake(k, cpu, t, blocked);
         Flow::Continue
     }
 
@@ -439,10 +446,7 @@ impl World<'_> {
             return;
         }
         let woken = std::mem::take(joiners);
-        self.syscall(k, cpu, t);
-        for w in woken {
-            self.wake_thread(w, (k, cpu));
-        }
+        self.futex_wake(k, cpu, t, woken);
     }
 
     /// `join`: continue when every item pushed to `q` has been processed, else block until
@@ -466,10 +470,7 @@ impl World<'_> {
             return;
         }
         let woken: Vec<ThreadId> = pop_waiters.drain(..).collect();
-        self.syscall(k, cpu, t);
-        for w in woken {
-            self.wake_thread(w, (k, cpu));
-        }
+        self.futex_wake(k, cpu, t, woken);
     }
 
     pub(crate) fn op_cond_wait(&mut self, k: KernelId, cpu: u32, t: ThreadId, c: ObjId, m: ObjId) -> Flow {
@@ -504,12 +505,7 @@ impl World<'_> {
                 }
             }
         };
-        if !woken.is_empty() {
-            self.syscall(k, cpu, t);
-            for w in woken {
-                self.wake_thread(w, (k, cpu));
-            }
-        }
+        self.futex_wake(k, cpu, t, woken);
         Flow::Continue
     }
 
