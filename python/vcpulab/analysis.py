@@ -222,8 +222,8 @@ def categorize(store: ResultsStore, th: Thresholds = Thresholds()) -> list[dict[
 
     - UC's δη_t splits into a guest part, (guest busy time in the VM − C_p) / C_p, and a host
       part, host time of the VM / C_p.
-    - **negligible**: |δη_t| below ``negligible`` in UC and (when stored) in OC and OC2, and
-      no other category;
+    - **negligible**: δη_t below ``negligible`` in UC and (when stored) in OC and OC2, and no
+      other category (signed: OC's strongly negative δη_t counts as small, as in TPDS);
     - **high guest**: the guest part above ``guest``;
     - **high host**: the host part above ``host``;
     - **high overcommit**: δη_t in OC or in OC2 exceeds UC's by more than ``overcommit`` (OC

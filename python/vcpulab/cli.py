@@ -487,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     cat.add_argument("results", metavar="RESULTS", help="results directory")
     defaults = analysis.Thresholds()
     for name, help_text in (
-        ("negligible", "|δη_t| below this in UC and OC2 is negligible"),
+        ("negligible", "δη_t below this in UC and in every stored OC and OC2 cell is negligible"),
         ("guest", "guest part of UC's extra cycles above this is high guest overhead"),
         ("host", "host part of UC's extra cycles above this is high host overhead"),
         ("overcommit", "δη_t in OC or OC2 above UC's by more than this is high overcommit overhead"),

@@ -16,6 +16,9 @@
 //!   (blocking while empty); a queue closes when its last producer thread exits. `join` blocks
 //!   until every item pushed so far has been popped and its drain body has finished; the
 //!   consumer finishing the last one wakes the joiners (a thread pool's wait-for-completion).
+//!   A laned queue is that per lane (PARSEC dedup's `queue_t` array): each lane has its own
+//!   items, waiters and producers; a thread uses its own lane or every lane in turn
+//!   ([`Lane`]); `join` counts the items of every lane.
 //! - Condition variable: `signal` wakes the first waiter or, with none, leaves a token that
 //!   the next `wait` consumes without blocking (the predicate a correct program re-checks);
 //!   `broadcast` wakes every current waiter. `wait` needs the mutex, releases it while
@@ -25,7 +28,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::engine::{SimTime, Stream};
-use crate::workload::program::{ObjDecl, ObjId, ObjKind};
+use crate::workload::program::{Lane, ObjDecl, ObjId, ObjKind};
 use crate::workload::Workload;
 use crate::world::World;
 
@@ -79,18 +82,16 @@ pub enum Obj {
         /// Spin budget before blocking (ns; None = block at once, `u64::MAX` = never block).
         spin: Option<u64>,
     },
-    /// FIFO of timestamped items.
+    /// FIFO of timestamped items, in one or more lanes.
     Queue {
-        /// Push times of the items.
-        items: VecDeque<SimTime>,
-        /// Capacity (None = unbounded).
+        /// Its lanes (one unless declared with `lane_threads`).
+        lanes: Vec<QueueLane>,
+        /// Threads per lane (`u32::MAX` for one lane).
+        lane_threads: u32,
+        /// Capacity per lane (None = unbounded).
         capacity: Option<u32>,
-        /// Producer threads not finished.
-        producers: u32,
-        /// Consumers blocked on an empty queue.
-        pop_waiters: VecDeque<ThreadId>,
-        /// Producers blocked on a full queue.
-        push_waiters: VecDeque<ThreadId>,
+        /// Each rotating thread's next lane.
+        cursors: Vec<(ThreadId, u32)>,
         /// Items pushed whose drain body has not finished (queued or being processed).
         outstanding: u64,
         /// Threads blocked in `join` until `outstanding` is 0.
@@ -103,6 +104,25 @@ pub enum Obj {
         /// Waiters in arrival order.
         waiters: VecDeque<ThreadId>,
     },
+}
+
+/// One lane of a queue.
+#[derive(Debug, Default)]
+pub struct QueueLane {
+    /// Push times of the items.
+    items: VecDeque<SimTime>,
+    /// Producer threads not finished.
+    producers: u32,
+    /// Consumers blocked on it while empty.
+    pop_waiters: VecDeque<ThreadId>,
+    /// Producers blocked on it while full.
+    push_waiters: VecDeque<ThreadId>,
+}
+
+impl QueueLane {
+    fn closed_and_empty(&self) -> bool {
+        self.producers == 0 && self.items.is_empty()
+    }
 }
 
 /// One running copy of a workload.
@@ -138,8 +158,8 @@ pub struct Instance {
 
 impl Obj {
     /// Fresh state for a declared object; `users` = threads whose program uses it (barrier
-    /// parties by default, producers of a queue).
-    pub fn new(d: &ObjDecl, users: u32, producers: u32, rng: Stream) -> Obj {
+    /// parties by default); `producers` = producer threads of each lane of a queue.
+    pub fn new(d: &ObjDecl, users: u32, producers: &[u32], rng: Stream) -> Obj {
         match d.kind {
             ObjKind::Mutex => Obj::Mutex { holder: None, waiters: VecDeque::new(), spin: d.spin, spinners: Vec::new() },
             ObjKind::SpinLock => Obj::SpinLock { holder: None, spinners: Vec::new(), rng: Box::new(rng) },
@@ -150,11 +170,10 @@ impl Obj {
             }
             ObjKind::CondVar => Obj::Cond { tokens: 0, waiters: VecDeque::new() },
             ObjKind::Queue => Obj::Queue {
-                items: VecDeque::new(),
+                lanes: producers.iter().map(|&p| QueueLane { producers: p, ..Default::default() }).collect(),
+                lane_threads: d.lane_threads.unwrap_or(u32::MAX),
                 capacity: d.capacity,
-                producers,
-                pop_waiters: VecDeque::new(),
-                push_waiters: VecDeque::new(),
+                cursors: Vec::new(),
                 outstanding: 0,
                 joiners: Vec::new(),
             },
@@ -390,45 +409,90 @@ impl World<'_> {
         Flow::Continue
     }
 
-    /// `push`: append an item, or block while the queue is full (the instruction is retried
+    /// The lane thread `t` uses on `q` (its own, or its rotation's next).
+    fn lane_of(&mut self, t: ThreadId, q: ObjId, lane: Lane) -> usize {
+        let idx = self.threads[t as usize].idx;
+        let Obj::Queue { lanes, lane_threads, cursors, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        match lane {
+            Lane::Own => ((idx / *lane_threads) as usize) % lanes.len(),
+            Lane::Rotate => cursors.iter().find(|(c, _)| *c == t).map_or(0, |&(_, l)| l as usize),
+        }
+    }
+
+    /// Moves rotating thread `t` on to the next lane of `q`.
+    fn rotate_lane(&mut self, t: ThreadId, q: ObjId) {
+        let Obj::Queue { lanes, cursors, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        let n = lanes.len() as u32;
+        match cursors.iter_mut().find(|(c, _)| *c == t) {
+            Some((_, l)) => *l = (*l + 1) % n,
+            None => cursors.push((t, 1 % n)),
+        }
+    }
+
+    /// `push`: append an item, or block while the lane is full (the instruction is retried
     /// after the wake-up).
-    pub(crate) fn op_push(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) -> Flow {
+    pub(crate) fn op_push(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, lane: Lane) -> Flow {
         let now = self.now;
-        let Obj::Queue { items, capacity, pop_waiters, push_waiters, outstanding, .. } = self.obj(t, q) else {
-            unreachable!("checked at parse")
-        };
-        if capacity.is_some_and(|c| items.len() as u32 >= c) {
-            push_waiters.push_back(t);
+        let l = self.lane_of(t, q, lane);
+        let Obj::Queue { lanes, capacity, outstanding, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        let ln = &mut lanes[l];
+        if capacity.is_some_and(|c| ln.items.len() as u32 >= c) {
+            ln.push_waiters.push_back(t);
             self.threads[t as usize].pc -= 1;
             self.block_thread(k, cpu, t, BlockOn::Queue(q));
             return Flow::Stop;
         }
-        items.push_back(now);
+        ln.items.push_back(now);
         *outstanding += 1;
-        if let Some(w) = pop_waiters.pop_front() {
+        let popper = ln.pop_waiters.pop_front();
+        if lane == Lane::Rotate {
+            self.rotate_lane(t, q);
+        }
+        if let Some(w) = popper {
             self.syscall(k, cpu, t);
             self.wake_thread(w, (k, cpu));
         }
         Flow::Continue
     }
 
-    /// The pop of a drain loop: Some(true) = got an item, Some(false) = closed and empty,
-    /// None = blocked (the instruction is retried after the wake-up).
-    pub(crate) fn op_pop(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) -> Option<bool> {
-        let Obj::Queue { items, producers, pop_waiters, push_waiters, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
-        match items.pop_front() {
+    /// The pop of a drain loop: Some(true) = got an item, Some(false) = closed and empty (with
+    /// `Lane::Rotate`, every lane), None = blocked (the instruction is retried after the
+    /// wake-up). A rotating drainer skips closed and empty lanes and blocks on the first open
+    /// one that is empty, as dedup's Reorder (`queue_dequeue` on each queue in turn).
+    pub(crate) fn op_pop(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, lane: Lane) -> Option<bool> {
+        let mut l = self.lane_of(t, q, lane);
+        let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        if lane == Lane::Rotate {
+            let n = lanes.len();
+            match (0..n).map(|i| (l + i) % n).find(|&j| !lanes[j].closed_and_empty()) {
+                None => return Some(false),
+                Some(j) => {
+                    let skipped = (j + n - l) % n;
+                    l = j;
+                    for _ in 0..skipped {
+                        self.rotate_lane(t, q);
+                    }
+                }
+            }
+        }
+        let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        let ln = &mut lanes[l];
+        match ln.items.pop_front() {
             Some(at) => {
-                let pusher = push_waiters.pop_front();
+                let pusher = ln.push_waiters.pop_front();
                 self.threads[t as usize].item = at;
+                if lane == Lane::Rotate {
+                    self.rotate_lane(t, q);
+                }
                 if let Some(w) = pusher {
                     self.syscall(k, cpu, t);
                     self.wake_thread(w, (k, cpu));
                 }
                 Some(true)
             }
-            None if *producers == 0 => Some(false),
+            None if ln.producers == 0 => Some(false),
             None => {
-                pop_waiters.push_back(t);
+                ln.pop_waiters.push_back(t);
                 self.threads[t as usize].pc -= 1;
                 self.block_thread(k, cpu, t, BlockOn::Queue(q));
                 None
@@ -461,16 +525,25 @@ impl World<'_> {
         Flow::Stop
     }
 
-    /// A producer of queue `q` exited: when it was the last, the queue closes and every
-    /// blocked consumer wakes to find it closed.
-    pub(crate) fn queue_producer_done(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) {
-        let Obj::Queue { producers, pop_waiters, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
-        *producers -= 1;
-        if *producers > 0 || pop_waiters.is_empty() {
-            return;
+    /// A producer of queue `q` exited (of its own lane, or of every lane when it pushed in
+    /// rotation): a lane whose last producer it was closes, and every consumer blocked on it
+    /// wakes to find it closed (`queue_terminate`'s broadcast, one per lane).
+    pub(crate) fn queue_producer_done(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, lane: Lane) {
+        let own = self.lane_of(t, q, Lane::Own);
+        let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        let mut closed = Vec::new();
+        for (l, ln) in lanes.iter_mut().enumerate() {
+            if lane == Lane::Own && l != own {
+                continue;
+            }
+            ln.producers -= 1;
+            if ln.producers == 0 && !ln.pop_waiters.is_empty() {
+                closed.push(ln.pop_waiters.drain(..).collect::<Vec<ThreadId>>());
+            }
         }
-        let woken: Vec<ThreadId> = pop_waiters.drain(..).collect();
-        self.futex_wake(k, cpu, t, woken);
+        for woken in closed {
+            self.futex_wake(k, cpu, t, woken);
+        }
     }
 
     pub(crate) fn op_cond_wait(&mut self, k: KernelId, cpu: u32, t: ThreadId, c: ObjId, m: ObjId) -> Flow {

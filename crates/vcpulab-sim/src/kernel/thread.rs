@@ -372,8 +372,8 @@ impl World<'_> {
                     }
                     Flow::Continue
                 }
-                Instr::Push(q) => self.op_push(k, cpu, t, *q),
-                Instr::DrainPop { queue, end } => match self.op_pop(k, cpu, t, *queue) {
+                Instr::Push { queue, lane } => self.op_push(k, cpu, t, *queue, *lane),
+                Instr::DrainPop { queue, end, lane } => match self.op_pop(k, cpu, t, *queue, *lane) {
                     Some(true) => Flow::Continue,
                     Some(false) => {
                         self.threads[t as usize].pc = *end;
@@ -483,8 +483,8 @@ impl World<'_> {
 
     fn thread_exit(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
         let wl = self.insts[self.threads[t as usize].inst as usize].wl.clone();
-        for &q in &wl.groups[self.threads[t as usize].group as usize].pushes {
-            self.queue_producer_done(k, cpu, t, q);
+        for &(q, lane) in &wl.groups[self.threads[t as usize].group as usize].pushes {
+            self.queue_producer_done(k, cpu, t, q, lane);
         }
         self.threads[t as usize].act = Act::Done;
         self.block_curr(k, cpu, true);

@@ -9,7 +9,7 @@ use toml::Value;
 
 use super::dist::{parse_duration, Dist};
 use super::heap::{parse_size, HeapParams};
-use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Times, Workload, MODELS};
+use super::program::{CountExpr, Group, Instr, Lane, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Times, Workload, MODELS};
 
 /// A parse error: the path inside the workload table and a message.
 pub type ParseError = (String, String);
@@ -22,8 +22,10 @@ struct Ctx<'a> {
     mem: f32,
     /// Objects the group being compiled uses.
     used: Vec<ObjId>,
-    /// Queues it pushes to.
-    pushes: Vec<ObjId>,
+    /// Queues it pushes to, with their lane choice.
+    pushes: Vec<(ObjId, Lane)>,
+    /// Queues declared with lanes.
+    laned: Vec<ObjId>,
     /// Queues it drains.
     drains: Vec<ObjId>,
     /// Queues of the enclosing drain loops (innermost last).
@@ -170,6 +172,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         mem: memory.intensity,
         used: Vec::new(),
         pushes: Vec::new(),
+        laned: Vec::new(),
         drains: Vec::new(),
         draining: Vec::new(),
         loops: 0,
@@ -184,6 +187,9 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
                 d.name = oname.clone();
                 transform.apply(&mut d);
                 ctx.objects.insert(oname.clone(), d.kind);
+                if d.lane_threads.is_some() {
+                    ctx.laned.push(decls.len() as ObjId);
+                }
                 decls.push(d);
             }
         }
@@ -263,7 +269,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
 fn check_queues(decls: &[ObjDecl], groups: &[Group], drains: &[Vec<ObjId>]) -> Result<(), ParseError> {
     for (q, d) in decls.iter().enumerate().filter(|(_, d)| d.kind == ObjKind::Queue) {
         let q = q as ObjId;
-        let pushed = groups.iter().any(|g| g.pushes.contains(&q));
+        let pushed = groups.iter().any(|g| g.pushes.iter().any(|(p, _)| *p == q));
         let drained = drains.iter().any(|ds| ds.contains(&q));
         if !pushed || !drained {
             let what = if pushed { "drains" } else { "pushes to" };
@@ -272,7 +278,7 @@ fn check_queues(decls: &[ObjDecl], groups: &[Group], drains: &[Vec<ObjId>]) -> R
     }
     // Depth-first search for a cycle over group → group edges.
     let edges: Vec<Vec<usize>> =
-        groups.iter().map(|g| (0..groups.len()).filter(|&h| g.pushes.iter().any(|q| drains[h].contains(q))).collect()).collect();
+        groups.iter().map(|g| (0..groups.len()).filter(|&h| g.pushes.iter().any(|(q, _)| drains[h].contains(q))).collect()).collect();
     fn visit(g: usize, edges: &[Vec<usize>], state: &mut [u8], stack: &mut Vec<usize>) -> Option<Vec<usize>> {
         state[g] = 1;
         stack.push(g);
@@ -676,13 +682,21 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
     let kinds = "mutex, spinlock, kspinlock, barrier, spin_barrier, condvar, queue";
     let kind_of =
         |s: &str, p: &str| ObjKind::parse(s).ok_or_else(|| (p.to_string(), format!("unknown object kind '{s}' (expected one of {kinds})")));
-    let mut d = ObjDecl { name: String::new(), kind: ObjKind::Mutex, parties: None, spin: None, capacity: None, users: Vec::new() };
+    let mut d = ObjDecl {
+        name: String::new(),
+        kind: ObjKind::Mutex,
+        parties: None,
+        spin: None,
+        capacity: None,
+        lane_threads: None,
+        users: Vec::new(),
+    };
     match v {
         Value::String(s) => d.kind = kind_of(s, path)?,
         Value::Table(t) => {
             for k in t.keys() {
-                if !["kind", "parties", "spin", "capacity"].contains(&k.as_str()) {
-                    return err(&format!("{path}.{k}"), "unknown field (expected kind, parties, spin, capacity)");
+                if !["kind", "parties", "spin", "capacity", "lane_threads"].contains(&k.as_str()) {
+                    return err(&format!("{path}.{k}"), "unknown field (expected kind, parties, spin, capacity, lane_threads)");
                 }
             }
             let Some(Value::String(ks)) = t.get("kind") else {
@@ -713,6 +727,12 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
                     return err(&format!("{path}.capacity"), "only queues have a capacity");
                 }
                 d.capacity = Some(positive_u32(&resolve(params, c, path)?, &format!("{path}.capacity"))?);
+            }
+            if let Some(c) = t.get("lane_threads") {
+                if d.kind != ObjKind::Queue {
+                    return err(&format!("{path}.lane_threads"), "only queues have lanes");
+                }
+                d.lane_threads = Some(positive_u32(&resolve(params, c, path)?, &format!("{path}.lane_threads"))?);
             }
         }
         o => {
@@ -783,6 +803,19 @@ fn size_dist(ctx: &mut Ctx<'_>, v: &Value, path: &str) -> Result<Dist, ParseErro
 
 const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, push, drain, respond, malloc, free, munmap, madvise, mprotect, membarrier, repeat, single, serial, subset";
 
+/// The lane of a `push` or drain: `"own"` (the default) or `"rotate"`, only on a queue
+/// declared with `lane_threads`.
+fn lane(ctx: &Ctx<'_>, q: ObjId, v: Option<&Value>, path: &str) -> Result<Lane, ParseError> {
+    let Some(v) = v else { return Ok(Lane::Own) };
+    let Some(l) = v.as_str().and_then(Lane::parse) else {
+        return err(path, format!("expected \"own\" or \"rotate\" (got {v})"));
+    };
+    if !ctx.laned.contains(&q) {
+        return err(path, "only a queue declared with lane_threads has lanes to choose");
+    }
+    Ok(l)
+}
+
 fn compile_block(ctx: &mut Ctx<'_>, v: &Value, path: &str, out: &mut Vec<Instr>) -> Result<(), ParseError> {
     let Some(ops) = v.as_array() else {
         return err(path, format!("expected a list of operations (got {})", type_name(v)));
@@ -806,7 +839,7 @@ fn sub_table<'v>(v: &'v Value, path: &str, keys: &[&str]) -> Result<&'v toml::Ta
 }
 
 /// Modifiers an operation accepts beside its own key.
-const MODIFIERS: &[(&str, &[&str])] = &[("compute", &["skew", "mem", "split"])];
+const MODIFIERS: &[(&str, &[&str])] = &[("compute", &["skew", "mem", "split"]), ("push", &["lane"])];
 
 fn flag(v: &Value, path: &str) -> Result<bool, ParseError> {
     v.as_bool().ok_or_else(|| (path.to_string(), format!("expected true or false (got {})", type_name(v))))
@@ -852,9 +885,19 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
         "cond_signal" => Instr::CondSignal(use_object(ctx, a, &p, &[K::CondVar])?),
         "cond_broadcast" => Instr::CondBroadcast(use_object(ctx, a, &p, &[K::CondVar])?),
         "push" => {
-            let q = use_object(ctx, a, &p, &[K::Queue])?;
-            ctx.pushes.push(q);
-            Instr::Push(q)
+            let queue = use_object(ctx, a, &p, &[K::Queue])?;
+            let lane = lane(ctx, queue, t.get("lane"), &format!("{path}.lane"))?;
+            match ctx.pushes.iter().find(|(q, _)| *q == queue) {
+                Some((_, l)) if *l != lane => {
+                    return err(
+                        &format!("{path}.lane"),
+                        "a group pushes to a laned queue either to its own lane or in rotation, not both (the lane's producers would be ambiguous)",
+                    )
+                }
+                Some(_) => {}
+                None => ctx.pushes.push((queue, lane)),
+            }
+            Instr::Push { queue, lane }
         }
         "respond" => {
             let q = use_object(ctx, a, &p, &[K::Queue])?;
@@ -871,18 +914,19 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             Instr::Join(q)
         }
         "drain" => {
-            let t = sub_table(a, &p, &["queue", "body"])?;
+            let t = sub_table(a, &p, &["queue", "body", "lane"])?;
             let qv = t.get("queue").ok_or_else(|| (format!("{p}.queue"), "missing".to_string()))?;
             let q = use_object(ctx, qv, &format!("{p}.queue"), &[K::Queue])?;
+            let lane = lane(ctx, q, t.get("lane"), &format!("{p}.lane"))?;
             ctx.drains.push(q);
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
             let start = out.len();
-            out.push(Instr::DrainPop { queue: q, end: 0 });
+            out.push(Instr::DrainPop { queue: q, end: 0, lane });
             ctx.draining.push(q);
             compile_block(ctx, body, &format!("{p}.body"), out)?;
             ctx.draining.pop();
             out.push(Instr::DrainEnd { start: start as u32 });
-            out[start] = Instr::DrainPop { queue: q, end: out.len() as u32 };
+            out[start] = Instr::DrainPop { queue: q, end: out.len() as u32, lane };
             return Ok(());
         }
         "subset" => {

@@ -60,8 +60,12 @@ pub struct ObjDecl {
     /// User-level spinning before blocking (mutexes and barriers; ns): None blocks at once,
     /// `Some(u64::MAX)` never blocks (spin barriers).
     pub spin: Option<u64>,
-    /// Queue capacity (None = unbounded).
+    /// Queue capacity, per lane (None = unbounded).
     pub capacity: Option<u32>,
+    /// A queue split into lanes, one per this many threads: `ceil(n / lane_threads)` lanes
+    /// (None = one lane). PARSEC dedup's stage queues (encoder.c: `nqueues = ceil(nthreads /
+    /// MAX_THREADS_PER_QUEUE)`, thread `tid` uses queue `tid / MAX_THREADS_PER_QUEUE`).
+    pub lane_threads: Option<u32>,
     /// Groups whose programs use it.
     pub users: Vec<u32>,
 }
@@ -167,8 +171,34 @@ pub struct Group {
     pub threads: CountExpr,
     /// Index of its first instruction.
     pub entry: u32,
-    /// Queues its program pushes to (closed when all its threads have finished).
-    pub pushes: Vec<ObjId>,
+    /// Queues its program pushes to, and how it picks their lanes (a lane closes when all
+    /// its producer threads have finished).
+    pub pushes: Vec<(ObjId, Lane)>,
+}
+
+/// Which lane of a laned queue a `push` or a drain uses (an unlaned queue has one lane).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Lane {
+    /// The thread's own lane: index `i` in its group uses lane `i / lane_threads` (modulo the
+    /// lanes). A pusher is a producer of its own lane only.
+    Own,
+    /// Every lane in turn, one operation each, starting at lane 0: a pusher moves to the next
+    /// lane after each push (dedup's Fragment), a drainer after each pop and blocks on the
+    /// lane whose turn it is even when others have items (dedup's Reorder). A rotating pusher
+    /// is a producer of every lane; a rotating drainer finishes when every lane is closed and
+    /// empty.
+    Rotate,
+}
+
+impl Lane {
+    /// Parses `"own"` or `"rotate"`.
+    pub fn parse(s: &str) -> Option<Lane> {
+        match s {
+            "own" => Some(Lane::Own),
+            "rotate" => Some(Lane::Rotate),
+            _ => None,
+        }
+    }
 }
 
 /// One compiled instruction.
@@ -243,15 +273,22 @@ pub enum Instr {
     },
     /// `malloc` of a sampled number of bytes from the thread's arena (see [`super::heap`]).
     Malloc(Dist),
-    /// Append an item to a queue (block while it is full).
-    Push(ObjId),
-    /// Start of a drain loop: pop an item (block while the queue is empty and open); when
-    /// the queue is closed and empty, continue at `end`.
+    /// Append an item to a queue (block while its lane is full).
+    Push {
+        /// The queue.
+        queue: ObjId,
+        /// Which lane.
+        lane: Lane,
+    },
+    /// Start of a drain loop: pop an item (block while the lane is empty and open); when
+    /// the lane (with `Lane::Rotate`, every lane) is closed and empty, continue at `end`.
     DrainPop {
         /// The queue.
         queue: ObjId,
         /// Index of the first instruction after the matching `DrainEnd`.
         end: u32,
+        /// Which lane.
+        lane: Lane,
     },
     /// End of a drain body: back to the `DrainPop` at `start`.
     DrainEnd {

@@ -233,11 +233,11 @@ impl<'i> World<'i> {
             .iter()
             .enumerate()
             .map(|(o, d)| {
-                let producers = wl.groups.iter().filter(|g| g.pushes.contains(&(o as u32))).map(|g| g.threads.value(n)).sum();
+                let producers = queue_producers(&wl, o as u32, n);
                 Obj::new(
                     d,
                     wl.users(o as u32, n),
-                    producers,
+                    &producers,
                     Stream::new(stream_seed(cfg.seed, &[STREAM_OBJECT, u64::from(inst), o as u64])),
                 )
             })
@@ -296,4 +296,24 @@ impl<'i> World<'i> {
             responses: Vec::new(),
         });
     }
+}
+
+/// Producer threads of each lane of queue `q` for thread parameter `n` (one lane unless the
+/// queue is declared with `lane_threads`: `ceil(n / lane_threads)` lanes). A group pushing to
+/// its own lane adds each thread to the lane its index maps to; a group pushing in rotation
+/// adds each thread to every lane.
+fn queue_producers(wl: &crate::workload::Workload, q: u32, n: u32) -> Vec<u32> {
+    let lanes = wl.objects[q as usize].lane_threads.map_or(1, |lt| n.div_ceil(lt).max(1)) as usize;
+    let per = wl.objects[q as usize].lane_threads.unwrap_or(u32::MAX);
+    let mut producers = vec![0u32; lanes];
+    for g in &wl.groups {
+        let Some(&(_, lane)) = g.pushes.iter().find(|(p, _)| *p == q) else { continue };
+        for idx in 0..g.threads.value(n) {
+            match lane {
+                crate::workload::program::Lane::Own => producers[(idx / per) as usize % lanes] += 1,
+                crate::workload::program::Lane::Rotate => producers.iter_mut().for_each(|p| *p += 1),
+            }
+        }
+    }
+    producers
 }
