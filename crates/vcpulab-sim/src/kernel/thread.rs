@@ -323,6 +323,7 @@ impl World<'_> {
                     ns => self.op_sleep(k, cpu, t, ns),
                 },
                 Instr::Lock(m) => self.op_lock(k, cpu, t, *m),
+                Instr::LockBlock(m) => self.op_lock_ex(k, cpu, t, *m, false),
                 Instr::Unlock(m) => self.op_unlock(k, cpu, t, *m),
                 Instr::SpinLock(l) => self.op_spin_lock(t, *l),
                 Instr::SpinUnlock(l) => self.op_spin_unlock(t, *l),

@@ -839,7 +839,7 @@ fn sub_table<'v>(v: &'v Value, path: &str, keys: &[&str]) -> Result<&'v toml::Ta
 }
 
 /// Modifiers an operation accepts beside its own key.
-const MODIFIERS: &[(&str, &[&str])] = &[("compute", &["skew", "mem", "split"]), ("push", &["lane"])];
+const MODIFIERS: &[(&str, &[&str])] = &[("compute", &["skew", "mem", "split"]), ("push", &["lane"]), ("lock", &["spin"])];
 
 fn flag(v: &Value, path: &str) -> Result<bool, ParseError> {
     v.as_bool().ok_or_else(|| (path.to_string(), format!("expected true or false (got {})", type_name(v))))
@@ -872,7 +872,17 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
         // `lock` and `spin_lock` follow the object's kind, so a transform can turn one into
         // the other.
         "lock" | "spin_lock" => match use_object(ctx, a, &p, &[K::Mutex, K::SpinLock])? {
-            o if ctx.objects[o as usize] == K::Mutex => Instr::Lock(o),
+            o if ctx.objects[o as usize] == K::Mutex => match t.get("spin") {
+                None => Instr::Lock(o),
+                Some(Value::Boolean(false)) => Instr::LockBlock(o),
+                Some(v) => {
+                    return err(
+                        &format!("{path}.spin"),
+                        format!("expected false (take the mutex with pthread_mutex_lock, blocking at once; omit it to use the mutex's spin budget), got {v}"),
+                    )
+                }
+            },
+            _ if t.contains_key("spin") => return err(&format!("{path}.spin"), "only a mutex can be locked without spinning"),
             o => Instr::SpinLock(o),
         },
         "unlock" | "spin_unlock" => match use_object(ctx, a, &p, &[K::Mutex, K::SpinLock])? {

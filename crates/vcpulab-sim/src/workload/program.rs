@@ -218,8 +218,11 @@ pub enum Instr {
     },
     /// Sleep (block on a timer) for a sampled duration.
     Sleep(Dist),
-    /// Acquire a mutex (block while it is taken).
+    /// Acquire a mutex (spin up to its budget, then block while it is taken).
     Lock(ObjId),
+    /// Acquire a mutex blocking at once, whatever its spin budget: `pthread_mutex_lock` on a
+    /// mutex the program elsewhere takes with a trylock loop (PARSEC's `parsec_barrier`).
+    LockBlock(ObjId),
     /// Release a mutex.
     Unlock(ObjId),
     /// Acquire a user spinlock (spin while it is taken).

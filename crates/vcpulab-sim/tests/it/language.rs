@@ -300,3 +300,35 @@ fn laned_queues_route_by_thread_and_rotate_strictly() {
     let e = spec_error("objects = { m = { kind = \"mutex\", lane_threads = 2 } }\nprogram = [ { lock = \"m\" }, { unlock = \"m\" } ]");
     assert!(e.contains("objects.m.lane_threads") && e.contains("only queues"), "{e}");
 }
+
+#[test]
+fn a_lock_without_spinning_blocks_on_a_spinning_mutex() {
+    // Thread 0 holds `m` for 2 ms at every episode while the others want it: with the
+    // mutex's forever-spin they spin the whole time; `spin = false` (pthread_mutex_lock on a
+    // mutex taken elsewhere with a trylock loop) makes the same waits futex sleeps.
+    let w = |lock: &str| {
+        format!(
+            "objects = {{ m = {{ kind = \"mutex\", spin = \"forever\" }}, b = \"barrier\" }}\n\
+             program = [ {{ repeat = {{ times = 10, body = [\n\
+               {{ single = {{ body = [ {{ lock = \"m\" }} ] }} }}, {{ barrier = \"b\" }},\n\
+               {{ single = {{ body = [ {{ compute = \"2ms\" }}, {{ unlock = \"m\" }} ] }} }},\n\
+               {{ {lock} }}, {{ compute = \"10us\" }}, {{ unlock = \"m\" }}, {{ barrier = \"b\" }},\n\
+             ] }} }} ]"
+        )
+    };
+    let stats = |lock: &str| {
+        let r = run_inline(NATIVE4, &w(lock), &[]);
+        let c = &r[0].run.instances[0].counters;
+        (c.spin_ns, c.blocks)
+    };
+    let (spin_spin, _) = stats("lock = \"m\"");
+    let (block_spin, block_blocks) = stats("lock = \"m\", spin = false");
+    assert!(spin_spin > 10 * 1_000_000, "the waiters spin through the holder's 2 ms: {spin_spin}");
+    assert_eq!(block_spin, 0, "no acquisition spins");
+    assert!(block_blocks >= 10, "the waiters sleep on the futex: {block_blocks}");
+
+    let e = spec_error("objects = { m = \"mutex\" }\nprogram = [ { lock = \"m\", spin = true }, { unlock = \"m\" } ]");
+    assert!(e.contains("program[0].spin") && e.contains("expected false"), "{e}");
+    let e = spec_error("objects = { s = \"spinlock\" }\nprogram = [ { spin_lock = \"s\", spin = false }, { spin_unlock = \"s\" } ]");
+    assert!(e.contains("program[0].spin"), "{e}");
+}
