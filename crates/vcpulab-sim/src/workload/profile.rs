@@ -26,8 +26,8 @@ struct Ctx<'a> {
     pushes: Vec<(ObjId, Lane)>,
     /// Queues declared with lanes.
     laned: Vec<ObjId>,
-    /// Queues it drains.
-    drains: Vec<ObjId>,
+    /// Queues it drains, with their lane choice.
+    drains: Vec<(ObjId, Lane)>,
     /// Queues of the enclosing drain loops (innermost last).
     draining: Vec<ObjId>,
     /// Depth of enclosing `repeat` loops.
@@ -244,8 +244,11 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         let mut pushes = ctx.pushes.clone();
         pushes.sort_unstable();
         pushes.dedup();
-        drains.push(ctx.drains.clone());
-        groups.push(Group { name: gname, threads: count, entry, pushes });
+        let mut group_drains = ctx.drains.clone();
+        group_drains.sort_unstable();
+        group_drains.dedup();
+        drains.push(group_drains.iter().map(|&(q, _)| q).collect());
+        groups.push(Group { name: gname, threads: count, entry, pushes, drains: group_drains });
     }
     check_queues(&decls, &groups, &drains)?;
     Ok(Workload {
@@ -726,13 +729,15 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
                 if d.kind != ObjKind::Queue {
                     return err(&format!("{path}.capacity"), "only queues have a capacity");
                 }
-                d.capacity = Some(positive_u32(&resolve(params, c, path)?, &format!("{path}.capacity"))?);
+                let p = format!("{path}.capacity");
+                d.capacity = Some(positive_u32(&resolve(params, c, &p)?, &p)?);
             }
             if let Some(c) = t.get("lane_threads") {
                 if d.kind != ObjKind::Queue {
                     return err(&format!("{path}.lane_threads"), "only queues have lanes");
                 }
-                d.lane_threads = Some(positive_u32(&resolve(params, c, path)?, &format!("{path}.lane_threads"))?);
+                let p = format!("{path}.lane_threads");
+                d.lane_threads = Some(positive_u32(&resolve(params, c, &p)?, &p)?);
             }
         }
         o => {
@@ -928,7 +933,7 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             let qv = t.get("queue").ok_or_else(|| (format!("{p}.queue"), "missing".to_string()))?;
             let q = use_object(ctx, qv, &format!("{p}.queue"), &[K::Queue])?;
             let lane = lane(ctx, q, t.get("lane"), &format!("{p}.lane"))?;
-            ctx.drains.push(q);
+            ctx.drains.push((q, lane));
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
             let start = out.len();
             out.push(Instr::DrainPop { queue: q, end: 0, lane });

@@ -174,6 +174,8 @@ pub struct Group {
     /// Queues its program pushes to, and how it picks their lanes (a lane closes when all
     /// its producer threads have finished).
     pub pushes: Vec<(ObjId, Lane)>,
+    /// Queues its program drains, and how it picks their lanes.
+    pub drains: Vec<(ObjId, Lane)>,
 }
 
 /// Which lane of a laned queue a `push` or a drain uses (an unlaned queue has one lane).

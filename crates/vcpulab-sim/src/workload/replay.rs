@@ -416,7 +416,13 @@ impl<'a> Builder<'a> {
     fn thread(&mut self, me: usize) {
         let t = self.threads[me];
         let entry = self.instrs.len() as u32;
-        self.groups.push(Group { name: format!("tid{}", t.tid), threads: CountExpr::fixed(1), entry, pushes: Vec::new() });
+        self.groups.push(Group {
+            name: format!("tid{}", t.tid),
+            threads: CountExpr::fixed(1),
+            entry,
+            pushes: Vec::new(),
+            drains: Vec::new(),
+        });
         let created = t.parent.is_some_and(|p| self.index_of.contains_key(&p));
         if created {
             self.wait_token(me, self.handshakes[me].start);

@@ -203,6 +203,7 @@ impl<'i> World<'i> {
                 threads: crate::workload::program::CountExpr::N,
                 entry: 0,
                 pushes: Vec::new(),
+                drains: Vec::new(),
             }],
             meta: Default::default(),
             memory: Default::default(),
@@ -228,6 +229,9 @@ impl<'i> World<'i> {
         let inst = self.insts.len() as u32;
         let ncpus = self.kernels[k as usize].cpus.len() as u32;
         let threads = wl.thread_count(n);
+        if let Some(msg) = undrained_lane(&wl, n) {
+            self.fail(msg);
+        }
         let objs = wl
             .objects
             .iter()
@@ -298,22 +302,46 @@ impl<'i> World<'i> {
     }
 }
 
-/// Producer threads of each lane of queue `q` for thread parameter `n` (one lane unless the
-/// queue is declared with `lane_threads`: `ceil(n / lane_threads)` lanes). A group pushing to
-/// its own lane adds each thread to the lane its index maps to; a group pushing in rotation
-/// adds each thread to every lane.
-fn queue_producers(wl: &crate::workload::Workload, q: u32, n: u32) -> Vec<u32> {
+/// Threads of each lane of queue `q` for thread parameter `n` that push to it (`drains` =
+/// false) or drain it (true). A queue has one lane unless it is declared with `lane_threads`:
+/// then `ceil(n / lane_threads)` lanes. A group using its own lane adds each thread to the
+/// lane its index maps to; a group using every lane in rotation adds each thread to all.
+fn lane_users(wl: &crate::workload::Workload, q: u32, n: u32, drains: bool) -> Vec<u32> {
     let lanes = wl.objects[q as usize].lane_threads.map_or(1, |lt| n.div_ceil(lt).max(1)) as usize;
     let per = wl.objects[q as usize].lane_threads.unwrap_or(u32::MAX);
-    let mut producers = vec![0u32; lanes];
+    let mut users = vec![0u32; lanes];
     for g in &wl.groups {
-        let Some(&(_, lane)) = g.pushes.iter().find(|(p, _)| *p == q) else { continue };
+        let uses = if drains { &g.drains } else { &g.pushes };
+        let Some(&(_, lane)) = uses.iter().find(|(p, _)| *p == q) else { continue };
         for idx in 0..g.threads.value(n) {
             match lane {
-                crate::workload::program::Lane::Own => producers[(idx / per) as usize % lanes] += 1,
-                crate::workload::program::Lane::Rotate => producers.iter_mut().for_each(|p| *p += 1),
+                crate::workload::program::Lane::Own => users[(idx / per) as usize % lanes] += 1,
+                crate::workload::program::Lane::Rotate => users.iter_mut().for_each(|u| *u += 1),
             }
         }
     }
-    producers
+    users
+}
+
+/// Producer threads of each lane of queue `q` (see [`lane_users`]).
+fn queue_producers(wl: &crate::workload::Workload, q: u32, n: u32) -> Vec<u32> {
+    lane_users(wl, q, n, false)
+}
+
+/// A lane that gets items but that no thread drains (its items would be lost and a `join`
+/// would never return): the message naming it, if any.
+fn undrained_lane(wl: &crate::workload::Workload, n: u32) -> Option<String> {
+    for (q, d) in wl.objects.iter().enumerate().filter(|(_, d)| d.lane_threads.is_some()) {
+        let (producers, consumers) = (lane_users(wl, q as u32, n, false), lane_users(wl, q as u32, n, true));
+        if let Some(l) = (0..producers.len()).find(|&l| producers[l] > 0 && consumers[l] == 0) {
+            return Some(format!(
+                "workload '{}': lane {l} of queue '{}' ({} lanes at n = {n}, lane_threads = {}) gets items but no thread drains it (drain it with lane = \"rotate\", or with a group of enough threads)",
+                wl.name,
+                d.name,
+                producers.len(),
+                d.lane_threads.unwrap_or(1)
+            ));
+        }
+    }
+    None
 }
