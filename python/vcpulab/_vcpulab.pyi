@@ -43,6 +43,7 @@ class _WorkloadInfo(TypedDict):
     basis: str
     scalability_type: int
     version: int
+    kvm_overhead: list[str]
 
 class _PolicyInfo(TypedDict):
     kind: str

@@ -341,6 +341,45 @@ def _settings(
     return out
 
 
+UC_CATEGORIES = ("negligible", "high guest", "high host")
+
+
+def declared_categories(kvm_overhead: Sequence[str]) -> set[str]:
+    """The undercommitted TPDS categories a profile declares in ``kvm_overhead`` (entries
+    start with the category's name, e.g. "high host overhead (blocking sync, ...)")."""
+    return {c for entry in kvm_overhead for c in UC_CATEGORIES if entry.startswith(c)}
+
+
+def agreement(rows: Sequence[Mapping[str, Any]], declared: Mapping[str, Sequence[str]]) -> list[dict[str, Any]]:
+    """Per (workload, variant, config) of ``categorize`` rows, over its vCPU counts: the
+    undercommitted categories the simulation gives (the union of high guest and high host over
+    the vCPU counts; negligible when every count is negligible) against those the workload's
+    profile declares (``declared``: workload → its ``kvm_overhead`` entries; workloads that
+    declare nothing at all are left out). TPDS §6 categorizes a program over all its sizes
+    (Fig. 4's average and maximum bars), hence the union. The high overcommit category is not
+    compared (it also depends on host scheduling, issues #24 and #25)."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r.get("dt_uc") is None or not declared.get(r["workload"]):
+            continue
+        groups.setdefault((r["workload"], r["variant"] or "", r.get("config") or ""), []).append(r)
+    out = []
+    for (workload, variant, config), rs in sorted(groups.items()):
+        rs = sorted(rs, key=lambda r: r["vcpus"])
+        sim = {c for r in rs for c in r["categories"] if c in ("high guest", "high host")}
+        if not sim and all("negligible" in r["categories"] for r in rs):
+            sim = {"negligible"}
+        want = declared_categories(declared[workload])
+        out.append(
+            {
+                "workload": workload, "variant": variant, "config": config,
+                "vcpus": [r["vcpus"] for r in rs],
+                "simulated": sorted(sim), "declared": sorted(want), "agree": sim == want,
+            }
+        )  # fmt: skip
+    return out
+
+
 def scalability_type(parallelism: float | None, sync: float | None, cpus: int, th: Thresholds) -> int | None:
     """DIS ch.4: 1 high parallelism/low sync, 2 low/high, 3 high/high, 4 low/low; ``None``
     without both inputs. The rule is the simulator's (``characterize::classify``, also used by

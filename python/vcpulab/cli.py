@@ -485,6 +485,12 @@ def build_parser() -> argparse.ArgumentParser:
         "and the DIS ch.4 scalability type (needs the native cell). Thresholds: docs/results.md.",
     )
     cat.add_argument("results", metavar="RESULTS", help="results directory")
+    cat.add_argument(
+        "--declared",
+        action="store_true",
+        help="compare each workload's undercommitted categories (negligible, high guest, high host; the union "
+        "over its vCPU counts) with those its profile declares (kvm_overhead) and count the agreements",
+    )
     defaults = analysis.Thresholds()
     for name, help_text in (
         ("negligible", "δη_t below this in UC and in every stored OC and OC2 cell is negligible"),
@@ -1075,11 +1081,31 @@ def cmd_categorize(args: argparse.Namespace) -> int:
     store = _open_store(args.results)
     with store.reading():
         rows = analysis.categorize(store, th)
+    if args.declared:
+        from ._vcpulab import workloads
+
+        declared = {w["name"]: w["kvm_overhead"] for w in workloads()}
+        rows = analysis.agreement(rows, declared)
+        if not rows:
+            raise CliError(
+                f"{args.results}: no UC results of a workload whose profile declares TPDS categories (kvm_overhead)"
+            )
     if args.json:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
         return 0
-    render.stdout_console().print(render.categories_table(rows))
+    if not args.declared:
+        render.stdout_console().print(render.categories_table(rows))
+        _print_legend(store, rows)
+        return 0
+    render.stdout_console().print(render.agreement_table(rows))
+    totals: dict[tuple[str, str], list[bool]] = {}
+    for r in rows:
+        totals.setdefault((r["variant"], r["config"]), []).append(r["agree"])
+    # The configurations with the most workloads (a sweep's matrix) first.
+    for (variant, config), agree in sorted(totals.items(), key=lambda t: (-len(t[1]), t[0])):
+        where = ", ".join(x for x in (variant and f"variant {variant}", config and f"config {config}") if x)
+        print(f"agree on {sum(agree)} of {len(agree)} workloads" + (f" ({where})" if where else ""))
     _print_legend(store, rows)
     return 0
 

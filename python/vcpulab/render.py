@@ -854,6 +854,21 @@ def categories_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def agreement_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """Simulated vs declared undercommitted TPDS categories, one row per workload."""
+    table = Table(show_edge=False, pad_edge=False)
+    configs = any(r.get("config") for r in rows)
+    for c in ("workload", "variant", *(("config",) if configs else ()), "vCPUs", "simulated", "declared", "agree"):
+        table.add_column(c)
+    for r in rows:
+        table.add_row(
+            r["workload"], r["variant"] or DASH, *((r.get("config") or DASH,) if configs else ()),
+            ", ".join(str(v) for v in r["vcpus"]), ", ".join(r["simulated"]) or DASH,
+            ", ".join(r["declared"]) or DASH, "yes" if r["agree"] else "NO",
+        )  # fmt: skip
+    return table
+
+
 # Above this many cells `vcpulab run` prints the matrix overview instead of one row per cell.
 MANY_CELLS = 60
 

@@ -506,6 +506,9 @@ def test_categorize(full: tuple[Path, Path, list[dict[str, Any]]]) -> None:
         ]
         assert x["scalability_type"] == expected, x
     ok(vcpulab("categorize", store, cwd=work))
+    # lock and heapchurn declare no TPDS category: nothing to compare, said in one line.
+    r = vcpulab("categorize", store, "--declared", cwd=work)
+    assert r.code != 0 and "declares TPDS categories" in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
 @pytest.mark.parametrize("command", [("query", "SELECT 1"), ("summary",), ("categorize",)], ids=lambda c: c[0])

@@ -190,6 +190,7 @@ fn workloads<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
             d.set_item("basis", w.basis)?;
             d.set_item("scalability_type", w.scalability_type)?;
             d.set_item("version", w.version)?;
+            d.set_item("kvm_overhead", w.kvm_overhead)?;
             Ok(d)
         })
         .collect()

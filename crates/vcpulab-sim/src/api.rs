@@ -151,6 +151,8 @@ pub struct WorkloadInfo {
     pub scalability_type: u8,
     /// Profile version.
     pub version: u32,
+    /// The TPDS overhead categories the profile declares (`kvm_overhead`, from TPDS §6 Fig. 4).
+    pub kvm_overhead: Vec<String>,
     /// Where it comes from.
     pub source: String,
 }
@@ -172,6 +174,7 @@ pub fn builtin_workloads() -> Vec<WorkloadInfo> {
                 basis: w.meta.basis,
                 scalability_type: w.meta.scalability_type,
                 version: w.meta.version,
+                kvm_overhead: w.meta.kvm_overhead,
             }
         })
         .collect()
