@@ -414,7 +414,7 @@ impl World<'_> {
         let idx = self.threads[t as usize].idx;
         let Obj::Queue { lanes, lane_threads, cursors, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
         match lane {
-            Lane::Own => ((idx / *lane_threads) as usize) % lanes.len(),
+            Lane::Own => Lane::own(idx, *lane_threads, lanes.len()),
             Lane::Rotate => cursors.iter().find(|(c, _)| *c == t).map_or(0, |&(_, l)| l as usize),
         }
     }

@@ -228,7 +228,6 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     };
     let mut instrs = Vec::new();
     let mut groups = Vec::new();
-    let mut drains: Vec<Vec<ObjId>> = Vec::new();
     for (gi, (gname, count, prog, path)) in group_defs.into_iter().enumerate() {
         let entry = instrs.len() as u32;
         ctx.used.clear();
@@ -244,13 +243,12 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         let mut pushes = ctx.pushes.clone();
         pushes.sort_unstable();
         pushes.dedup();
-        let mut group_drains = ctx.drains.clone();
-        group_drains.sort_unstable();
-        group_drains.dedup();
-        drains.push(group_drains.iter().map(|&(q, _)| q).collect());
-        groups.push(Group { name: gname, threads: count, entry, pushes, drains: group_drains });
+        let mut drains = ctx.drains.clone();
+        drains.sort_unstable();
+        drains.dedup();
+        groups.push(Group { name: gname, threads: count, entry, pushes, drains });
     }
-    check_queues(&decls, &groups, &drains)?;
+    check_queues(&decls, &groups)?;
     Ok(Workload {
         name: name.to_string(),
         description,
@@ -269,11 +267,12 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
 
 /// Every queue needs a producer and a consumer, and the stage graph (a group that pushes to a
 /// queue another group drains) must be acyclic: a cycle could never close its queues.
-fn check_queues(decls: &[ObjDecl], groups: &[Group], drains: &[Vec<ObjId>]) -> Result<(), ParseError> {
+fn check_queues(decls: &[ObjDecl], groups: &[Group]) -> Result<(), ParseError> {
+    let drains = |g: &Group, q: ObjId| g.drains.iter().any(|(d, _)| *d == q);
     for (q, d) in decls.iter().enumerate().filter(|(_, d)| d.kind == ObjKind::Queue) {
         let q = q as ObjId;
         let pushed = groups.iter().any(|g| g.pushes.iter().any(|(p, _)| *p == q));
-        let drained = drains.iter().any(|ds| ds.contains(&q));
+        let drained = groups.iter().any(|g| drains(g, q));
         if !pushed || !drained {
             let what = if pushed { "drains" } else { "pushes to" };
             return err(&format!("objects.{}", d.name), format!("no group {what} queue '{}'", d.name));
@@ -281,7 +280,7 @@ fn check_queues(decls: &[ObjDecl], groups: &[Group], drains: &[Vec<ObjId>]) -> R
     }
     // Depth-first search for a cycle over group → group edges.
     let edges: Vec<Vec<usize>> =
-        groups.iter().map(|g| (0..groups.len()).filter(|&h| g.pushes.iter().any(|(q, _)| drains[h].contains(q))).collect()).collect();
+        groups.iter().map(|g| (0..groups.len()).filter(|&h| g.pushes.iter().any(|&(q, _)| drains(&groups[h], q))).collect()).collect();
     fn visit(g: usize, edges: &[Vec<usize>], state: &mut [u8], stack: &mut Vec<usize>) -> Option<Vec<usize>> {
         state[g] = 1;
         stack.push(g);

@@ -201,6 +201,19 @@ impl Lane {
             _ => None,
         }
     }
+
+    /// The lane a thread of index `idx` in its group uses as its own: `idx / lane_threads`,
+    /// modulo the `lanes` (for groups larger than n).
+    pub fn own(idx: u32, lane_threads: u32, lanes: usize) -> usize {
+        (idx / lane_threads) as usize % lanes
+    }
+}
+
+impl ObjDecl {
+    /// Lanes of a queue for thread parameter `n`: `ceil(n / lane_threads)`, or one.
+    pub fn lanes(&self, n: u32) -> usize {
+        self.lane_threads.map_or(1, |lt| n.div_ceil(lt).max(1)) as usize
+    }
 }
 
 /// One compiled instruction.

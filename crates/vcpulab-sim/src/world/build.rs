@@ -237,7 +237,7 @@ impl<'i> World<'i> {
             .iter()
             .enumerate()
             .map(|(o, d)| {
-                let producers = queue_producers(&wl, o as u32, n);
+                let producers = lane_users(&wl, o as u32, n, false);
                 Obj::new(
                     d,
                     wl.users(o as u32, n),
@@ -307,25 +307,23 @@ impl<'i> World<'i> {
 /// then `ceil(n / lane_threads)` lanes. A group using its own lane adds each thread to the
 /// lane its index maps to; a group using every lane in rotation adds each thread to all.
 fn lane_users(wl: &crate::workload::Workload, q: u32, n: u32, drains: bool) -> Vec<u32> {
-    let lanes = wl.objects[q as usize].lane_threads.map_or(1, |lt| n.div_ceil(lt).max(1)) as usize;
-    let per = wl.objects[q as usize].lane_threads.unwrap_or(u32::MAX);
+    use crate::workload::program::Lane;
+    let decl = &wl.objects[q as usize];
+    let (lanes, per) = (decl.lanes(n), decl.lane_threads.unwrap_or(u32::MAX));
     let mut users = vec![0u32; lanes];
     for g in &wl.groups {
         let uses = if drains { &g.drains } else { &g.pushes };
-        let Some(&(_, lane)) = uses.iter().find(|(p, _)| *p == q) else { continue };
-        for idx in 0..g.threads.value(n) {
-            match lane {
-                crate::workload::program::Lane::Own => users[(idx / per) as usize % lanes] += 1,
-                crate::workload::program::Lane::Rotate => users.iter_mut().for_each(|u| *u += 1),
+        // A group may drain one queue both ways (pushes are one way per queue, checked at parse).
+        for &(_, lane) in uses.iter().filter(|(p, _)| *p == q) {
+            for idx in 0..g.threads.value(n) {
+                match lane {
+                    Lane::Own => users[Lane::own(idx, per, lanes)] += 1,
+                    Lane::Rotate => users.iter_mut().for_each(|u| *u += 1),
+                }
             }
         }
     }
     users
-}
-
-/// Producer threads of each lane of queue `q` (see [`lane_users`]).
-fn queue_producers(wl: &crate::workload::Workload, q: u32, n: u32) -> Vec<u32> {
-    lane_users(wl, q, n, false)
 }
 
 /// A lane that gets items but that no thread drains (its items would be lost and a `join`
