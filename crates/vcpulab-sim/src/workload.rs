@@ -12,4 +12,4 @@ pub mod program;
 pub mod replay;
 
 pub use dist::Dist;
-pub use program::{Instr, ObjKind, Program, Times, Workload};
+pub use program::{Instr, ObjKind, Program, Share, Times, Workload};

@@ -154,6 +154,33 @@ pub struct Instance {
     pub n: u32,
     /// Response times recorded by `respond` (ns).
     pub responses: Vec<u64>,
+    /// The work pools of dynamic loops, by (pc of the `LoopStart`, episode): the k-th
+    /// time the threads of a group reach the loop they share pool k.
+    pub pools: BTreeMap<(u32, u64), WorkPool>,
+}
+
+/// The iterations of one episode of a dynamic loop ([`crate::workload::Share::Dynamic`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkPool {
+    /// Iterations not taken yet.
+    pub left: u64,
+    /// Threads of the group that have reached the loop.
+    pub arrived: u32,
+}
+
+impl Instance {
+    /// Takes one iteration of pool `key` for a thread of a group of `size`: 1 if one was
+    /// left, else 0. A pool is dropped once it is empty and the whole group has reached it
+    /// (no thread can ask it again).
+    pub fn take_pool_item(&mut self, key: (u32, u64), size: u32) -> u8 {
+        let Some(pool) = self.pools.get_mut(&key) else { return 0 };
+        let took = u8::from(pool.left > 0);
+        pool.left -= u64::from(took);
+        if pool.left == 0 && pool.arrived >= size {
+            self.pools.remove(&key);
+        }
+        took
+    }
 }
 
 impl Obj {

@@ -8,10 +8,10 @@
 use crate::account::{Attr, Cause, Layer, Log2Histogram};
 use crate::engine::Stream;
 use crate::workload::program::ObjId;
-use crate::workload::Instr;
+use crate::workload::{Instr, Share};
 use crate::world::{Leaf, Rem, Step, World};
 
-use super::sync::Instance;
+use super::sync::{Instance, WorkPool};
 use super::{KernelId, TaskId, ThreadId, HOST};
 
 /// What a spinning thread waits for.
@@ -92,6 +92,9 @@ pub struct Thread {
     pub pc: u32,
     /// The enclosing loops (innermost last): (iterations left, iterations done).
     pub loops: Vec<(u64, u64)>,
+    /// Per dynamic loop (by the pc of its `LoopStart`): how often the thread has entered it,
+    /// which names the work pool it shares with its group ([`crate::workload::Share`]).
+    pub pool_entries: Vec<(u32, u64)>,
     /// Current activity.
     pub act: Act,
     /// Remaining computation (ns of native work at local memory speed).
@@ -333,13 +336,34 @@ impl World<'_> {
                 Instr::CondWait { cond, mutex } => self.op_cond_wait(k, cpu, t, *cond, *mutex),
                 Instr::CondSignal(c) => self.op_cond_wake(k, cpu, t, *c, false),
                 Instr::CondBroadcast(c) => self.op_cond_wake(k, cpu, t, *c, true),
-                Instr::LoopStart { count, end, split } => {
+                Instr::LoopStart { count, end, share } => {
                     let th = &mut self.threads[t as usize];
-                    let mut count = count.value(self.insts[th.inst as usize].n);
-                    if *split {
-                        let size = u64::from(wl.groups[th.group as usize].threads.value(self.insts[th.inst as usize].n));
-                        count = count / size + u64::from(u64::from(th.idx) < count % size);
+                    let n = self.insts[th.inst as usize].n;
+                    let mut count = count.value(n);
+                    let size = wl.groups[th.group as usize].threads.value(n);
+                    match share {
+                        Share::Each => {}
+                        Share::Split => {
+                            let size = u64::from(size);
+                            count = count / size + u64::from(u64::from(th.idx) < count % size);
+                        }
+                        Share::Dynamic => {
+                            let entry = match th.pool_entries.iter_mut().find(|e| e.0 == pc) {
+                                Some(e) => e,
+                                None => {
+                                    th.pool_entries.push((pc, 0));
+                                    th.pool_entries.last_mut().expect("just pushed")
+                                }
+                            };
+                            let key = (pc, entry.1);
+                            entry.1 += 1;
+                            let inst = &mut self.insts[th.inst as usize];
+                            let pool = inst.pools.entry(key).or_insert(WorkPool { left: count, arrived: 0 });
+                            pool.arrived += 1;
+                            count = u64::from(inst.take_pool_item(key, size));
+                        }
                     }
+                    let th = &mut self.threads[t as usize];
                     if count == 0 {
                         th.pc = end + 1;
                     } else {
@@ -352,6 +376,14 @@ impl World<'_> {
                     let top = th.loops.last_mut().expect("loop stack");
                     top.0 -= 1;
                     top.1 += 1;
+                    if top.0 == 0 {
+                        if let Instr::LoopStart { share: Share::Dynamic, .. } = wl.program.instrs[*start as usize] {
+                            // Take the next iteration of the pool, if one is left.
+                            let episode = th.pool_entries.iter().find(|e| e.0 == *start).expect("entered").1 - 1;
+                            let size = wl.groups[th.group as usize].threads.value(self.insts[th.inst as usize].n);
+                            top.0 = u64::from(self.insts[th.inst as usize].take_pool_item((*start, episode), size));
+                        }
+                    }
                     if top.0 > 0 {
                         th.pc = start + 1;
                     } else {

@@ -22,7 +22,7 @@ fn overrides_reach_builtin_workloads_and_blame_the_flag() {
     assert_eq!(s.experiment.vcpus.0, vec![2, 4]);
     assert_eq!(
         s.workloads[0].program.instrs[0],
-        crate::workload::Instr::LoopStart { count: crate::workload::Times::Fixed(7), end: 5, split: false }
+        crate::workload::Instr::LoopStart { count: crate::workload::Times::Fixed(7), end: 5, share: crate::workload::Share::Each }
     );
     let e = parse(MIN, &["vm.apicvv=false"]).unwrap_err();
     assert_eq!(e.source, "--set vm.apicvv=false");

@@ -9,7 +9,9 @@ use toml::Value;
 
 use super::dist::{parse_duration, Dist};
 use super::heap::{parse_size, HeapParams};
-use super::program::{CountExpr, Group, Instr, Lane, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Times, Workload, MODELS};
+use super::program::{
+    CountExpr, Group, Instr, Lane, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Share, Times, Workload, MODELS,
+};
 
 /// A parse error: the path inside the workload table and a message.
 pub type ParseError = (String, String);
@@ -981,19 +983,30 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             let t = sub_table(a, &p, &["times", "body", "split"])?;
             let times = t.get("times").ok_or_else(|| (format!("{p}.times"), "missing".to_string()))?;
             let count = loop_times(ctx.params, times, &format!("{p}.times"))?;
-            let split = t.get("split").map(|v| flag(v, &format!("{p}.split"))).transpose()?.unwrap_or(false);
+            let share = match t.get("split") {
+                None | Some(Value::Boolean(false)) => Share::Each,
+                Some(Value::Boolean(true)) => Share::Split,
+                Some(Value::String(s)) if s == "static" => Share::Split,
+                Some(Value::String(s)) if s == "dynamic" => Share::Dynamic,
+                Some(_) => {
+                    return err(
+                        &format!("{p}.split"),
+                        "expected true or \"static\" (each thread runs its share of the total), \"dynamic\" (threads take iterations from a shared pool) or false",
+                    )
+                }
+            };
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
             if body.as_array().is_some_and(Vec::is_empty) {
                 return err(&format!("{p}.body"), "expected at least one operation (an empty repeat does nothing)");
             }
             let start = out.len();
-            out.push(Instr::LoopStart { count, end: 0, split });
+            out.push(Instr::LoopStart { count, end: 0, share });
             ctx.loops += 1;
             compile_block(ctx, body, &format!("{p}.body"), out)?;
             ctx.loops -= 1;
             let end = out.len() as u32;
             out.push(Instr::LoopEnd { start: start as u32 });
-            out[start] = Instr::LoopStart { count, end, split };
+            out[start] = Instr::LoopStart { count, end, share };
             return Ok(());
         }
         "single" | "serial" => {
@@ -1087,7 +1100,7 @@ mod tests {
         .unwrap();
         assert!(w.stochastic);
         assert_eq!(w.objects.len(), 3);
-        assert_eq!(w.program.instrs.first(), Some(&Instr::LoopStart { count: Times::Fixed(3), end: 4, split: false }));
+        assert_eq!(w.program.instrs.first(), Some(&Instr::LoopStart { count: Times::Fixed(3), end: 4, share: Share::Each }));
         assert_eq!(w.program.instrs.last(), Some(&Instr::End));
         assert!(w.check_threads(1).is_err());
         assert!(w.check_threads(2).is_ok());

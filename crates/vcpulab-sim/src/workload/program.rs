@@ -178,6 +178,23 @@ pub struct Group {
     pub drains: Vec<(ObjId, Lane)>,
 }
 
+/// How a loop's iterations are shared among the threads of its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// Every thread runs all `count` iterations.
+    Each,
+    /// `count` is the group's total, divided statically: each thread runs its share
+    /// (`count / size`, the remainder going one each to the lowest-indexed threads).
+    Split,
+    /// `count` is the group's total, handed out one iteration at a time: a thread that
+    /// reaches the loop, or finishes an iteration, takes the next iteration left, until none
+    /// is (a work pool with a shared counter, as task queues with stealing, ticket dispensers
+    /// and OpenMP dynamic schedules do). The k-th time the threads reach the loop they share
+    /// the k-th pool, so a thread that is held up (descheduled, slower) runs fewer
+    /// iterations instead of delaying the others.
+    Dynamic,
+}
+
 /// Which lane of a laned queue a `push` or a drain uses (an unlaned queue has one lane).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Lane {
@@ -267,9 +284,8 @@ pub enum Instr {
         count: Times,
         /// Index of the matching `LoopEnd`.
         end: u32,
-        /// `count` is the group's total: each thread runs its share (`count / size`, the
-        /// remainder going one each to the lowest-indexed threads).
-        split: bool,
+        /// How the iterations are shared among the group's threads.
+        share: Share,
     },
     /// End of a loop body; `start` is the index of its `LoopStart`.
     LoopEnd {

@@ -1,6 +1,6 @@
 //! Building a world from a run configuration.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::account::{Attr, Cause, Layer, Ledger, OwnerKind};
@@ -15,7 +15,7 @@ use crate::virt::allocation::{Periods, VcpuAlloc};
 use crate::virt::vcpu::{Vcpu, Vm};
 use crate::workload::dist::Dist;
 use crate::workload::heap::Arena;
-use crate::workload::program::{Instr, Program, Times, Workload};
+use crate::workload::program::{Instr, Program, Share, Times, Workload};
 
 use super::{Core, Leaf, Limits, Rem, World};
 
@@ -185,7 +185,7 @@ impl<'i> World<'i> {
             return;
         }
         let instrs = vec![
-            Instr::LoopStart { count: Times::Fixed(u64::MAX), end: 3, split: false },
+            Instr::LoopStart { count: Times::Fixed(u64::MAX), end: 3, share: Share::Each },
             Instr::Sleep(Dist::Exp { mean: d.interval.0 as f64 }),
             Instr::Compute { dist: Dist::Exp { mean: d.run.0 as f64 }, skew: 0.0, mem: 0.0, split: false },
             Instr::LoopEnd { start: 0 },
@@ -265,6 +265,7 @@ impl<'i> World<'i> {
                 task,
                 pc: entry,
                 loops: Vec::new(),
+                pool_entries: Vec::new(),
                 act: Act::Fresh,
                 compute_rem: 0,
                 mem: 0.0,
@@ -298,6 +299,7 @@ impl<'i> World<'i> {
             membarrier: Default::default(),
             n,
             responses: Vec::new(),
+            pools: BTreeMap::new(),
         });
     }
 }

@@ -202,6 +202,38 @@ fn split_shares_work_and_iterations_among_the_group() {
 }
 
 #[test]
+fn a_dynamic_loop_hands_iterations_to_whichever_thread_is_free() {
+    // Thread 0 arrives 6 ms late: a static split still gives it 3 of the 10 iterations (done
+    // at 9 ms); a dynamic pool lets threads 1-3 take the iterations while it is away, so it
+    // finds none left and the loop ends sooner.
+    let late = |split: &str| {
+        format!(
+            "program = [ {{ single = {{ thread = 0, body = [ {{ compute = \"6ms\" }} ] }} }}, \
+             {{ repeat = {{ times = 10, split = {split}, body = [ {{ compute = \"1ms\" }} ] }} }} ]"
+        )
+    };
+    let iterations = |r: &vcpulab_sim::api::ScenarioResult| -> Vec<u64> {
+        r.run.instances[0].thread_stats.iter().map(|t| t.counters.compute_ns / 1_000_000).collect()
+    };
+    let st = run_inline(NATIVE4, &late("true"), &[]);
+    let dy = run_inline(NATIVE4, &late("\"dynamic\""), &[]);
+    assert_eq!(iterations(&st[0]), vec![6 + 3, 3, 2, 2]);
+    let per = iterations(&dy[0]);
+    assert_eq!(per.iter().sum::<u64>(), 6 + 10, "every iteration runs exactly once: {per:?}");
+    // Threads 1-3 have taken all 10 (3 or 4 each) by 4 ms, before thread 0 comes back.
+    assert!(per[0] == 6 && per[1..].iter().all(|&i| (3..=4).contains(&i)), "{per:?}");
+    assert!(dy[0].t_native_s < st[0].t_native_s, "{} vs {}", dy[0].t_native_s, st[0].t_native_s);
+    // Each time the threads reach the loop they share a fresh pool: 4 rounds of 8 iterations
+    // separated by a barrier give 2 each per round on equal threads.
+    let rounds = "objects = { b = \"barrier\" }\nprogram = [ { repeat = { times = 4, body = [ \
+                  { repeat = { times = 8, split = \"dynamic\", body = [ { compute = \"1ms\" } ] } }, { barrier = \"b\" } ] } } ]";
+    let r = run_inline(NATIVE4, rounds, &[]);
+    assert_eq!(iterations(&r[0]), vec![8; 4]);
+    let e = spec_error("program = [ { repeat = { times = 2, split = \"stolen\", body = [ { compute = \"1ms\" } ] } } ]");
+    assert!(e.contains("program[0].repeat.split") && e.contains("dynamic"), "{e}");
+}
+
+#[test]
 fn a_rotating_serial_part_visits_every_thread() {
     let wl = |t: &str| {
         format!(
