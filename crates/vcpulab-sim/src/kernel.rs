@@ -129,6 +129,8 @@ pub struct KCpu {
     pub pending: u8,
     /// Ticks since the last periodic balance.
     pub ticks_since_balance: u32,
+    /// Ticks this CPU has taken while busy (paces its busy load balancing).
+    pub busy_ticks: u64,
     /// A reschedule was requested while the running thread was not preemptible; it happens
     /// when the thread leaves its kernel spinlock section (`preempt_enable`).
     pub resched_deferred: bool,
@@ -174,6 +176,7 @@ impl KCpu {
             sleepers: BTreeSet::new(),
             pending: 0,
             ticks_since_balance: 0,
+            busy_ticks: 0,
             resched_deferred: false,
             next_buddy: None,
             skip_buddy: None,
