@@ -487,7 +487,7 @@ impl World<'_> {
                 continue;
             }
             let interval = (weight * BUSY_FACTOR / tick_ms).max(1);
-            if busy % interval == 0 && self.pull_from_busiest(k, cpu, whole) {
+            if busy.is_multiple_of(interval) && self.pull_from_busiest(k, cpu, whole) {
                 return;
             }
         }
