@@ -20,6 +20,10 @@ fn program() -> impl Strategy<Value = String> {
         (1u32..100)
             .prop_map(|us| format!("{{ malloc = \"100KiB\" }}, {{ malloc = \"100KiB\" }}, {{ compute = \"{us}us\" }}, {{ free = 2 }}")),
         (1u32..64).prop_map(|kib| format!("{{ madvise = \"{kib}KiB\" }}")),
+        // Loops shared out among the threads, statically or from a work pool per episode.
+        (0u32..12, 1u32..100, prop_oneof![Just("true"), Just("\"dynamic\"")]).prop_map(|(n, us, split)| {
+            format!("{{ repeat = {{ times = {n}, split = {split}, body = [ {{ compute = {{ exp = \"{us}us\" }} }} ] }} }}")
+        }),
     ];
     let memory = (0u32..=10, 0u32..=10, 0u32..=10, 0u32..=10).prop_map(|(m, b, a, s)| {
         format!(
