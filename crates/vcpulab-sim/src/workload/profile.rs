@@ -995,6 +995,14 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
                     )
                 }
             };
+            if share == Share::Dynamic && !ctx.draining.is_empty() {
+                // Pools are matched by how often each thread has reached the loop; threads
+                // drain different numbers of items, so their k-th passes are not one episode.
+                return err(
+                    &format!("{p}.split"),
+                    "\"dynamic\" is not allowed inside a drain body (its threads drain different numbers of items, so they do not reach the loop together); use true",
+                );
+            }
             let body = t.get("body").ok_or_else(|| (format!("{p}.body"), "missing".to_string()))?;
             if body.as_array().is_some_and(Vec::is_empty) {
                 return err(&format!("{p}.body"), "expected at least one operation (an empty repeat does nothing)");

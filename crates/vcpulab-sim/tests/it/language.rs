@@ -231,6 +231,11 @@ fn a_dynamic_loop_hands_iterations_to_whichever_thread_is_free() {
     assert_eq!(iterations(&r[0]), vec![8; 4]);
     let e = spec_error("program = [ { repeat = { times = 2, split = \"stolen\", body = [ { compute = \"1ms\" } ] } } ]");
     assert!(e.contains("program[0].repeat.split") && e.contains("dynamic"), "{e}");
+    let e = spec_error(
+        "objects = { q = \"queue\" }\nprogram = [ { drain = { queue = \"q\", body = [ \
+         { repeat = { times = 2, split = \"dynamic\", body = [ { compute = \"1ms\" } ] } } ] } } ]",
+    );
+    assert!(e.contains("split") && e.contains("drain body"), "{e}");
 }
 
 #[test]
