@@ -340,14 +340,15 @@ impl World<'_> {
                     let th = &mut self.threads[t as usize];
                     let n = self.insts[th.inst as usize].n;
                     let mut count = count.value(n);
-                    let size = wl.groups[th.group as usize].threads.value(n);
+                    let group_size = || wl.groups[th.group as usize].threads.value(n);
                     match share {
                         Share::Each => {}
                         Share::Split => {
-                            let size = u64::from(size);
+                            let size = u64::from(group_size());
                             count = count / size + u64::from(u64::from(th.idx) < count % size);
                         }
                         Share::Dynamic => {
+                            let size = group_size();
                             let entry = match th.pool_entries.iter_mut().find(|e| e.0 == pc) {
                                 Some(e) => e,
                                 None => {
