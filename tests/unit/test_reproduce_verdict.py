@@ -113,13 +113,71 @@ def test_sign_rule(values: list[float], sign: str, threshold: float | None, expe
 
 
 def test_aggregate_max_per_seed() -> None:
-    # Two workloads per seed: max takes the larger one of each seed.
+    # Two workloads per seed: max takes the larger one of each seed (the shape rules' per-seed
+    # number; the value and sign rules take the extreme of the cells' means, below).
     results = [cell(s, x, workload=w) for s in (1, 2) for w, x in (("a", 0.1), ("b", 1.6 + s / 100))]
     got = seed_values(results, "m", {}, aggregate="max")
     assert got == {1: pytest.approx(1.61), 2: pytest.approx(1.62)}
     assert judge(entry(rule="sign", sign="positive", value=1.5, aggregate="max"), results).verdict == REPRODUCED
     assert seed_values(results, "m", {}, aggregate="sum")[1] == pytest.approx(1.71)
     assert seed_values(results, "m", {}, aggregate="min")[1] == pytest.approx(0.1)
+
+
+def test_max_is_the_largest_cell_mean_not_the_mean_of_per_seed_maxima() -> None:
+    # Two cells of the same mean 0.5 whose seeds disagree: every seed's maximum is 1.0, but
+    # no cell averages more than 0.5 (the publications' maximum is over per-cell averages).
+    results = [cell(1, 0.0, vcpus=4), cell(2, 1.0, vcpus=4), cell(1, 1.0, vcpus=8), cell(2, 0.0, vcpus=8)]
+    assert seed_values(results, "m", {}, aggregate="max") == {1: 1.0, 2: 1.0}
+    j = judge(entry(rule="sign", sign="positive", value=0.8, aggregate="max"), results)
+    assert j.simulated.mean == pytest.approx(0.5)
+    assert j.verdict == NOT_REPRODUCED  # the CI contains 0.8 but the mean is below it
+    # The CI: from the largest lower bound to the largest upper bound of the cells' CIs.
+    a, b = estimate([0.0, 1.0]), estimate([1.0, 0.0])
+    assert (j.simulated.low, j.simulated.high) == (pytest.approx(max(a.low, b.low)), pytest.approx(max(a.high, b.high)))
+
+
+def test_extreme_estimate_bounds_and_edges() -> None:
+    cells = {("a",): {1: 1.0, 2: 1.2, 3: 1.1}, ("b",): {1: 2.0, 2: 2.4, 3: 2.2}, ("c",): {1: 0.5, 2: 0.5, 3: 0.5}}
+    hi = v.extreme_estimate(cells, "max")
+    b = estimate([2.0, 2.4, 2.2])
+    assert (hi.n, hi.mean, hi.low, hi.high) == (3, pytest.approx(2.2), pytest.approx(b.low), pytest.approx(b.high))
+    lo = v.extreme_estimate(cells, "min")
+    assert (lo.mean, lo.low, lo.high) == (0.5, 0.5, 0.5)  # the zero-width cell is the smallest
+    # One cell with a single seed: no CI for the extreme; no cell at all: nothing.
+    one = v.extreme_estimate({("a",): {1: 1.0, 2: 3.0}, ("b",): {1: 5.0}}, "max")
+    assert (one.n, one.mean, one.has_ci) == (1, 5.0, False)
+    assert v.extreme_estimate({}, "max") == Estimate(0, None)
+
+
+def test_min_relative_to_works_per_cell() -> None:
+    # Ratios to the baseline are formed seed by seed, then averaged per cell, then the minimum.
+    results = [
+        *(cell(s, 2.0, scenario="native", vcpus=n) for s in (1, 2) for n in (4, 8)),
+        cell(1, 1.0, vcpus=4), cell(2, 1.2, vcpus=4),  # ratios 0.5, 0.6
+        cell(1, 1.8, vcpus=8), cell(2, 1.0, vcpus=8),  # ratios 0.9, 0.5
+    ]  # fmt: skip
+    j = judge(
+        entry(rule="none", where={"scenario": "UC"}, relative_to={"scenario": "native"}, aggregate="min"), results
+    )
+    assert j.simulated.mean == pytest.approx(0.55)  # cell means 0.55 and 0.7; per-seed minima would give 0.5
+
+
+@given(
+    st.lists(
+        st.lists(st.floats(min_value=-10, max_value=10, allow_nan=False), min_size=3, max_size=3),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_extreme_mean_never_exceeds_the_mean_of_per_seed_maxima(rows: list[list[float]]) -> None:
+    # rows[c][s]: cell c, seed s. max over cells of means <= mean over seeds of max over cells,
+    # and the estimate's CI contains its mean.
+    cells = {(str(c),): {s: x for s, x in enumerate(row, 1)} for c, row in enumerate(rows)}
+    e = v.extreme_estimate(cells, "max")
+    per_seed_max = [max(row[s] for row in rows) for s in range(3)]
+    assert e.mean is not None and e.low is not None and e.high is not None
+    assert e.mean <= sum(per_seed_max) / 3 + 1e-9
+    assert e.low - 1e-9 <= e.mean <= e.high + 1e-9
 
 
 # --- relative_to ----------------------------------------------------------------------------

@@ -192,13 +192,14 @@ def compare_published(
 ) -> list[Comparison]:
     """One comparison per published entry: the metric over the matching results, as the
     reproduction scoreboard computes it (one number per seed: the matching cells, relative to
-    ``relative_to``'s and combined by ``aggregate``; then the mean over seeds)."""
-    from ..reproduce.verdict import seed_values  # the scoreboard's statistic (it imports this module)
+    ``relative_to``'s and combined by ``aggregate``, then the mean over seeds; for ``max`` and
+    ``min`` the extreme of the cells' means)."""
+    from ..reproduce.verdict import simulated_estimate  # the scoreboard's statistic (it imports this module)
 
     out = []
     for p in published:
         matching = [r for r in results if cell_matches(r, p.where, settings)]
-        per_seed = seed_values(
+        est = simulated_estimate(
             results,
             p.metric,
             p.where,
@@ -208,8 +209,7 @@ def compare_published(
             compare=p.compare,
         )
         values = [v for v in (metric_value(r, p.metric) for r in matching) if v is not None]
-        mean = sum(per_seed.values()) / len(per_seed) if per_seed else None
-        out.append(Comparison(published=p, matched=len(matching), measured=len(values), simulated=mean))
+        out.append(Comparison(published=p, matched=len(matching), measured=len(values), simulated=est.mean))
     return out
 
 

@@ -8,11 +8,17 @@ For one ``[[published]]`` entry of an experiment (the dict ``Plan.info()["publis
    same seed and, for each of workload, scenario and vcpus that the baseline selector does not
    fix, the same value; the cell's value becomes ``compare`` (ratio, change = ratio − 1, or
    difference) of its metric and the baselines' mean. The seed's values are then combined by
-   ``aggregate`` (mean, max, min, sum).
+   ``aggregate`` (mean, max, min, sum; outside the shape rules max and min work per cell instead,
+   see 2).
 2. **Mean and 95 % CI over seeds**: Student t, half-width t(0.975, n − 1) · s / √n, with
    s the sample standard deviation (:func:`t975`: a table up to 30 degrees of freedom, the
    Cornish–Fisher expansion beyond; not scipy, whose import alone takes seconds). With one seed
-   there is no CI.
+   there is no CI. **``max`` / ``min``** (the largest or smallest over programs, sizes or
+   scenarios, as the publications read it off their per-cell averages) is the extreme of the
+   cells' means, not the mean of per-seed extremes: a per-seed maximum over noisy cells
+   overstates the largest mean (E[max] ≥ max E). Its CI runs from the extreme of the cells'
+   lower bounds to the extreme of their upper bounds, which holds the extreme mean whenever
+   every cell's CI holds its own (:func:`extreme_estimate`).
 3. **Verdict**, by ``rule`` (docs/reproduce.md):
 
    - ``value``: band [v − tol, v + tol]; reproduced when the CI lies inside it, not reproduced
@@ -145,6 +151,25 @@ def seed_values(
     """Seed → the one number of that seed for the cells ``where`` selects (see the module's
     docstring). Seeds whose cells lack the metric (or their baseline) are left out."""
     per_seed: dict[int, list[float]] = {}
+    for _, seed, value in _cell_values(results, metric, where, settings, relative_to, compare):
+        per_seed.setdefault(seed, []).append(value)
+    return {s: _AGGREGATES[aggregate](vs) for s, vs in sorted(per_seed.items())}
+
+
+CELL_KEY = ("workload", "scenario", "vcpus", "threads", "oc_vms", "variant")
+"""The fields that tell one cell from another across seeds (the sweep's cell fields but the seed)."""
+
+
+def _cell_values(
+    results: Sequence[Mapping[str, Any]],
+    metric: str,
+    where: Mapping[str, Any],
+    settings: Mapping[str, Any] | None,
+    relative_to: Mapping[str, Any] | None,
+    compare: str,
+) -> Iterable[tuple[tuple[str, ...], int, float]]:
+    """(cell key, seed, value) of every result ``where`` selects that has the metric (and, with
+    ``relative_to``, a baseline), the value related to the baselines' mean."""
     base_where = {**where, **relative_to} if relative_to is not None else None
     bases = [r for r in results if cell_matches(r, base_where, settings)] if base_where is not None else []
     for r in results:
@@ -163,8 +188,63 @@ def seed_values(
             if related is None or not math.isfinite(related):
                 continue
             value = related
-        per_seed.setdefault(seed, []).append(value)
-    return {s: _AGGREGATES[aggregate](vs) for s, vs in sorted(per_seed.items())}
+        yield tuple("" if r.get(f) is None else shown(r.get(f)) for f in CELL_KEY), seed, value
+
+
+def cell_seed_values(
+    results: Sequence[Mapping[str, Any]],
+    metric: str,
+    where: Mapping[str, Any],
+    *,
+    settings: Mapping[str, Any] | None = None,
+    relative_to: Mapping[str, Any] | None = None,
+    compare: str = "ratio",
+) -> dict[tuple[str, ...], dict[int, float]]:
+    """Cell (its :data:`CELL_KEY` fields) → seed → value, for the cells ``where`` selects
+    (related to ``relative_to``'s baselines as in :func:`seed_values`)."""
+    out: dict[tuple[str, ...], dict[int, list[float]]] = {}
+    for key, seed, value in _cell_values(results, metric, where, settings, relative_to, compare):
+        out.setdefault(key, {}).setdefault(seed, []).append(value)
+    return {k: {s: statistics.fmean(vs) for s, vs in sorted(seeds.items())} for k, seeds in out.items()}
+
+
+def extreme_estimate(cells: Mapping[Any, Mapping[int, float]], aggregate: str) -> Estimate:
+    """``max`` or ``min`` over cells of the cells' mean over seeds, with the CI from the
+    extreme of the cells' lower bounds to the extreme of their upper bounds (it holds the
+    extreme mean whenever each cell's CI holds its own mean). ``n`` is the fewest seeds of a
+    cell; without a CI for every cell (a cell with one seed) there is none."""
+    pick = {"max": max, "min": min}[aggregate]
+    ests = [estimate(list(seeds.values())) for seeds in cells.values() if seeds]
+    if not ests:
+        return Estimate(0, None)
+    mean = pick(e.mean for e in ests if e.mean is not None)
+    n = min(e.n for e in ests)
+    if not all(e.has_ci for e in ests):
+        return Estimate(n, mean)
+    lows = [e.low for e in ests if e.low is not None]
+    highs = [e.high for e in ests if e.high is not None]
+    return Estimate(n, mean, pick(lows), pick(highs))
+
+
+def simulated_estimate(
+    results: Sequence[Mapping[str, Any]],
+    metric: str,
+    where: Mapping[str, Any],
+    *,
+    settings: Mapping[str, Any] | None = None,
+    aggregate: str = "mean",
+    relative_to: Mapping[str, Any] | None = None,
+    compare: str = "ratio",
+) -> Estimate:
+    """The simulated value of a (non-shape) entry with its 95 % CI: the extreme of the cells'
+    means for ``max`` / ``min``, else the mean over seeds of each seed's number."""
+    if aggregate in ("max", "min"):
+        cells = cell_seed_values(results, metric, where, settings=settings, relative_to=relative_to, compare=compare)
+        return extreme_estimate(cells, aggregate)
+    per_seed = seed_values(
+        results, metric, where, settings=settings, aggregate=aggregate, relative_to=relative_to, compare=compare
+    )
+    return estimate(list(per_seed.values()))
 
 
 def differences(first: Mapping[int, float], second: Mapping[int, float]) -> list[float]:
@@ -336,7 +416,15 @@ def judge(
 
     if rule in ("order", "trend", "peak"):
         return _judge_shape(entry, rule, direction, where, results, settings, values)
-    est = estimate(list(values({}).values()))
+    est = simulated_estimate(
+        results,
+        str(entry["metric"]),
+        where,
+        settings=settings,
+        aggregate=str(entry.get("aggregate") or "mean"),
+        relative_to=entry.get("relative_to"),
+        compare=str(entry.get("compare") or "ratio"),
+    )
     if rule == "value":
         lo, hi = band(float(entry["value"]), entry["tolerance"])
         return Judged(value_verdict(est, lo, hi), est, band=(lo, hi))
