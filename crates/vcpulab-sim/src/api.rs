@@ -489,6 +489,11 @@ impl Plan {
         }
         let spec = &self.variants[self.variant_index(cell)].1;
         let wl = spec.workloads.iter().find(|w| w.name == cell.workload).expect("cell workload exists");
+        let mut metrics = mechanism_metrics(rec);
+        if virt && !dr_by.is_empty() {
+            // The host's part of δη_r (TPDS Fig. 9 plots it by cause): the sum of the causes.
+            metrics.insert("delta_eta_r_host".into(), dr_by.values().sum());
+        }
         Ok(ScenarioResult {
             workload: cell.workload.clone(),
             workload_version: wl.meta.version,
@@ -517,7 +522,7 @@ impl Plan {
             wall_s: wall,
             instances: rec.measured().map(|i| InstanceTime { name: i.name.clone(), finish_s: i.finish_ns as f64 * 1e-9 }).collect(),
             breakdown,
-            metrics: mechanism_metrics(rec),
+            metrics,
             run: rec.clone(),
         })
     }

@@ -65,6 +65,11 @@ fn halt_poll_success_falls_with_more_vcpus() {
     let off = run_text(spec, &["vm.halt_poll.enabled=false"]);
     assert_eq!(metric(&off[1], "halt_poll_attempted"), 0.0);
     assert!(off[0].delta_eta_t.unwrap() > r[0].delta_eta_t.unwrap());
+    // The host's part of δη_r is the sum of its causes.
+    for x in r.iter().chain(&off) {
+        let sum: f64 = x.delta_eta_r_by_reason.values().sum();
+        assert!((metric(x, "delta_eta_r_host") - sum).abs() < 1e-12 && sum > 0.0, "{:?}", x.delta_eta_r_by_reason);
+    }
 }
 
 #[test]
