@@ -297,7 +297,9 @@ impl World<'_> {
             // instructions then set it explicitly.
             let pc = self.threads[t as usize].pc;
             self.threads[t as usize].pc = pc + 1;
-            let flow = match &wl.program.instrs[pc as usize] {
+            let instr = &wl.program.instrs[pc as usize];
+            let is_mm = matches!(instr, Instr::Malloc(_) | Instr::Free(_) | Instr::FreeLive(_) | Instr::MmUnmap { .. });
+            let flow = match instr {
                 Instr::Compute { dist, skew, split, mem } => {
                     let th = &mut self.threads[t as usize];
                     let mut ns = dist.sample(&mut th.rng);
@@ -460,6 +462,13 @@ impl World<'_> {
                 }
             };
             if let Flow::Stop = flow {
+                return;
+            }
+            if is_mm && !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() {
+                // A memory-management operation queued kernel work (page faults, mprotect,
+                // munmap or madvise with its local flush): the thread is in the kernel until
+                // it is done, so its next operation (taking a lock, arriving at a barrier)
+                // happens afterwards, not at the instant the allocator was called.
                 return;
             }
         }

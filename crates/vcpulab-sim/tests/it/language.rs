@@ -411,3 +411,25 @@ fn a_lock_without_spinning_blocks_on_a_spinning_mutex() {
     let e = spec_error("objects = { s = \"spinlock\" }\nprogram = [ { spin_lock = \"s\", spin = false }, { spin_unlock = \"s\" } ]");
     assert!(e.contains("program[0].spin"), "{e}");
 }
+
+#[test]
+fn a_memory_operation_finishes_before_the_next_operation_starts() {
+    // Thread 0 maps 4 MiB (an mmap and 1,024 page faults of kernel work), then takes `m`;
+    // thread 1 computes 5 us, then takes `m`. The faults run before thread 0 reaches the lock,
+    // so thread 1 gets it first and thread 0 waits - not the other way round, as if thread 0
+    // had taken the lock at the instant it called malloc and faulted its pages in while
+    // holding it.
+    let w = r#"
+        objects = { m = "mutex" }
+        [[workloads.w.groups]]
+        name = "mapper"
+        threads = 1
+        program = [ { malloc = "4MiB" }, { lock = "m" }, { compute = "1ms" }, { unlock = "m" } ]
+        [[workloads.w.groups]]
+        name = "other"
+        threads = 1
+        program = [ { compute = "5us" }, { lock = "m" }, { compute = "1ms" }, { unlock = "m" } ]"#;
+    let r = run_inline("scenarios = [\"native\"]\nvcpus = [2]", w, &[]);
+    let blocks: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect();
+    assert_eq!(blocks, vec![1, 0], "the mapper waits for the lock, the other thread does not");
+}
