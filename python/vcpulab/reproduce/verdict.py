@@ -402,29 +402,20 @@ def judge(
     rule = str(entry.get("rule") or "none")
     where: dict[str, Any] = dict(entry.get("where") or {})
     direction = str(entry.get("direction") or "increasing")
+    metric = str(entry["metric"])
+    how: dict[str, Any] = {
+        "settings": settings,
+        "aggregate": str(entry.get("aggregate") or "mean"),
+        "relative_to": entry.get("relative_to"),
+        "compare": str(entry.get("compare") or "ratio"),
+    }
 
     def values(extra: Mapping[str, Any]) -> dict[int, float]:
-        return seed_values(
-            results,
-            str(entry["metric"]),
-            {**where, **extra},
-            settings=settings,
-            aggregate=str(entry.get("aggregate") or "mean"),
-            relative_to=entry.get("relative_to"),
-            compare=str(entry.get("compare") or "ratio"),
-        )
+        return seed_values(results, metric, {**where, **extra}, **how)
 
     if rule in ("order", "trend", "peak"):
         return _judge_shape(entry, rule, direction, where, results, settings, values)
-    est = simulated_estimate(
-        results,
-        str(entry["metric"]),
-        where,
-        settings=settings,
-        aggregate=str(entry.get("aggregate") or "mean"),
-        relative_to=entry.get("relative_to"),
-        compare=str(entry.get("compare") or "ratio"),
-    )
+    est = simulated_estimate(results, metric, where, **how)
     if rule == "value":
         lo, hi = band(float(entry["value"]), entry["tolerance"])
         return Judged(value_verdict(est, lo, hi), est, band=(lo, hi))

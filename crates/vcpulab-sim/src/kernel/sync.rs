@@ -169,6 +169,14 @@ pub struct WorkPool {
 }
 
 impl Instance {
+    /// A thread of a group of `size` reaches episode `key` of a dynamic loop of `total`
+    /// iterations (the first arrival creates its pool) and takes its first iteration: 1 if one
+    /// was left, else 0.
+    pub fn enter_pool(&mut self, key: (u32, u64), total: u64, size: u32) -> u8 {
+        self.pools.entry(key).or_insert(WorkPool { left: total, arrived: 0 }).arrived += 1;
+        self.take_pool_item(key, size)
+    }
+
     /// Takes one iteration of pool `key` for a thread of a group of `size`: 1 if one was
     /// left, else 0. A pool is dropped once it is empty and the whole group has reached it
     /// (no thread can ask it again).

@@ -11,7 +11,7 @@ use crate::workload::program::ObjId;
 use crate::workload::{Instr, Share};
 use crate::world::{Leaf, Rem, Step, World};
 
-use super::sync::{Instance, WorkPool};
+use super::sync::Instance;
 use super::{KernelId, TaskId, ThreadId, HOST};
 
 /// What a spinning thread waits for.
@@ -301,17 +301,15 @@ impl World<'_> {
             let is_mm = matches!(instr, Instr::Malloc(_) | Instr::Free(_) | Instr::FreeLive(_) | Instr::MmUnmap { .. });
             let flow = match instr {
                 Instr::Compute { dist, skew, split, mem } => {
+                    let size = if *skew > 0.0 || *split { self.group_size(&wl, t) } else { 1 };
                     let th = &mut self.threads[t as usize];
                     let mut ns = dist.sample(&mut th.rng);
-                    if *skew > 0.0 || *split {
-                        let size = wl.groups[th.group as usize].threads.value(self.insts[th.inst as usize].n);
-                        if *split {
-                            ns /= u64::from(size);
-                        }
-                        if *skew > 0.0 && size > 1 {
-                            let f = 1.0 + f64::from(*skew) * (2.0 * f64::from(th.idx) / f64::from(size - 1) - 1.0);
-                            ns = (ns as f64 * f).round() as u64;
-                        }
+                    if *split {
+                        ns /= u64::from(size);
+                    }
+                    if *skew > 0.0 && size > 1 {
+                        let f = 1.0 + f64::from(*skew) * (2.0 * f64::from(th.idx) / f64::from(size - 1) - 1.0);
+                        ns = (ns as f64 * f).round() as u64;
                     }
                     match ns {
                         0 => Flow::Continue,
@@ -339,18 +337,16 @@ impl World<'_> {
                 Instr::CondSignal(c) => self.op_cond_wake(k, cpu, t, *c, false),
                 Instr::CondBroadcast(c) => self.op_cond_wake(k, cpu, t, *c, true),
                 Instr::LoopStart { count, end, share } => {
+                    let size = if *share == Share::Each { 1 } else { self.group_size(&wl, t) };
                     let th = &mut self.threads[t as usize];
-                    let n = self.insts[th.inst as usize].n;
-                    let mut count = count.value(n);
-                    let group_size = || wl.groups[th.group as usize].threads.value(n);
+                    let mut count = count.value(self.insts[th.inst as usize].n);
                     match share {
                         Share::Each => {}
                         Share::Split => {
-                            let size = u64::from(group_size());
+                            let size = u64::from(size);
                             count = count / size + u64::from(u64::from(th.idx) < count % size);
                         }
                         Share::Dynamic => {
-                            let size = group_size();
                             let entry = match th.pool_entries.iter_mut().find(|e| e.0 == pc) {
                                 Some(e) => e,
                                 None => {
@@ -360,10 +356,7 @@ impl World<'_> {
                             };
                             let key = (pc, entry.1);
                             entry.1 += 1;
-                            let inst = &mut self.insts[th.inst as usize];
-                            let pool = inst.pools.entry(key).or_insert(WorkPool { left: count, arrived: 0 });
-                            pool.arrived += 1;
-                            count = u64::from(inst.take_pool_item(key, size));
+                            count = u64::from(self.insts[th.inst as usize].enter_pool(key, count, size));
                         }
                     }
                     let th = &mut self.threads[t as usize];
@@ -375,17 +368,16 @@ impl World<'_> {
                     Flow::Continue
                 }
                 Instr::LoopEnd { start } => {
+                    let dynamic = matches!(wl.program.instrs[*start as usize], Instr::LoopStart { share: Share::Dynamic, .. });
+                    let size = if dynamic { self.group_size(&wl, t) } else { 1 };
                     let th = &mut self.threads[t as usize];
                     let top = th.loops.last_mut().expect("loop stack");
                     top.0 -= 1;
                     top.1 += 1;
-                    if top.0 == 0 {
-                        if let Instr::LoopStart { share: Share::Dynamic, .. } = wl.program.instrs[*start as usize] {
-                            // Take the next iteration of the pool, if one is left.
-                            let episode = th.pool_entries.iter().find(|e| e.0 == *start).expect("entered").1 - 1;
-                            let size = wl.groups[th.group as usize].threads.value(self.insts[th.inst as usize].n);
-                            top.0 = u64::from(self.insts[th.inst as usize].take_pool_item((*start, episode), size));
-                        }
+                    if top.0 == 0 && dynamic {
+                        // Take the next iteration of the pool, if one is left.
+                        let episode = th.pool_entries.iter().find(|e| e.0 == *start).expect("entered").1 - 1;
+                        top.0 = u64::from(self.insts[th.inst as usize].take_pool_item((*start, episode), size));
                     }
                     if top.0 > 0 {
                         th.pc = start + 1;
@@ -396,10 +388,10 @@ impl World<'_> {
                 }
                 Instr::OnlyThreads { first, count, end, rotate } => {
                     let n = self.insts[self.threads[t as usize].inst as usize].n;
+                    let size = if *rotate { u64::from(self.group_size(&wl, t)) } else { 1 };
                     let th = &mut self.threads[t as usize];
                     let mut first = *first;
                     if *rotate {
-                        let size = u64::from(wl.groups[th.group as usize].threads.value(n));
                         let iter = th.loops.last().map_or(0, |l| l.1);
                         first = ((u64::from(first) + iter) % size) as u32;
                     }
@@ -472,6 +464,12 @@ impl World<'_> {
                 return;
             }
         }
+    }
+
+    /// The number of threads in thread `t`'s group (for its instance's `n`).
+    fn group_size(&self, wl: &crate::workload::Workload, t: ThreadId) -> u32 {
+        let th = &self.threads[t as usize];
+        wl.groups[th.group as usize].threads.value(self.insts[th.inst as usize].n)
     }
 
     /// Carries out queued memory-management operations; stops at the first shootdown the
