@@ -18,7 +18,10 @@
 //!   consumer finishing the last one wakes the joiners (a thread pool's wait-for-completion).
 //!   A laned queue is that per lane (PARSEC dedup's `queue_t` array): each lane has its own
 //!   items, waiters and producers; a thread uses its own lane or every lane in turn
-//!   ([`Lane`]); `join` counts the items of every lane.
+//!   ([`Lane`]); `join` counts the items of every lane. Each lane has a mutex (`queue_t`'s): a
+//!   push or pop that wakes a blocked thread holds it across the futex wake and releases it
+//!   at the thread's next operation, after the system call and any wake-up preemption; a
+//!   woken thread that tries the lane meanwhile blocks on the mutex.
 //! - Condition variable: `signal` wakes the first waiter or, with none, leaves a token that
 //!   the next `wait` consumes without blocking (the predicate a correct program re-checks);
 //!   `broadcast` wakes every current waiter. `wait` needs the mutex, releases it while
@@ -117,6 +120,10 @@ pub struct QueueLane {
     pop_waiters: VecDeque<ThreadId>,
     /// Producers blocked on it while full.
     push_waiters: VecDeque<ThreadId>,
+    /// The thread holding the lane's mutex across the futex wake it makes inside it.
+    holder: Option<ThreadId>,
+    /// Threads blocked on the lane's mutex (they retry their `push` or pop when woken).
+    lock_waiters: VecDeque<ThreadId>,
 }
 
 impl QueueLane {
@@ -464,17 +471,60 @@ impl World<'_> {
         }
     }
 
+    /// Takes lane `l`'s mutex (`queue_t`'s) for a `push` or pop of thread `t`, or blocks on it
+    /// while another thread holds it, as `__lll_lock_wait` (the instruction is retried after
+    /// the wake-up): false = blocked.
+    fn lane_lock(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize) -> bool {
+        let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        let ln = &mut lanes[l];
+        if ln.holder.is_some_and(|h| h != t) {
+            ln.lock_waiters.push_back(t);
+            self.threads[t as usize].pc -= 1;
+            self.block_thread(k, cpu, t, BlockOn::Queue(q));
+            return false;
+        }
+        ln.holder = Some(t);
+        true
+    }
+
+    /// Releases lane `l`'s mutex held by `t`; a thread blocked on it wakes and retries (one
+    /// futex wake, no hand-off, as glibc's default mutex).
+    pub(crate) fn lane_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize) {
+        let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
+        let ln = &mut lanes[l];
+        debug_assert_eq!(ln.holder, Some(t));
+        ln.holder = None;
+        if let Some(w) = ln.lock_waiters.pop_front() {
+            self.futex_wake(k, cpu, t, vec![w]);
+        }
+    }
+
+    /// Thread `t`, holding lane `l`'s mutex, wakes `w` (`pthread_cond_signal`, a futex wake)
+    /// and keeps the mutex until its next operation runs: after the system call, and after
+    /// any wake-up preemption at its return (`exit_to_user_mode_loop`), as `queue_enqueue`
+    /// and `queue_dequeue` unlock only after signalling. A woken consumer that runs meanwhile
+    /// blocks on the mutex (`__pthread_mutex_cond_lock`).
+    fn lane_wake_locked(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize, w: ThreadId) {
+        self.threads[t as usize].queue_unlock = Some((q, l as u32));
+        self.syscall(k, cpu, t);
+        self.wake_thread(w, (k, cpu));
+    }
+
     /// `push`: append an item, or block while the lane is full (the instruction is retried
     /// after the wake-up).
     pub(crate) fn op_push(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, lane: Lane) -> Flow {
         let now = self.now;
         let l = self.lane_of(t, q, lane);
+        if !self.lane_lock(k, cpu, t, q, l) {
+            return Flow::Stop;
+        }
         let Obj::Queue { lanes, capacity, outstanding, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
         let ln = &mut lanes[l];
         if capacity.is_some_and(|c| ln.items.len() as u32 >= c) {
             ln.push_waiters.push_back(t);
             self.threads[t as usize].pc -= 1;
             self.block_thread(k, cpu, t, BlockOn::Queue(q));
+            self.lane_unlock(k, cpu, t, q, l);
             return Flow::Stop;
         }
         ln.items.push_back(now);
@@ -483,17 +533,23 @@ impl World<'_> {
         if lane == Lane::Rotate {
             self.rotate_lane(t, q);
         }
-        if let Some(w) = popper {
-            self.syscall(k, cpu, t);
-            self.wake_thread(w, (k, cpu));
+        match popper {
+            Some(w) => {
+                self.lane_wake_locked(k, cpu, t, q, l, w);
+                Flow::Stop
+            }
+            None => {
+                self.lane_unlock(k, cpu, t, q, l);
+                Flow::Continue
+            }
         }
-        Flow::Continue
     }
 
     /// The pop of a drain loop: Some(true) = got an item, Some(false) = closed and empty (with
     /// `Lane::Rotate`, every lane), None = blocked (the instruction is retried after the
     /// wake-up). A rotating drainer skips closed and empty lanes and blocks on the first open
-    /// one that is empty, as dedup's Reorder (`queue_dequeue` on each queue in turn).
+    /// one that is empty, as dedup's Reorder (`queue_dequeue` on each queue in turn). A pop
+    /// that wakes a blocked producer leaves `queue_unlock` set: the caller stops there.
     pub(crate) fn op_pop(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, lane: Lane) -> Option<bool> {
         let mut l = self.lane_of(t, q, lane);
         let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
@@ -510,6 +566,9 @@ impl World<'_> {
                 }
             }
         }
+        if !self.lane_lock(k, cpu, t, q, l) {
+            return None;
+        }
         let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
         let ln = &mut lanes[l];
         match ln.items.pop_front() {
@@ -519,17 +578,21 @@ impl World<'_> {
                 if lane == Lane::Rotate {
                     self.rotate_lane(t, q);
                 }
-                if let Some(w) = pusher {
-                    self.syscall(k, cpu, t);
-                    self.wake_thread(w, (k, cpu));
+                match pusher {
+                    Some(w) => self.lane_wake_locked(k, cpu, t, q, l, w),
+                    None => self.lane_unlock(k, cpu, t, q, l),
                 }
                 Some(true)
             }
-            None if ln.producers == 0 => Some(false),
+            None if ln.producers == 0 => {
+                self.lane_unlock(k, cpu, t, q, l);
+                Some(false)
+            }
             None => {
                 ln.pop_waiters.push_back(t);
                 self.threads[t as usize].pc -= 1;
                 self.block_thread(k, cpu, t, BlockOn::Queue(q));
+                self.lane_unlock(k, cpu, t, q, l);
                 None
             }
         }

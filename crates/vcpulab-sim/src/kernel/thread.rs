@@ -121,6 +121,9 @@ pub struct Thread {
     pub bgen: u64,
     /// A mutex to (re)acquire before continuing (after a futex wake or a condvar wait).
     pub pending_lock: Option<ObjId>,
+    /// A queue lane whose mutex it holds across a futex wake, released when its next
+    /// operation runs ([`World::lane_unlock`]).
+    pub queue_unlock: Option<(ObjId, u32)>,
     /// User spinning left before a spin-then-block wait blocks (ns; `u64::MAX` = unbounded).
     pub spin_budget: u64,
     /// Push time of the item it last popped from a queue.
@@ -279,6 +282,9 @@ impl World<'_> {
 
     /// Executes operations of `t` until one takes time or changes its state.
     fn advance(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
+        if let Some((q, l)) = self.threads[t as usize].queue_unlock.take() {
+            self.lane_unlock(k, cpu, t, q, l as usize);
+        }
         if let Some(m) = self.threads[t as usize].pending_lock.take() {
             // After a futex wake (or a condvar wait) the lock is retried without spinning.
             if let Flow::Stop = self.op_lock_ex(k, cpu, t, m, false) {
@@ -454,6 +460,11 @@ impl World<'_> {
                 }
             };
             if let Flow::Stop = flow {
+                return;
+            }
+            if self.threads[t as usize].queue_unlock.is_some() {
+                // A pop that woke a blocked producer: the popper holds the lane's mutex until
+                // its futex wake returns.
                 return;
             }
             if is_mm && !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() {

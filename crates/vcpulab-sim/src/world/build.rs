@@ -279,6 +279,7 @@ impl<'i> World<'i> {
                 ticket: 0,
                 bgen: 0,
                 pending_lock: None,
+                queue_unlock: None,
                 spin_budget: u64::MAX,
                 item: crate::engine::SimTime::ZERO,
                 stats: ThreadStats::default(),

@@ -433,3 +433,26 @@ fn a_memory_operation_finishes_before_the_next_operation_starts() {
     let blocks: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect();
     assert_eq!(blocks, vec![1, 0], "the mapper waits for the lock, the other thread does not");
 }
+
+#[test]
+fn a_consumer_woken_by_a_push_waits_for_the_queue_mutex_its_producer_still_holds() {
+    // One CPU. The consumer blocks on the empty queue; each push signals it while holding
+    // the queue's mutex (queue_enqueue: signal, then unlock). The woken consumer preempts the
+    // producer at the return of its futex wake and blocks on the mutex the producer still
+    // holds; the producer then unlocks and wakes it again. So each of the 3 items costs the
+    // consumer two blocks, plus the final wait that the queue's closing (the producer's exit,
+    // 1 ms later) ends: 7. Without the mutex it would be 4.
+    let w = r#"
+        objects = { q = "queue" }
+        [[workloads.w.groups]]
+        name = "producer"
+        threads = 1
+        program = [ { repeat = { times = 3, body = [ { compute = "2ms" }, { push = "q" } ] } }, { compute = "1ms" } ]
+        [[workloads.w.groups]]
+        name = "consumer"
+        threads = 1
+        program = [ { drain = { queue = "q", body = [ { compute = "10us" } ] } } ]"#;
+    let r = run_inline("scenarios = [\"native\"]\nvcpus = [1]", w, &[]);
+    let blocks: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect();
+    assert_eq!(blocks, vec![0, 7], "producer never blocks; consumer: 2 per item + the close");
+}
