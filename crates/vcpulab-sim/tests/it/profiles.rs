@@ -20,17 +20,6 @@ fn every_profile_shows_its_reference_scalability_type() {
             continue;
         }
         checked += 1;
-        if *name == "parsec.dedup" {
-            // Known gap: dedup's blocks per thread straddle the high-sync threshold (41.7/s:
-            // 39.1-44.8 over seeds 1-5), so its type flips between 2 and 4 with the seed; the
-            // scoreboard's DIS-4.1 row has it at the threshold (41.7 [39.8, 43.6], partly).
-            // Checked here: low parallelism, and a sync frequency within 15 % of the threshold.
-            let thr = 1e9 / DEFAULT_SLICE_NS as f64;
-            if c.parallelism >= 12.0 || (c.sync_per_thread_s / thr - 1.0).abs() > 0.15 {
-                wrong.push(format!("{name}: parallelism {:.1}/16, {:.1} blocks/thread/s", c.parallelism, c.sync_per_thread_s));
-            }
-            continue;
-        }
         if c.scalability_type != c.expected_type {
             wrong.push(format!(
                 "{name}: type {} (parallelism {:.1}/16, {:.0} blocks/thread/s), reference type {}",
