@@ -284,6 +284,7 @@ impl World<'_> {
 
     /// Executes operations of `t` until one takes time or changes its state.
     fn advance(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
+        debug_assert!(!self.in_syscall(k, cpu), "a thread steps only once its CPU's queued work has run");
         if let Some((q, l)) = self.threads[t as usize].queue_unlock.take() {
             self.lane_unlock(k, cpu, t, q, l as usize);
         }
@@ -294,6 +295,10 @@ impl World<'_> {
             }
         }
         if let Flow::Stop = self.run_mm_queue(k, cpu, t) {
+            return;
+        }
+        if self.in_syscall(k, cpu) {
+            // The unlock's futex wake, or the rest of a memory operation (see below).
             return;
         }
         let wl = self.insts[self.threads[t as usize].inst as usize].wl.clone();
@@ -468,7 +473,7 @@ impl World<'_> {
                 // its futex wake returns.
                 return;
             }
-            if !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() {
+            if self.in_syscall(k, cpu) {
                 // The operation made a system call (a futex wake, page faults, mprotect,
                 // munmap or madvise with its local flush): the thread is in the kernel until
                 // it returns, and may be preempted at its return (`exit_to_user_mode_loop`),
@@ -477,6 +482,12 @@ impl World<'_> {
                 return;
             }
         }
+    }
+
+    /// Whether the current thread of (`k`, `cpu`) made a system call whose kernel work is
+    /// queued (the CPU's work queue is empty whenever a thread is stepped).
+    fn in_syscall(&self, k: KernelId, cpu: u32) -> bool {
+        !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty()
     }
 
     /// The number of threads in thread `t`'s group (for its instance's `n`).
