@@ -462,10 +462,10 @@ fn a_consumer_woken_by_a_push_waits_for_the_queue_mutex_its_producer_still_holds
 #[test]
 fn a_thread_continues_only_after_its_futex_wake_returns() {
     // One CPU. The waiter blocks in cond_wait (it runs within the signaler's 20 ms, a tick
-    // preempts it); the signaler then signals while holding `m`. Its
-    // futex wake is a system call: the woken waiter preempts it at the call's return, before
-    // its `unlock`, and blocks re-acquiring `m`; the unlock then wakes it again. Two blocks -
-    // one if the signaler's unlock ran at the instant of the signal.
+    // preempts it); the signaler then signals while holding `m`. Its futex wake is a system
+    // call: the woken waiter preempts it at the call's return, before its `unlock`, and
+    // blocks re-acquiring `m`; the unlock then wakes it again. Two blocks - one if the
+    // signaler's unlock ran at the instant of the signal.
     let w = r#"
         objects = { m = "mutex", c = "condvar" }
         [[workloads.w.groups]]
