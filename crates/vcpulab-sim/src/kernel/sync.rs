@@ -471,6 +471,13 @@ impl World<'_> {
         }
     }
 
+    /// Blocks thread `t` on queue `q` so that it retries its `push` or pop when woken (the
+    /// program counter goes back to the instruction).
+    fn block_to_retry(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) {
+        self.threads[t as usize].pc -= 1;
+        self.block_thread(k, cpu, t, BlockOn::Queue(q));
+    }
+
     /// Takes lane `l`'s mutex (`queue_t`'s) for a `push` or pop of thread `t`, or blocks on it
     /// while another thread holds it, as `__lll_lock_wait` (the instruction is retried after
     /// the wake-up): false = blocked.
@@ -479,8 +486,7 @@ impl World<'_> {
         let ln = &mut lanes[l];
         if ln.holder.is_some_and(|h| h != t) {
             ln.lock_waiters.push_back(t);
-            self.threads[t as usize].pc -= 1;
-            self.block_thread(k, cpu, t, BlockOn::Queue(q));
+            self.block_to_retry(k, cpu, t, q);
             return false;
         }
         ln.holder = Some(t);
@@ -522,8 +528,7 @@ impl World<'_> {
         let ln = &mut lanes[l];
         if capacity.is_some_and(|c| ln.items.len() as u32 >= c) {
             ln.push_waiters.push_back(t);
-            self.threads[t as usize].pc -= 1;
-            self.block_thread(k, cpu, t, BlockOn::Queue(q));
+            self.block_to_retry(k, cpu, t, q);
             self.lane_unlock(k, cpu, t, q, l);
             return Flow::Stop;
         }
@@ -590,8 +595,7 @@ impl World<'_> {
             }
             None => {
                 ln.pop_waiters.push_back(t);
-                self.threads[t as usize].pc -= 1;
-                self.block_thread(k, cpu, t, BlockOn::Queue(q));
+                self.block_to_retry(k, cpu, t, q);
                 self.lane_unlock(k, cpu, t, q, l);
                 None
             }

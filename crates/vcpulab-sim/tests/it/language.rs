@@ -431,9 +431,7 @@ fn a_memory_operation_finishes_before_the_next_operation_starts() {
         name = "other"
         threads = 1
         program = [ { compute = "5us" }, { lock = "m" }, { compute = "1ms" }, { unlock = "m" } ]"#;
-    let r = run_inline("scenarios = [\"native\"]\nvcpus = [2]", w, &[]);
-    let blocks: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect();
-    assert_eq!(blocks, vec![1, 0], "the mapper waits for the lock, the other thread does not");
+    assert_eq!(native_blocks(2, w), vec![1, 0], "the mapper waits for the lock, the other thread does not");
 }
 
 #[test]
@@ -454,9 +452,7 @@ fn a_consumer_woken_by_a_push_waits_for_the_queue_mutex_its_producer_still_holds
         name = "consumer"
         threads = 1
         program = [ { drain = { queue = "q", body = [ { compute = "10us" } ] } } ]"#;
-    let r = run_inline("scenarios = [\"native\"]\nvcpus = [1]", w, &[]);
-    let blocks: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect();
-    assert_eq!(blocks, vec![0, 7], "producer never blocks; consumer: 2 per item + the close");
+    assert_eq!(native_blocks(1, w), vec![0, 7], "producer never blocks; consumer: 2 per item + the close");
 }
 
 #[test]
@@ -476,7 +472,11 @@ fn a_thread_continues_only_after_its_futex_wake_returns() {
         name = "signaler"
         threads = 1
         program = [ { compute = "20ms" }, { lock = "m" }, { cond_signal = "c" }, { unlock = "m" }, { compute = "1ms" } ]"#;
-    let r = run_inline("scenarios = [\"native\"]\nvcpus = [1]", w, &[]);
-    let blocks: Vec<u64> = r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect();
-    assert_eq!(blocks, vec![2, 0], "the waiter blocks on the condvar, then on the mutex still held");
+    assert_eq!(native_blocks(1, w), vec![2, 0], "the waiter blocks on the condvar, then on the mutex still held");
+}
+
+/// Runs workload `w` natively on `vcpus` CPUs (seed 1) and returns each thread's block count.
+fn native_blocks(vcpus: u32, w: &str) -> Vec<u64> {
+    let r = run_inline(&format!("scenarios = [\"native\"]\nvcpus = [{vcpus}]"), w, &[]);
+    r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect()
 }
