@@ -223,12 +223,17 @@ pub struct Kernel {
     /// `sd_llc`): the socket of each core for the host; for a guest, what the VM's CPU
     /// topology says (`vm.llc`).
     pub llc: Vec<u32>,
+    /// `sd_llc_size`: how many CPUs the kernel's last-level-cache domain spans. The host
+    /// builds its domains over all online CPUs, so this is a whole socket's CPUs even when a
+    /// run uses fewer cores of it (`taskset`); a guest's is 1 (one vCPU per socket) or all its
+    /// vCPUs (`vm.llc = "shared"`).
+    pub llc_size: u32,
 }
 
 impl Kernel {
     /// A kernel with `n` idle CPUs, each its own cache domain.
     pub fn new(kind: KernelKind, n: u32, params: KernelParams) -> Self {
-        Kernel { kind, cpus: (0..n).map(|_| KCpu::new()).collect(), params, tick_phase: 0, llc: (0..n).collect() }
+        Kernel { kind, cpus: (0..n).map(|_| KCpu::new()).collect(), params, tick_phase: 0, llc: (0..n).collect(), llc_size: 1 }
     }
 }
 
@@ -288,4 +293,11 @@ pub struct Task {
     pub nvcsw: u64,
     /// Involuntary context switches (preempted).
     pub nivcsw: u64,
+    /// `wakee_flips`: how often this task, waking others, woke a different task than the
+    /// last one (halved every second), the input of `wake_wide`.
+    pub wakee_flips: u32,
+    /// `last_wakee`: the task it last woke.
+    pub last_wakee: Option<TaskId>,
+    /// `wakee_flip_decay_ts`: when `wakee_flips` was last halved.
+    pub wakee_flip_decay: SimTime,
 }

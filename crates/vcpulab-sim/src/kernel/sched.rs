@@ -283,7 +283,8 @@ impl World<'_> {
             self.touch_kcpu(k, prev);
             return;
         }
-        let target = self.select_cpu(t, waker);
+        let affine = !self.wake_wide(t, waker);
+        let target = self.select_cpu(t, waker.filter(|_| affine));
         let half_latency = self.kernels[k as usize].params.latency / 2;
         let (old_min, new_min) =
             (self.kernels[k as usize].cpus[prev as usize].min_vr, self.kernels[k as usize].cpus[target as usize].min_vr);
@@ -295,6 +296,35 @@ impl World<'_> {
         task.woken_at = Some(self.now);
         self.enqueue(k, target, t);
         self.preempt_for(k, target, t, waker);
+    }
+
+    /// `record_wakee`, then `wake_wide` (Linux v4.15 kernel/sched/fair.c, both called by
+    /// `select_task_rq_fair` for every wake-up): the task running on the waker's CPU counts a
+    /// flip whenever it wakes a different task than the last one (the count halves once a
+    /// second, `wakee_flip_decay_ts + HZ`); the wake-up is *wide*, and `wake_affine` is
+    /// skipped (the wakee stays with its previous CPU), when the smaller of the waker's and
+    /// the wakee's flip counts is at least the LLC domain's size (`sd_llc_size`) and the
+    /// larger at least that many times the smaller. In a guest whose vCPUs share no cache
+    /// (`sd_llc_size` = 1, one vCPU per socket) any two tasks that both wake others make
+    /// every wake-up between them wide. A wake-up from interrupt context (no waker) records
+    /// nothing and is not affine anyway.
+    fn wake_wide(&mut self, t: TaskId, waker: Option<(KernelId, u32)>) -> bool {
+        /// HZ jiffies: `record_wakee` halves the flips once their stamp is a second old.
+        const DECAY: u64 = 1_000_000_000;
+        let k = self.tasks[t as usize].kernel;
+        let Some((_, wcpu)) = waker.filter(|&(wk, _)| wk == k) else { return false };
+        let Some(w) = self.kernels[k as usize].cpus[wcpu as usize].curr.filter(|&w| w != t) else { return false };
+        let now = self.now;
+        let waker_task = &mut self.tasks[w as usize];
+        if now.0 > waker_task.wakee_flip_decay.0 + DECAY {
+            waker_task.wakee_flips >>= 1;
+            waker_task.wakee_flip_decay = now;
+        }
+        if waker_task.last_wakee != Some(t) {
+            waker_task.last_wakee = Some(t);
+            waker_task.wakee_flips += 1;
+        }
+        wide_wakeup(waker_task.wakee_flips, self.tasks[t as usize].wakee_flips, self.kernels[k as usize].llc_size)
     }
 
     fn wakeup_preempts(&mut self, k: KernelId, cpu: u32, woken: TaskId) -> bool {
@@ -394,7 +424,8 @@ impl World<'_> {
     /// first idle CPU of the target's LLC, else the target. A kernel whose CPUs share no
     /// cache (a guest with one vCPU per socket) never looks beyond the target: a woken thread
     /// can queue behind a busy vCPU while others idle, until load balancing moves it.
-    /// Approximations: `wake_wide` and SMT (`select_idle_core`) are not modelled, the idle
+    /// A wide wake-up ([`World::wake_wide`]) comes here without a waker: no `wake_affine`, the
+    /// previous CPU is the target. Approximations: SMT (`select_idle_core`) is not modelled, the idle
     /// scan is not cut short by `avg_idle`, and loads are instantaneous.
     fn select_cpu(&self, t: TaskId, waker: Option<(KernelId, u32)>) -> u32 {
         let task = &self.tasks[t as usize];
@@ -660,5 +691,37 @@ impl World<'_> {
     pub(crate) fn push_work_then(&mut self, k: KernelId, cpu: u32, attr: Attr, cost: u64, then: super::Then) {
         self.touch_kcpu(k, cpu);
         self.kernels[k as usize].cpus[cpu as usize].kwork.push_back(Work { attr, rem: cost.max(1), then: Some(then) });
+    }
+}
+
+/// `wake_wide`'s test (Linux v4.15 kernel/sched/fair.c) on the waker's and the wakee's flip
+/// counts and the LLC domain's size: wide when the smaller count is at least `llc_size` and
+/// the larger at least `llc_size` times the smaller.
+pub(crate) fn wide_wakeup(waker_flips: u32, wakee_flips: u32, llc_size: u32) -> bool {
+    let factor = llc_size.max(1);
+    let (master, slave) = (waker_flips.max(wakee_flips), waker_flips.min(wakee_flips));
+    !(slave < factor || master < slave.saturating_mul(factor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wide_wakeup;
+
+    #[test]
+    fn one_cpu_caches_make_every_flipping_pair_wide() {
+        // sd_llc_size = 1 (a guest with one vCPU per socket): any two tasks that both wake others.
+        assert!(wide_wakeup(1, 1, 1));
+        assert!(wide_wakeup(7, 300, 1));
+        assert!(!wide_wakeup(0, 5, 1), "a wakee that wakes nobody is woken affine");
+        assert!(!wide_wakeup(5, 0, 1));
+    }
+
+    #[test]
+    fn a_socket_needs_a_waker_of_many() {
+        // A 20-core socket: the smaller count must reach 20 and the larger 20 times it.
+        assert!(!wide_wakeup(19, 400, 20), "wakee below the socket size");
+        assert!(!wide_wakeup(399, 20, 20), "waker not 20 times the wakee");
+        assert!(wide_wakeup(400, 20, 20));
+        assert!(wide_wakeup(20, 400, 20), "master and slave are whichever is larger");
     }
 }

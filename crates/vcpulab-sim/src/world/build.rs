@@ -72,6 +72,7 @@ impl<'i> World<'i> {
         if let Ok(topo) = cfg.machine.select(n) {
             w.kernels[HOST as usize].llc = topo.pcpus.iter().map(|p| p.socket).collect();
         }
+        w.kernels[HOST as usize].llc_size = cfg.machine.cores_per_socket * cfg.machine.threads_per_core;
         match cfg.layout {
             Layout::Native { instances } => {
                 for i in 0..instances {
@@ -89,6 +90,7 @@ impl<'i> World<'i> {
                     guest.tick_phase = Stream::new(stream_seed(cfg.seed, &[STREAM_KERNEL, u64::from(vm)])).below(guest.params.tick_ns);
                     if spec.llc == crate::spec::vm::GuestLlc::Shared {
                         guest.llc = vec![0; n as usize];
+                        guest.llc_size = n;
                     }
                     w.kernels.push(guest);
                     let mut ids = Vec::new();
@@ -166,6 +168,9 @@ impl<'i> World<'i> {
             woken_at: None,
             nvcsw: 0,
             nivcsw: 0,
+            wakee_flips: 0,
+            last_wakee: None,
+            wakee_flip_decay: SimTime::ZERO,
         });
         id
     }
