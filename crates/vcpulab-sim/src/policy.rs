@@ -232,7 +232,7 @@ impl VmPolicies {
             "hvs_causality" => Box::new(hvs::Hvs::new(nvcpus, hvs::Order::CausalityOnly)),
             "hvs_preemption_time" => Box::new(hvs::Hvs::new(nvcpus, hvs::Order::PreemptionTimeOnly)),
             "hvs_reversed" => Box::new(hvs::Hvs::new(nvcpus, hvs::Order::ReversedCausality)),
-            _ => Box::new(kvm_yield::KvmOnSpin::new(nvcpus)),
+            _ => Box::new(kvm_yield::KvmOnSpin::new(nvcpus, p.yield_candidates)),
         };
         VmPolicies { window, yielder }
     }

@@ -75,6 +75,7 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["vm.ple.aple.min=40000"], "vm.ple.aple.min", "expected 1..=ple.aple.max (32768)"),
         (MIN, &["vm.ple.aple.delta=0"], "vm.ple.aple.delta", "positive step"),
         (MIN, &["vm.ple.aple.epochs=5"], "vm.ple.aple.epochs", "unknown field"),
+        (MIN, &["vm.ple.yield_candidates=\"v4.15\""], "vm.ple.yield_candidates", "expected one of v3.10, v4.14, v5.3, v5.13"),
         (MIN, &["vm.llc=\"foo\""], "vm.llc", "expected one of per_vcpu, shared"),
         (MIN, &["vm.lazy_fpu=3"], "vm.lazy_fpu", "expected a boolean"),
         (MIN, &["host.idle=\"mwaitx\""], "host.idle", "expected one of halt, poll, haltpoll, mwait"),

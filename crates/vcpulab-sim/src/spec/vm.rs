@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::types::Dur;
+use crate::policy::kvm_yield::Generation;
 
 /// Host halt polling (`kvm.halt_poll_ns` and friends; Linux virt/kvm/kvm_main.c `kvm_vcpu_halt`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -56,6 +57,11 @@ pub struct PleSpec {
     /// Candidate-selection policy on a PLE exit: `kvm` (`kvm_vcpu_on_spin` directed yield),
     /// `none` (exit and re-enter), `hvs` or an HVS ablation.
     pub yield_policy: String,
+    /// Which vCPUs `kvm_vcpu_on_spin` (`yield_policy = "kvm"`) takes as candidates, by the
+    /// kernel generation that introduced the rule: `v3.10` (any preempted vCPU), `v4.14`
+    /// (preempted in guest kernel mode), `v5.3` (also vCPUs being woken), `v5.13` (also
+    /// preempted user-mode vCPUs with an interrupt pending; the default).
+    pub yield_candidates: Generation,
     /// APLE's parameters (`window_policy = "aple"`).
     pub aple: ApleSpec,
 }
@@ -92,6 +98,7 @@ impl Default for PleSpec {
             max_cycles: u64::from(u32::MAX),
             window_policy: "kvm".into(),
             yield_policy: "kvm".into(),
+            yield_candidates: Generation::default(),
             aple: ApleSpec::default(),
         }
     }

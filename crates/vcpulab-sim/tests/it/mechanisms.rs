@@ -30,6 +30,23 @@ fn shootdowns_wait_for_preempted_targets_except_with_pv_and_shoot4u() {
 }
 
 #[test]
+fn only_kernels_from_5_13_boost_a_preempted_shootdown_target() {
+    // PLE on: a sender spinning for a target that the co-runner preempted while it ran user code
+    // exits at every window. From Linux 5.13 kvm_vcpu_on_spin boosts that target (its flush IPI
+    // is pending); 3.10-4.13 boost any preempted vCPU, 4.14-5.12 only those preempted in kernel
+    // mode, so the target waits for the host to run it again.
+    let spec = format!("{CHURN}[experiment.vary]\n\"vm.ple.yield_candidates\" = [\"v3.10\", \"v4.14\", \"v5.13\"]\n")
+        .replace("vcpus = [6]", "vcpus = [6]\nscenarios = [\"OC\"]")
+        .replace("enabled = false", "enabled = true");
+    let r = run_text(&spec, &[]);
+    let mean = |i: usize| metric(&r[i], "tlb_latency_mean_us");
+    assert!(r.iter().all(|x| metric(x, "ple_exits") > 0.0), "the senders' spins reach the PLE window");
+    assert!(mean(1) > 3.0 * mean(2), "4.14 {} vs 5.13 {}", mean(1), mean(2));
+    assert!(mean(0) > 3.0 * mean(2), "3.10 {} vs 5.13 {}", mean(0), mean(2));
+    assert!(r[1].t_virt_s > r[2].t_virt_s);
+}
+
+#[test]
 fn heap_trim_threshold_removes_shootdowns() {
     let spec = CHURN.replace("vcpus = [6]", "vcpus = [6]\nscenarios = [\"UC\"]");
     let base = run_text(&spec, &[]);
