@@ -53,7 +53,7 @@ pub static REGISTRY: &[PolicyInfo] = &[
         kind: "ple_yield",
         name: "kvm",
         field: "vm.ple.yield_policy",
-        description: "kvm_vcpu_on_spin: round robin after the last boosted vCPU over ready, in-kernel (or IPI-pending) vCPUs, dy_eligible toggling, up to 3 -ESRCH",
+        description: "kvm_vcpu_on_spin: round robin after the last boosted vCPU over the candidates of the kernel generation vm.ple.yield_candidates names (v5.13: ready, in-kernel or IPI-pending vCPUs), dy_eligible toggling, up to 3 -ESRCH",
     },
     PolicyInfo { kind: "ple_yield", name: "none", field: "vm.ple.yield_policy", description: "no directed yield: the PLE exit only costs the exit, the vCPU re-enters" },
     PolicyInfo {
