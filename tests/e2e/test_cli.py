@@ -115,6 +115,16 @@ def test_policies_lists_every_selectable_implementation(cli: RunCli) -> None:
     assert table.code == 0 and "shoot4u" in table.out
 
 
+def test_directed_yield_generation_is_a_validated_setting(cli: RunCli) -> None:
+    # The presets name their kernel's kvm_vcpu_on_spin candidate rule; a spec may set another.
+    ok = cli("validate", "--workload", "ep", "--set", 'platform.preset="TPDS-4S"', "--print-spec")
+    assert ok.code == 0 and 'yield_candidates = "v4.14"' in ok.out, ok.err
+    bad = cli("validate", "--workload", "ep", "--set", 'vm.ple.yield_candidates="v4.15"')
+    assert bad.code == 2 and "Traceback" not in bad.err, bad.err
+    assert len(bad.err.strip().splitlines()) == 1 and "vm.ple.yield_candidates" in bad.err
+    assert "expected one of v3.10, v4.14, v5.3, v5.13" in bad.err
+
+
 def test_workloads_show_prints_toml(cli: RunCli) -> None:
     r = cli("workloads", "show", "lock")
     assert r.code == 0, r.err
