@@ -53,16 +53,6 @@ impl Generation {
             Generation::V5_13 => c.ready && (!c.blocking || c.pending_irq) && (!c.preempted || c.pending_irq || c.preempted_in_kernel),
         }
     }
-
-    /// Name used in specs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Generation::V3_10 => "v3.10",
-            Generation::V4_14 => "v4.14",
-            Generation::V5_3 => "v5.3",
-            Generation::V5_13 => "v5.13",
-        }
-    }
 }
 
 /// `kvm_vcpu_on_spin` with KVM's per-VM `last_boosted_vcpu` and per-vCPU `in_spin_loop` /
@@ -195,7 +185,7 @@ mod tests {
         ];
         for (g, expected) in want {
             let got = kinds().map(|c| g.is_candidate(&c));
-            assert_eq!(got, expected, "{}", g.name());
+            assert_eq!(got, expected, "{g:?}");
         }
     }
 
@@ -213,7 +203,7 @@ mod tests {
                 tried.push(i);
                 YieldTo::Failed
             });
-            assert_eq!(tried, expected, "{}", g.name());
+            assert_eq!(tried, expected, "{g:?}");
         }
     }
 
