@@ -8,7 +8,10 @@
 //! - Kernel ticket spinlock: FIFO tickets; waiters spin at CPL 0 and are not preemptible, so
 //!   a descheduled holder or next waiter stalls everyone (LHP / LWP).
 //! - Barrier: the last arrival opens it; blocking barriers wake every waiter (futex wake),
-//!   spin barriers are seen by spinners as soon as they run.
+//!   spin barriers are seen by spinners as soon as they run. A condvar barrier (PARMACS
+//!   `BARRIER`) has a mutex that arrivals take to count themselves and that waiters re-acquire
+//!   after the broadcast, which the last arrival makes holding it: woken waiters that find it
+//!   taken block on it again (requeued onto it at once with `cond_broadcast = "requeue"`).
 //! - Spin budgets: a mutex or barrier with `spin` busy-waits in user mode up to its budget
 //!   (time running on a CPU), then blocks as above (`parsec_barrier`, libgomp, adaptive
 //!   mutexes); a barrier with an unbounded budget is a spin barrier.
@@ -31,12 +34,22 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::engine::{SimTime, Stream};
-use crate::workload::program::{Lane, ObjDecl, ObjId, ObjKind};
+use crate::workload::program::{BarrierImpl, Lane, ObjDecl, ObjId, ObjKind};
 use crate::workload::Workload;
 use crate::world::World;
 
-use super::thread::{Act, BlockOn, Flow, SpinOn};
+use super::thread::{Act, BarrierPhase, BlockOn, Flow, SpinOn};
 use super::{KernelId, ThreadId};
+
+/// The mutex of a mutex-and-condvar barrier: a default glibc mutex (no hand-off: a woken
+/// waiter retries, and a running thread may take it first).
+#[derive(Debug, Default)]
+pub struct BarrierMutex {
+    /// Holder.
+    pub holder: Option<ThreadId>,
+    /// Futex waiters in the order they queued.
+    pub waiters: VecDeque<ThreadId>,
+}
 
 /// A synchronisation object's state.
 #[derive(Debug)]
@@ -84,6 +97,9 @@ pub enum Obj {
         waiters: Vec<ThreadId>,
         /// Spin budget before blocking (ns; None = block at once, `u64::MAX` = never block).
         spin: Option<u64>,
+        /// The mutex of a mutex-and-condvar barrier (PARMACS `BARRIER`); None for a futex
+        /// barrier.
+        lock: Option<BarrierMutex>,
     },
     /// FIFO of timestamped items, in one or more lanes.
     Queue {
@@ -208,7 +224,8 @@ impl Obj {
             ObjKind::KSpinLock => Obj::KSpin { next: 0, serving: 0, holder: None, waiting: BTreeMap::new() },
             ObjKind::Barrier | ObjKind::SpinBarrier => {
                 let spin = if d.kind == ObjKind::SpinBarrier { Some(u64::MAX) } else { d.spin };
-                Obj::Barrier { parties: d.parties.unwrap_or(users), arrived: 0, gen: 0, waiters: Vec::new(), spin }
+                let lock = (d.barrier_impl == BarrierImpl::Condvar).then(BarrierMutex::default);
+                Obj::Barrier { parties: d.parties.unwrap_or(users), arrived: 0, gen: 0, waiters: Vec::new(), spin, lock }
             }
             ObjKind::CondVar => Obj::Cond { tokens: 0, waiters: VecDeque::new() },
             ObjKind::Queue => Obj::Queue {
@@ -424,7 +441,10 @@ impl World<'_> {
     }
 
     pub(crate) fn op_barrier(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) -> Flow {
-        let Obj::Barrier { parties, arrived, gen, waiters, spin } = self.obj(t, b) else { unreachable!("checked at parse") };
+        if matches!(self.obj(t, b), Obj::Barrier { lock: Some(_), .. }) {
+            return self.op_barrier_cv(k, cpu, t, b);
+        }
+        let Obj::Barrier { parties, arrived, gen, waiters, spin, .. } = self.obj(t, b) else { unreachable!("checked at parse") };
         *arrived += 1;
         if *arrived < *parties {
             waiters.push(t);
@@ -449,6 +469,87 @@ impl World<'_> {
         }
         self.futex_wake(k, cpu, t, blocked);
         Flow::Continue
+    }
+
+    /// A mutex-and-condvar barrier (PARMACS `BARRIER`, PARSEC pkgs/libs/parmacs/src/m4/
+    /// parmacs.pthreads.c.m4): `pthread_mutex_lock`; count the arrival; the last arrival
+    /// flips the cycle, `pthread_cond_broadcast`s and unlocks; the others
+    /// `pthread_cond_wait` (which releases the mutex while blocked and re-acquires it before
+    /// returning) and then unlock. The instruction is executed again at each step of the
+    /// thread's [`BarrierPhase`] (the program counter is moved back while it blocks).
+    fn op_barrier_cv(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) -> Flow {
+        if !self.barrier_cv_lock(k, cpu, t, b) {
+            return Flow::Stop;
+        }
+        if self.threads[t as usize].bphase != BarrierPhase::Arrive {
+            // Back from the condition variable with the mutex: BARRIER's final unlock.
+            self.threads[t as usize].bphase = BarrierPhase::Arrive;
+            self.barrier_cv_unlock(k, cpu, t, b);
+            return Flow::Continue;
+        }
+        let Obj::Barrier { parties, arrived, gen, waiters, .. } = self.obj(t, b) else { unreachable!("checked at parse") };
+        *arrived += 1;
+        if *arrived < *parties {
+            waiters.push(t);
+            let g = *gen;
+            let th = &mut self.threads[t as usize];
+            th.bgen = g;
+            th.bphase = BarrierPhase::Wait;
+            th.pc -= 1;
+            // pthread_cond_wait: release the mutex, then sleep on the condition variable.
+            self.barrier_cv_unlock(k, cpu, t, b);
+            self.block_thread(k, cpu, t, BlockOn::Barrier(b));
+            return Flow::Stop;
+        }
+        *arrived = 0;
+        *gen += 1;
+        let released = std::mem::take(waiters);
+        let requeue = self.kernels[k as usize].params.cond_requeue;
+        for &w in &released {
+            self.threads[w as usize].bphase = BarrierPhase::Relock;
+        }
+        let woken = if requeue && released.len() > 1 {
+            // FUTEX_CMP_REQUEUE: wake one, move the others onto the mutex's futex.
+            let Obj::Barrier { lock: Some(m), .. } = self.obj(t, b) else { unreachable!("a condvar barrier") };
+            m.waiters.extend(released[1..].iter().copied());
+            for &w in &released[1..] {
+                self.threads[w as usize].act = Act::Blocked(BlockOn::BarrierLock(b));
+            }
+            vec![released[0]]
+        } else {
+            released
+        };
+        self.futex_wake(k, cpu, t, woken);
+        // The broadcaster unlocks after its system call returns (its next operation).
+        self.threads[t as usize].barrier_unlock = Some(b);
+        Flow::Continue
+    }
+
+    /// Takes the mutex of condvar barrier `b`, or queues on it and blocks (moving the
+    /// program counter back so that the barrier instruction runs again once woken). Returns
+    /// whether it holds the mutex.
+    fn barrier_cv_lock(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) -> bool {
+        let Obj::Barrier { lock: Some(m), .. } = self.obj(t, b) else { unreachable!("a condvar barrier") };
+        if m.holder.is_none() {
+            m.holder = Some(t);
+            return true;
+        }
+        m.waiters.push_back(t);
+        self.threads[t as usize].pc -= 1;
+        self.block_thread(k, cpu, t, BlockOn::BarrierLock(b));
+        false
+    }
+
+    /// Releases the mutex of condvar barrier `b`, waking its first waiter (a futex system
+    /// call) if any.
+    pub(crate) fn barrier_cv_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) {
+        let Obj::Barrier { lock: Some(m), .. } = self.obj(t, b) else { unreachable!("a condvar barrier") };
+        debug_assert_eq!(m.holder, Some(t), "the barrier's mutex is released by its holder");
+        m.holder = None;
+        if let Some(w) = m.waiters.pop_front() {
+            self.syscall(k, cpu, t);
+            self.wake_thread(w, (k, cpu));
+        }
     }
 
     /// The lane thread `t` uses on `q` (its own, or its rotation's next).

@@ -39,12 +39,27 @@ pub enum BlockOn {
     Mutex(ObjId),
     /// A blocking barrier.
     Barrier(ObjId),
+    /// The mutex of a mutex-and-condvar barrier (arriving, or re-acquiring it after the
+    /// broadcast).
+    BarrierLock(ObjId),
     /// A condition variable.
     Cond(ObjId),
     /// A queue (full on push, empty on pop).
     Queue(ObjId),
     /// A timer (sleep).
     Sleep,
+}
+
+/// A thread's progress through a mutex-and-condvar barrier (PARMACS `BARRIER`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BarrierPhase {
+    /// Arriving: it takes the barrier's mutex, then counts itself.
+    #[default]
+    Arrive,
+    /// Counted and waiting on the condition variable (mutex released).
+    Wait,
+    /// Released: it re-acquires the mutex (`pthread_cond_wait` returning), then releases it.
+    Relock,
 }
 
 /// The thread's activity.
@@ -126,6 +141,11 @@ pub struct Thread {
     /// A queue lane whose mutex it holds across a futex wake, released when its next
     /// operation runs ([`World::lane_unlock`]).
     pub queue_unlock: Option<(ObjId, u32)>,
+    /// Where it is in a mutex-and-condvar barrier.
+    pub bphase: BarrierPhase,
+    /// A condvar barrier whose mutex it holds across its broadcast, released when its next
+    /// operation runs.
+    pub barrier_unlock: Option<ObjId>,
     /// User spinning left before a spin-then-block wait blocks (ns; `u64::MAX` = unbounded).
     pub spin_budget: u64,
     /// Push time of the item it last popped from a queue.
@@ -146,6 +166,7 @@ impl Thread {
         match self.act {
             Act::Blocked(BlockOn::Mutex(o)) => Some(format!("blocked on mutex '{}'", name(o))),
             Act::Blocked(BlockOn::Barrier(o)) => Some(format!("blocked on barrier '{}'", name(o))),
+            Act::Blocked(BlockOn::BarrierLock(o)) => Some(format!("blocked on the mutex of barrier '{}'", name(o))),
             Act::Blocked(BlockOn::Cond(o)) => Some(format!("blocked on condvar '{}'", name(o))),
             Act::Blocked(BlockOn::Queue(o)) => Some(format!("blocked on queue '{}'", name(o))),
             Act::Blocked(BlockOn::Sleep) => Some("sleeping".into()),
@@ -287,6 +308,9 @@ impl World<'_> {
         debug_assert!(!self.in_syscall(k, cpu), "a thread steps only once its CPU's queued work has run");
         if let Some((q, l)) = self.threads[t as usize].queue_unlock.take() {
             self.lane_unlock(k, cpu, t, q, l as usize);
+        }
+        if let Some(b) = self.threads[t as usize].barrier_unlock.take() {
+            self.barrier_cv_unlock(k, cpu, t, b);
         }
         if let Some(m) = self.threads[t as usize].pending_lock.take() {
             // After a futex wake (or a condvar wait) the lock is retried without spinning.
@@ -472,6 +496,15 @@ impl World<'_> {
                 // A pop that woke a blocked producer: the popper holds the lane's mutex until
                 // its futex wake returns.
                 return;
+            }
+            if self.threads[t as usize].barrier_unlock.is_some() {
+                // The last arrival at a condvar barrier holds its mutex until its broadcast
+                // returns; with nobody to wake it unlocks at once.
+                if self.in_syscall(k, cpu) {
+                    return;
+                }
+                let b = self.threads[t as usize].barrier_unlock.take().expect("checked");
+                self.barrier_cv_unlock(k, cpu, t, b);
             }
             if self.in_syscall(k, cpu) {
                 // The operation made a system call (a futex wake, page faults, mprotect,

@@ -31,6 +31,24 @@ pub enum IdlePolicy {
     Mwait,
 }
 
+/// How the C library's `pthread_cond_broadcast` wakes the waiters of a condition variable,
+/// which decides how the waiters of a mutex-and-condvar barrier (PARMACS `BARRIER`) queue
+/// for the mutex they must re-acquire.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CondBroadcast {
+    /// glibc 2.25 and later (the condvar rewrite, nptl/pthread_cond_common.c,
+    /// `__condvar_quiesce_and_switch_g1` / `futex_wake` of the whole group): every waiter is
+    /// woken at once and races for the mutex; those that find it taken block on it again.
+    #[default]
+    WakeAll,
+    /// glibc before 2.25 (nptl/pthread_cond_broadcast.c: `lll_futex_requeue` of the
+    /// condvar futex onto the mutex, `FUTEX_CMP_REQUEUE` waking 1 and moving the rest): one
+    /// waiter is woken, the others are moved onto the mutex's futex and woken one by one by
+    /// the unlocks, a strict chain.
+    Requeue,
+}
+
 /// Guest halt-poll governor parameters (`/sys/module/haltpoll/parameters/`, Linux drivers/cpuidle/governors/haltpoll.c).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -80,6 +98,8 @@ pub struct KernelSpec {
     /// the flush IPI and leaves the mm in its handler (`leave_mm`), so it is a target once per
     /// idle period.
     pub tlb_lazy_skip: bool,
+    /// How the C library's condition-variable broadcast wakes its waiters ([`CondBroadcast`]).
+    pub cond_broadcast: CondBroadcast,
     /// Background kernel/daemon threads (`[host.daemons]`: QEMU I/O threads, vhost, kworkers)
     /// that wake up now and then and run briefly; only the host supports them.
     pub daemons: DaemonSpec,
@@ -257,6 +277,7 @@ impl Default for KernelSpec {
             balance_interval: Dur(4_000_000),
             haltpoll: HaltpollSpec::default(),
             tlb_lazy_skip: true,
+            cond_broadcast: CondBroadcast::WakeAll,
             daemons: DaemonSpec::default(),
             asymmetric: AsymmetricSpec::default(),
             numad: NumadSpec::default(),
@@ -285,6 +306,8 @@ pub struct KernelParams {
     pub haltpoll: HaltpollSpec,
     /// Lazy-TLB CPUs are skipped by shootdowns.
     pub tlb_lazy_skip: bool,
+    /// The C library's condition-variable broadcast requeues its waiters onto the mutex.
+    pub cond_requeue: bool,
 }
 
 impl KernelSpec {
@@ -324,6 +347,7 @@ impl KernelSpec {
             balance_ticks: (self.balance_interval.0 / tick_ns).max(1) as u32,
             haltpoll: self.haltpoll.clone(),
             tlb_lazy_skip: self.tlb_lazy_skip,
+            cond_requeue: self.cond_broadcast == CondBroadcast::Requeue,
         }
     }
 }

@@ -10,7 +10,7 @@ use toml::Value;
 use super::dist::{parse_duration, Dist};
 use super::heap::{parse_size, HeapParams};
 use super::program::{
-    CountExpr, Group, Instr, Lane, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Share, Times, Workload, MODELS,
+    BarrierImpl, CountExpr, Group, Instr, Lane, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Share, Times, Workload, MODELS,
 };
 
 /// A parse error: the path inside the workload table and a message.
@@ -693,14 +693,15 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
         spin: None,
         capacity: None,
         lane_threads: None,
+        barrier_impl: BarrierImpl::Futex,
         users: Vec::new(),
     };
     match v {
         Value::String(s) => d.kind = kind_of(s, path)?,
         Value::Table(t) => {
             for k in t.keys() {
-                if !["kind", "parties", "spin", "capacity", "lane_threads"].contains(&k.as_str()) {
-                    return err(&format!("{path}.{k}"), "unknown field (expected kind, parties, spin, capacity, lane_threads)");
+                if !["kind", "parties", "spin", "capacity", "lane_threads", "impl"].contains(&k.as_str()) {
+                    return err(&format!("{path}.{k}"), "unknown field (expected kind, parties, spin, capacity, lane_threads, impl)");
                 }
             }
             let Some(Value::String(ks)) = t.get("kind") else {
@@ -725,6 +726,21 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
                         ns => Some(ns),
                     },
                 };
+            }
+            if let Some(i) = t.get("impl") {
+                let p = format!("{path}.impl");
+                if d.kind != ObjKind::Barrier {
+                    return err(&p, "only blocking barriers have an impl");
+                }
+                d.barrier_impl = match resolve(params, i, &p)? {
+                    Value::String(s) if s == "futex" => BarrierImpl::Futex,
+                    Value::String(s) if s == "condvar" => BarrierImpl::Condvar,
+                    Value::String(s) => return err(&p, format!("expected \"futex\" or \"condvar\" (got '{s}')")),
+                    o => return err(&p, format!("expected \"futex\" or \"condvar\" (got {})", type_name(&o))),
+                };
+                if d.barrier_impl == BarrierImpl::Condvar && d.spin.is_some() {
+                    return err(&p, "a condvar barrier blocks at once: it takes no spin budget");
+                }
             }
             if let Some(c) = t.get("capacity") {
                 if d.kind != ObjKind::Queue {

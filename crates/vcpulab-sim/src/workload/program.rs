@@ -66,8 +66,38 @@ pub struct ObjDecl {
     /// (None = one lane). PARSEC dedup's stage queues (encoder.c: `nqueues = ceil(nthreads /
     /// MAX_THREADS_PER_QUEUE)`, thread `tid` uses queue `tid / MAX_THREADS_PER_QUEUE`).
     pub lane_threads: Option<u32>,
+    /// How a blocking barrier is built (`impl`): a futex word (`pthread_barrier_wait`) or a
+    /// mutex and a condition variable (PARMACS `BARRIER`).
+    pub barrier_impl: BarrierImpl,
     /// Groups whose programs use it.
     pub users: Vec<u32>,
+}
+
+/// How a blocking barrier is built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BarrierImpl {
+    /// One futex word (glibc `pthread_barrier_wait`, nptl/pthread_barrier_wait.c): the last
+    /// arrival wakes every waiter with one `FUTEX_WAKE`, and each leaves at once.
+    #[default]
+    Futex,
+    /// A mutex, a condition variable and a counter, as PARSEC's PARMACS macros build
+    /// `BARRIER` for the SPLASH-2x programs (pkgs/libs/parmacs/src/m4/parmacs.pthreads.c.m4):
+    /// lock the mutex, count the arrival; the last arrival broadcasts the condition variable
+    /// and unlocks, the others wait on it (releasing the mutex) and, once woken, re-acquire
+    /// the mutex inside `pthread_cond_wait` and release it. The waiters therefore leave one
+    /// after the other through the mutex; how they queue on it depends on the C library's
+    /// broadcast (`cond_broadcast` of the kernel spec).
+    Condvar,
+}
+
+impl BarrierImpl {
+    /// Name used in workload files.
+    pub fn name(self) -> &'static str {
+        match self {
+            BarrierImpl::Futex => "futex",
+            BarrierImpl::Condvar => "condvar",
+        }
+    }
 }
 
 /// A thread count that depends on the run's thread parameter n: `max(1, n·mul/div + add)`,

@@ -280,7 +280,16 @@ impl<'a> Builder<'a> {
 
     fn declare(&mut self, name: String, kind: ObjKind, user: u32) -> ObjId {
         let id = self.objects.len() as ObjId;
-        self.objects.push(ObjDecl { name, kind, parties: None, spin: None, capacity: None, lane_threads: None, users: vec![user] });
+        self.objects.push(ObjDecl {
+            name,
+            kind,
+            parties: None,
+            spin: None,
+            capacity: None,
+            lane_threads: None,
+            barrier_impl: Default::default(),
+            users: vec![user],
+        });
         id
     }
 

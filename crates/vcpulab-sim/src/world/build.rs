@@ -285,6 +285,8 @@ impl<'i> World<'i> {
                 bgen: 0,
                 pending_lock: None,
                 queue_unlock: None,
+                bphase: Default::default(),
+                barrier_unlock: None,
                 spin_budget: u64::MAX,
                 item: crate::engine::SimTime::ZERO,
                 stats: ThreadStats::default(),

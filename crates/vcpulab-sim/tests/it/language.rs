@@ -480,3 +480,24 @@ fn native_blocks(vcpus: u32, w: &str) -> Vec<u64> {
     let r = run_inline(&format!("scenarios = [\"native\"]\nvcpus = [{vcpus}]"), w, &[]);
     r[0].run.instances[0].thread_stats.iter().map(|t| t.counters.blocks).collect()
 }
+
+#[test]
+fn a_barrier_impl_is_futex_or_condvar_and_a_condvar_barrier_takes_no_spin_budget() {
+    let prog = "program = [ { barrier = \"b\" } ]";
+    let e = spec_error(&format!("objects = {{ b = {{ kind = \"barrier\", impl = \"ticket\" }} }}\n{prog}"));
+    assert!(e.contains("objects.b.impl") && e.contains("\"futex\" or \"condvar\"") && e.contains("'ticket'"), "{e}");
+    let e = spec_error(&format!("objects = {{ b = {{ kind = \"barrier\", impl = \"condvar\", spin = \"10us\" }} }}\n{prog}"));
+    assert!(e.contains("objects.b.impl") && e.contains("no spin budget"), "{e}");
+    let e = spec_error("objects = { m = { kind = \"mutex\", impl = \"condvar\" } }\nprogram = [ { lock = \"m\" }, { unlock = \"m\" } ]");
+    assert!(e.contains("objects.m.impl") && e.contains("only blocking barriers"), "{e}");
+    // Both kinds of barrier let every thread through every episode, natively and in a VM.
+    for imp in ["futex", "condvar"] {
+        let w = format!(
+            "objects = {{ b = {{ kind = \"barrier\", impl = \"{imp}\" }} }}\n\
+             program = [ {{ repeat = {{ times = 50, body = [ {{ compute = {{ uniform = [\"10us\", \"40us\"] }} }}, {{ barrier = \"b\" }} ] }} }} ]"
+        );
+        for r in run_inline("scenarios = [\"native\", \"UC\"]\nvcpus = [4]", &w, &[]) {
+            assert!(r.t_native_s > 50.0 * 25e-6, "{imp}: each episode waits for the slowest of 4 draws of 10-40 us: {}", r.t_native_s);
+        }
+    }
+}

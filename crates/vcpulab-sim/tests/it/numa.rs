@@ -26,13 +26,20 @@ fn numa_hidden_costs_once_the_vm_spans_sockets_and_exposing_it_removes_most() {
     let r = run_text(&example(), &["experiment.workloads=[\"canneal\", \"ocean_cp\", \"swaptions\"]", "experiment.vcpus=[16, 32]"]);
     for w in ["canneal", "ocean_cp"] {
         let (fits, spans) = (dt(cell(&r, w, "hidden", 16)), dt(cell(&r, w, "hidden", 32)));
-        assert!(fits.abs() < 0.02, "{w}: δη_t {fits:.3} within one socket");
+        // Within one socket hiding NUMA costs nothing: δη_t is what the VM costs anyway
+        // (ocean_cp's PARMACS barriers leave through their mutex one vCPU wake-up after the
+        // other, about 2 %), the same as with the topology exposed.
+        let fits_exposed = dt(cell(&r, w, "exposed", 16));
+        assert!((fits - fits_exposed).abs() < 0.005, "{w}: δη_t {fits:.3} hidden vs {fits_exposed:.3} exposed within one socket");
+        assert!(fits.abs() < 0.04, "{w}: δη_t {fits:.3} within one socket");
         // Clearly above the within-socket bound; whether a profile reaches the "high guest"
         // category (guest part above 0.1, at some vCPU count up to 64) is judged on the TPDS
         // matrix of the scoreboard, not at this reduced size.
         assert!(spans > 0.05, "{w}: δη_t {spans:.3} spanning two sockets with NUMA hidden");
+        // Exposing the topology removes most of what spanning sockets added (the rest of
+        // δη_t is the VM's cost of blocking, which grows with the vCPU count on its own).
         let exposed = dt(cell(&r, w, "exposed", 32));
-        assert!(exposed < spans / 3.0, "{w}: exposing NUMA leaves δη_t {exposed:.3} of {spans:.3}");
+        assert!(exposed - fits < (spans - fits) / 3.0, "{w}: exposing NUMA leaves δη_t {exposed:.3} of {spans:.3} ({fits:.3} within a socket)");
         // The cause is visible: remote accesses and CPI. With NUMA hidden, data the main
         // thread builds (canneal) is spread over the nodes; a thread's own data (ocean_cp)
         // stays where the thread first touched it, so only its shared data and the data of
