@@ -90,16 +90,6 @@ pub enum BarrierImpl {
     Condvar,
 }
 
-impl BarrierImpl {
-    /// Name used in workload files.
-    pub fn name(self) -> &'static str {
-        match self {
-            BarrierImpl::Futex => "futex",
-            BarrierImpl::Condvar => "condvar",
-        }
-    }
-}
-
 /// A thread count that depends on the run's thread parameter n: `max(1, n·mul/div + add)`,
 /// or exactly `add` when `fixed`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
