@@ -34,11 +34,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::engine::{SimTime, Stream};
+use crate::spec::kernel::CondBroadcast;
 use crate::workload::program::{BarrierImpl, Lane, ObjDecl, ObjId, ObjKind};
 use crate::workload::Workload;
 use crate::world::World;
 
-use super::thread::{Act, BarrierPhase, BlockOn, Flow, SpinOn};
+use super::thread::{Act, BarrierPhase, BlockOn, Flow, HeldLock, SpinOn};
 use super::{KernelId, ThreadId};
 
 /// The mutex of a mutex-and-condvar barrier: a default glibc mutex (no hand-off: a woken
@@ -504,7 +505,7 @@ impl World<'_> {
         *arrived = 0;
         *gen += 1;
         let released = std::mem::take(waiters);
-        let requeue = self.kernels[k as usize].params.cond_requeue;
+        let requeue = self.kernels[k as usize].params.cond_broadcast == CondBroadcast::Requeue;
         for &w in &released {
             self.threads[w as usize].bphase = BarrierPhase::Relock;
         }
@@ -519,10 +520,23 @@ impl World<'_> {
         } else {
             released
         };
-        self.futex_wake(k, cpu, t, woken);
-        // The broadcaster unlocks after its system call returns (its next operation).
-        self.threads[t as usize].barrier_unlock = Some(b);
+        if woken.is_empty() {
+            // Nobody to wake (a single party): no system call, the mutex is released at once.
+            self.barrier_cv_unlock(k, cpu, t, b);
+        } else {
+            // The broadcaster unlocks after its system call returns (its next operation).
+            self.futex_wake(k, cpu, t, woken);
+            self.threads[t as usize].held_lock = Some(HeldLock::Barrier(b));
+        }
         Flow::Continue
+    }
+
+    /// Releases the mutex a thread kept across its futex wake ([`HeldLock`]).
+    pub(crate) fn release_held_lock(&mut self, k: KernelId, cpu: u32, t: ThreadId, h: HeldLock) {
+        match h {
+            HeldLock::Lane(q, l) => self.lane_unlock(k, cpu, t, q, l as usize),
+            HeldLock::Barrier(b) => self.barrier_cv_unlock(k, cpu, t, b),
+        }
     }
 
     /// Takes the mutex of condvar barrier `b`, or queues on it and blocks (moving the
@@ -542,13 +556,12 @@ impl World<'_> {
 
     /// Releases the mutex of condvar barrier `b`, waking its first waiter (a futex system
     /// call) if any.
-    pub(crate) fn barrier_cv_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) {
+    fn barrier_cv_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) {
         let Obj::Barrier { lock: Some(m), .. } = self.obj(t, b) else { unreachable!("a condvar barrier") };
         debug_assert_eq!(m.holder, Some(t), "the barrier's mutex is released by its holder");
         m.holder = None;
         if let Some(w) = m.waiters.pop_front() {
-            self.syscall(k, cpu, t);
-            self.wake_thread(w, (k, cpu));
+            self.futex_wake(k, cpu, t, vec![w]);
         }
     }
 
@@ -596,7 +609,7 @@ impl World<'_> {
 
     /// Releases lane `l`'s mutex held by `t`; a thread blocked on it wakes and retries (one
     /// futex wake, no hand-off, as glibc's default mutex).
-    pub(crate) fn lane_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize) {
+    fn lane_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize) {
         let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
         let ln = &mut lanes[l];
         debug_assert_eq!(ln.holder, Some(t));
@@ -612,7 +625,7 @@ impl World<'_> {
     /// and `queue_dequeue` unlock only after signalling. A woken consumer that runs meanwhile
     /// blocks on the mutex (`__pthread_mutex_cond_lock`).
     fn lane_wake_locked(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize, w: ThreadId) {
-        self.threads[t as usize].queue_unlock = Some((q, l as u32));
+        self.threads[t as usize].held_lock = Some(HeldLock::Lane(q, l as u32));
         self.syscall(k, cpu, t);
         self.wake_thread(w, (k, cpu));
     }
@@ -655,7 +668,7 @@ impl World<'_> {
     /// `Lane::Rotate`, every lane), None = blocked (the instruction is retried after the
     /// wake-up). A rotating drainer skips closed and empty lanes and blocks on the first open
     /// one that is empty, as dedup's Reorder (`queue_dequeue` on each queue in turn). A pop
-    /// that wakes a blocked producer leaves `queue_unlock` set: the caller stops there.
+    /// that wakes a blocked producer leaves `held_lock` set: the caller stops there.
     pub(crate) fn op_pop(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, lane: Lane) -> Option<bool> {
         let mut l = self.lane_of(t, q, lane);
         let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };

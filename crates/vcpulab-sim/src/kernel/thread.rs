@@ -50,6 +50,17 @@ pub enum BlockOn {
     Sleep,
 }
 
+/// A mutex a thread keeps across a futex wake it makes while holding it (a `pthread_cond_signal`
+/// or `pthread_cond_broadcast` before `pthread_mutex_unlock`): it is released after the
+/// system call returns, at the thread's next operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeldLock {
+    /// The mutex of lane `.1` of queue `.0` (`queue_enqueue` / `queue_dequeue`).
+    Lane(ObjId, u32),
+    /// The mutex of a condvar barrier, held by the last arrival across its broadcast.
+    Barrier(ObjId),
+}
+
 /// A thread's progress through a mutex-and-condvar barrier (PARMACS `BARRIER`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BarrierPhase {
@@ -138,14 +149,11 @@ pub struct Thread {
     pub bgen: u64,
     /// A mutex to (re)acquire before continuing (after a futex wake or a condvar wait).
     pub pending_lock: Option<ObjId>,
-    /// A queue lane whose mutex it holds across a futex wake, released when its next
-    /// operation runs ([`World::lane_unlock`]).
-    pub queue_unlock: Option<(ObjId, u32)>,
+    /// A mutex it holds across the futex wake it just made, released when its next operation
+    /// runs ([`World::release_held_lock`]).
+    pub held_lock: Option<HeldLock>,
     /// Where it is in a mutex-and-condvar barrier.
     pub bphase: BarrierPhase,
-    /// A condvar barrier whose mutex it holds across its broadcast, released when its next
-    /// operation runs.
-    pub barrier_unlock: Option<ObjId>,
     /// User spinning left before a spin-then-block wait blocks (ns; `u64::MAX` = unbounded).
     pub spin_budget: u64,
     /// Push time of the item it last popped from a queue.
@@ -306,11 +314,8 @@ impl World<'_> {
     /// Executes operations of `t` until one takes time or changes its state.
     fn advance(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
         debug_assert!(!self.in_syscall(k, cpu), "a thread steps only once its CPU's queued work has run");
-        if let Some((q, l)) = self.threads[t as usize].queue_unlock.take() {
-            self.lane_unlock(k, cpu, t, q, l as usize);
-        }
-        if let Some(b) = self.threads[t as usize].barrier_unlock.take() {
-            self.barrier_cv_unlock(k, cpu, t, b);
+        if let Some(h) = self.threads[t as usize].held_lock.take() {
+            self.release_held_lock(k, cpu, t, h);
         }
         if let Some(m) = self.threads[t as usize].pending_lock.take() {
             // After a futex wake (or a condvar wait) the lock is retried without spinning.
@@ -492,19 +497,10 @@ impl World<'_> {
             if let Flow::Stop = flow {
                 return;
             }
-            if self.threads[t as usize].queue_unlock.is_some() {
-                // A pop that woke a blocked producer: the popper holds the lane's mutex until
-                // its futex wake returns.
+            if self.threads[t as usize].held_lock.is_some() {
+                // A pop that woke a blocked producer, or the broadcast of a condvar barrier:
+                // the thread holds the mutex until its futex wake returns.
                 return;
-            }
-            if self.threads[t as usize].barrier_unlock.is_some() {
-                // The last arrival at a condvar barrier holds its mutex until its broadcast
-                // returns; with nobody to wake it unlocks at once.
-                if self.in_syscall(k, cpu) {
-                    return;
-                }
-                let b = self.threads[t as usize].barrier_unlock.take().expect("checked");
-                self.barrier_cv_unlock(k, cpu, t, b);
             }
             if self.in_syscall(k, cpu) {
                 // The operation made a system call (a futex wake, page faults, mprotect,

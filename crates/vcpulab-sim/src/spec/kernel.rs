@@ -306,8 +306,8 @@ pub struct KernelParams {
     pub haltpoll: HaltpollSpec,
     /// Lazy-TLB CPUs are skipped by shootdowns.
     pub tlb_lazy_skip: bool,
-    /// The C library's condition-variable broadcast requeues its waiters onto the mutex.
-    pub cond_requeue: bool,
+    /// How the C library's condition-variable broadcast wakes its waiters.
+    pub cond_broadcast: CondBroadcast,
 }
 
 impl KernelSpec {
@@ -347,7 +347,7 @@ impl KernelSpec {
             balance_ticks: (self.balance_interval.0 / tick_ns).max(1) as u32,
             haltpoll: self.haltpoll.clone(),
             tlb_lazy_skip: self.tlb_lazy_skip,
-            cond_requeue: self.cond_broadcast == CondBroadcast::Requeue,
+            cond_broadcast: self.cond_broadcast,
         }
     }
 }
