@@ -32,7 +32,10 @@ def test_apicv_off_costs_exits_where_interrupts_queue_and_says_why_elsewhere() -
     (r_off,) = [r for r in off.json_lines() if r["scenario"] == "OC"]
     assert "INTERRUPT_WINDOW" not in r_on["exits"]
     assert r_off["exits"]["INTERRUPT_WINDOW"] > 0
-    assert r_off["delta_eta_r"] > r_on["delta_eta_r"]
+    # Their host time is charged. (The runs' totals differ by more than that: in this
+    # overcommitted run the schedules diverge once a cost changes.)
+    assert r_off["delta_eta_r_by_reason"]["INTERRUPT_WINDOW"] > 0
+    assert "INTERRUPT_WINDOW" not in r_on["delta_eta_r_by_reason"]
 
 
 def test_validate_gives_the_same_note() -> None:

@@ -65,7 +65,11 @@ def test_scalability_spread_and_asymmetric_sections(cli: RunCli, tmp_path: Path)
         (m1, e1), (m2, e2) = PAIR.findall(line)
         assert m1 == "1.00"
         assert 1.2 < float(m2) <= 2.0, line  # two vCPUs help, but not beyond ideal
-        assert 0.5 < float(e1) <= 1.2 and 1.0 < float(e2) <= 2.0, line
+        # The efficiency-based speedup may pass the ideal a little in a VM: it counts the time a
+        # vCPU borrows beyond its per-core allocation, which the host's task groups hand a VM's
+        # busy vCPU while its sibling idles (docs/scalability.md).
+        ideal = 2.0 if "native" in line else 2.2
+        assert 0.5 < float(e1) <= 1.2 and 1.0 < float(e2) <= ideal, line
         # The printed speedup is t(1) / t(2) of the results.
         scenario = "native" if "native" in line else "OC"
         variant = next(v for v in {x["variant"] for x in results} if f" {v} " in line)

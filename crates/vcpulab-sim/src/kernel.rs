@@ -13,6 +13,7 @@
 //! host side (see [`crate::virt`]).
 
 pub mod cpu;
+pub mod group;
 pub mod sched;
 pub mod sync;
 pub mod thread;
@@ -34,6 +35,16 @@ pub type ThreadId = u32;
 
 /// The host kernel's id.
 pub const HOST: KernelId = 0;
+
+/// An entity of a CPU's root run queue: a task, or the group entity of a task group
+/// ([`group`]; only the host has groups).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ent {
+    /// A task not in any group.
+    Task(TaskId),
+    /// Task group `g`'s entity on this CPU.
+    Group(u32),
+}
 
 /// Pending-interrupt bits of a kernel CPU.
 pub mod irq {
@@ -103,8 +114,13 @@ pub enum IdleState {
 /// One CPU of a kernel.
 #[derive(Debug)]
 pub struct KCpu {
-    /// Queued (runnable, not running) tasks ordered by (vruntime, id).
-    pub rq: BTreeSet<(u64, TaskId)>,
+    /// The root run queue: queued (runnable, not current) entities ordered by (vruntime,
+    /// entity): tasks outside any group and the entities of groups with runnable tasks here.
+    pub rq: BTreeSet<(u64, Ent)>,
+    /// Queued tasks on this CPU, those in groups' run queues included.
+    pub nr_queued: usize,
+    /// Each task group's run queue and entity on this CPU (host only; empty without groups).
+    pub groups: Vec<group::GroupRq>,
     /// The running task (None = idle).
     pub curr: Option<TaskId>,
     /// CFS min_vruntime.
@@ -164,6 +180,8 @@ impl KCpu {
     fn new() -> Self {
         KCpu {
             rq: BTreeSet::new(),
+            nr_queued: 0,
+            groups: Vec::new(),
             curr: None,
             min_vr: 0,
             need_resched: false,
@@ -194,7 +212,7 @@ impl KCpu {
 
     /// Tasks running or queued here.
     pub fn nr_running(&self) -> usize {
-        self.rq.len() + usize::from(self.curr.is_some())
+        self.nr_queued + usize::from(self.curr.is_some())
     }
 }
 
@@ -228,12 +246,34 @@ pub struct Kernel {
     /// run uses fewer cores of it (`taskset`); a guest's is 1 (one vCPU per socket) or all its
     /// vCPUs (`vm.llc = "shared"`).
     pub llc_size: u32,
+    /// Task groups (host with `cgroups = "libvirt"`: one per VM).
+    pub groups: Vec<group::TaskGroup>,
+    /// The last tick instant at which a nohz idle balance refreshed idle CPUs' group loads.
+    pub last_ilb: SimTime,
 }
 
 impl Kernel {
     /// A kernel with `n` idle CPUs, each its own cache domain.
     pub fn new(kind: KernelKind, n: u32, params: KernelParams) -> Self {
-        Kernel { kind, cpus: (0..n).map(|_| KCpu::new()).collect(), params, tick_phase: 0, llc: (0..n).collect(), llc_size: 1 }
+        Kernel {
+            kind,
+            cpus: (0..n).map(|_| KCpu::new()).collect(),
+            params,
+            tick_phase: 0,
+            llc: (0..n).collect(),
+            llc_size: 1,
+            groups: Vec::new(),
+            last_ilb: SimTime::ZERO,
+        }
+    }
+
+    /// Adds a task group with `shares` and returns its index.
+    pub fn add_group(&mut self, shares: u64) -> u32 {
+        self.groups.push(group::TaskGroup { shares, load_avg: 0 });
+        for c in &mut self.cpus {
+            c.groups.push(group::GroupRq { se_w: shares, ..Default::default() });
+        }
+        (self.groups.len() - 1) as u32
     }
 }
 
@@ -276,6 +316,8 @@ pub struct Task {
     pub vr: u64,
     /// CFS load weight (1024 = nice 0).
     pub weight: u64,
+    /// Its task group (host only), None = the root group.
+    pub group: Option<u32>,
     /// When the current run started being accounted.
     pub exec_start: SimTime,
     /// Total run time.

@@ -13,7 +13,8 @@
 
 use crate::account::{Attr, Cause, Layer};
 
-use super::{irq, IdleState, KernelId, TaskId, TaskKind, TaskState, ThreadId, Work, HOST};
+use super::group::{calc_group_shares, tg_contrib_update};
+use super::{irq, Ent, IdleState, KernelId, TaskId, TaskKind, TaskState, ThreadId, Work, HOST};
 use crate::world::World;
 
 /// `sysctl_sched_migration_cost` (Linux v3.16–v4.15 kernel/sched/fair.c: 500 µs, not scaled by
@@ -21,7 +22,7 @@ use crate::world::World;
 pub const MIGRATION_COST: u64 = 500_000;
 
 impl World<'_> {
-    /// Accounts the running task's time since it was last accounted.
+    /// Accounts the running task's time since it was last accounted (and its group entity's).
     pub(crate) fn update_curr(&mut self, k: KernelId, cpu: u32) {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
         let Some(t) = kc.curr else { return };
@@ -37,35 +38,122 @@ impl World<'_> {
         if delta > 0 {
             task.sum_exec += delta;
             task.vr += delta * 1024 / task.weight;
+            if let Some(g) = task.group {
+                let gr = &mut self.kernels[k as usize].cpus[cpu as usize].groups[g as usize];
+                gr.se_vr += delta * 1024 / gr.se_w;
+                gr.sum_exec += delta;
+            }
         }
         self.update_min_vr(k, cpu);
     }
 
-    fn update_min_vr(&mut self, k: KernelId, cpu: u32) {
-        let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        let curr_vr = kc.curr.filter(|&t| self.tasks[t as usize].state == TaskState::Running).map(|t| self.tasks[t as usize].vr);
-        let left = kc.rq.first().map(|&(v, _)| v);
-        let cand = match (curr_vr, left) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) => a,
-            (None, Some(b)) => b,
-            (None, None) => return,
-        };
-        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
-        kc.min_vr = kc.min_vr.max(cand);
+    /// The running task of a CPU, if it is still runnable.
+    fn running(&self, k: KernelId, cpu: u32) -> Option<TaskId> {
+        self.kernels[k as usize].cpus[cpu as usize].curr.filter(|&c| self.tasks[c as usize].state == TaskState::Running)
     }
 
+    /// The root-run-queue entity of task `t`: itself, or its group's entity.
+    fn top(&self, t: TaskId) -> Ent {
+        match self.tasks[t as usize].group {
+            Some(g) => Ent::Group(g),
+            None => Ent::Task(t),
+        }
+    }
+
+    /// Virtual runtime of a root entity of `cpu`.
+    fn ent_vr(&self, k: KernelId, cpu: u32, e: Ent) -> u64 {
+        match e {
+            Ent::Task(t) => self.tasks[t as usize].vr,
+            Ent::Group(g) => self.kernels[k as usize].cpus[cpu as usize].groups[g as usize].se_vr,
+        }
+    }
+
+    /// Load weight of a root entity of `cpu`.
+    fn ent_weight(&self, k: KernelId, cpu: u32, e: Ent) -> u64 {
+        match e {
+            Ent::Task(t) => self.tasks[t as usize].weight,
+            Ent::Group(g) => self.kernels[k as usize].cpus[cpu as usize].groups[g as usize].se_w,
+        }
+    }
+
+    /// The `min_vruntime` of the run queue task `t` is queued in on `cpu` (its group's there,
+    /// or the root's).
+    fn cfs_min_vr(&self, k: KernelId, cpu: u32, t: TaskId) -> u64 {
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        match self.tasks[t as usize].group {
+            Some(g) => kc.groups[g as usize].min_vr,
+            None => kc.min_vr,
+        }
+    }
+
+    fn update_min_vr(&mut self, k: KernelId, cpu: u32) {
+        let run = self.running(k, cpu);
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        let curr_vr = run.map(|t| self.ent_vr(k, cpu, self.top(t)));
+        let left = kc.rq.first().map(|&(v, _)| v);
+        if let Some(cand) = min_some(curr_vr, left) {
+            let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+            kc.min_vr = kc.min_vr.max(cand);
+        }
+        if let Some(g) = run.and_then(|t| self.tasks[t as usize].group) {
+            self.update_group_min_vr(k, cpu, g);
+        }
+    }
+
+    /// `update_min_vruntime` of group `g`'s run queue on `cpu`.
+    fn update_group_min_vr(&mut self, k: KernelId, cpu: u32, g: u32) {
+        let run = self.running(k, cpu).filter(|&t| self.tasks[t as usize].group == Some(g));
+        let gr = &self.kernels[k as usize].cpus[cpu as usize].groups[g as usize];
+        let cand = min_some(run.map(|t| self.tasks[t as usize].vr), gr.rq.first().map(|&(v, _)| v));
+        if let Some(cand) = cand {
+            let gr = &mut self.kernels[k as usize].cpus[cpu as usize].groups[g as usize];
+            gr.min_vr = gr.min_vr.max(cand);
+        }
+    }
+
+    /// Inserts runnable task `t` into its run queue's tree on `cpu` (the root's or its group's).
+    fn tree_insert(&mut self, k: KernelId, cpu: u32, t: TaskId) {
+        let (vr, group) = (self.tasks[t as usize].vr, self.tasks[t as usize].group);
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        kc.nr_queued += 1;
+        match group {
+            Some(g) => kc.groups[g as usize].rq.insert((vr, t)),
+            None => kc.rq.insert((vr, Ent::Task(t))),
+        };
+    }
+
+    fn tree_remove(&mut self, k: KernelId, cpu: u32, t: TaskId) {
+        let (vr, group) = (self.tasks[t as usize].vr, self.tasks[t as usize].group);
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        kc.nr_queued -= 1;
+        let removed = match group {
+            Some(g) => kc.groups[g as usize].rq.remove(&(vr, t)),
+            None => kc.rq.remove(&(vr, Ent::Task(t))),
+        };
+        debug_assert!(removed, "dequeue of a task not queued");
+    }
+
+    /// Task `t` becomes runnable on `cpu` (woken, migrated in, started): it is queued there.
     fn enqueue(&mut self, k: KernelId, cpu: u32, t: TaskId) {
         let task = &mut self.tasks[t as usize];
         task.state = TaskState::Queued;
         task.cpu = cpu;
-        self.kernels[k as usize].cpus[cpu as usize].rq.insert((task.vr, t));
+        self.tree_insert(k, cpu, t);
+        if let Some(g) = self.tasks[t as usize].group {
+            self.group_add(k, cpu, t, true);
+            let cur = self.running(k, cpu);
+            self.sync_group(k, cpu, g, cur);
+        }
     }
 
-    fn dequeue(&mut self, k: KernelId, cpu: u32, t: TaskId) {
-        let vr = self.tasks[t as usize].vr;
-        let removed = self.kernels[k as usize].cpus[cpu as usize].rq.remove(&(vr, t));
-        debug_assert!(removed, "dequeue of a task not queued");
+    /// Queued task `t` leaves `cpu` (migration).
+    fn detach(&mut self, k: KernelId, cpu: u32, t: TaskId) {
+        self.tree_remove(k, cpu, t);
+        if let Some(g) = self.tasks[t as usize].group {
+            self.group_remove(k, cpu, t);
+            let cur = self.running(k, cpu);
+            self.sync_group(k, cpu, g, cur);
+        }
     }
 
     /// Puts a task that is runnable at start-up into its CPU's queue.
@@ -88,6 +176,14 @@ impl World<'_> {
         }
         // A task re-pinned elsewhere while it ran leaves this CPU (the migration stopper).
         let stays = prev_runnable.filter(|&p| self.allowed(p, cpu));
+        let prev_group = prev.and_then(|p| self.tasks[p as usize].group);
+        if let Some(p) = prev_runnable.filter(|_| stays.is_none()) {
+            self.group_remove(k, cpu, p);
+        }
+        if let Some(g) = prev_group {
+            // The group entity of a prev that no longer runs competes in the tree again.
+            self.sync_group(k, cpu, g, stays);
+        }
         let chosen = self.pick_next(k, cpu, stays);
         let yielded = prev_runnable.is_some() && self.kernels[k as usize].cpus[cpu as usize].skip_buddy == prev_runnable;
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
@@ -97,8 +193,9 @@ impl World<'_> {
             return; // prev stays
         }
         if let Some(p) = prev_runnable {
+            self.tasks[p as usize].state = TaskState::Queued;
             if stays.is_some() {
-                self.enqueue(k, cpu, p);
+                self.tree_insert(k, cpu, p);
             } else {
                 self.send_to_affine(k, p, cpu);
             }
@@ -111,7 +208,7 @@ impl World<'_> {
         }
         let next = chosen;
         if let Some(n) = next {
-            self.dequeue(k, cpu, n);
+            self.tree_remove(k, cpu, n);
             debug_assert!(
                 self.kernels[k as usize].cpus.iter().all(|c| c.curr != Some(n)),
                 "task {n} picked on CPU {cpu} of kernel {k} while current elsewhere"
@@ -126,8 +223,17 @@ impl World<'_> {
             task.cpu = cpu;
             task.exec_start = now;
             task.prev_sum_exec = task.sum_exec;
+            let next_group = task.group;
             if let TaskKind::Thread(th) = task.kind {
                 self.kernels[k as usize].cpus[cpu as usize].last_mm = Some(self.threads[th as usize].inst);
+            }
+            if let Some(g) = next_group {
+                // set_next_entity of the group entity, unless it already was current.
+                if prev_group != Some(g) || stays.is_none() {
+                    let gr = &mut self.kernels[k as usize].cpus[cpu as usize].groups[g as usize];
+                    gr.prev_sum_exec = gr.sum_exec;
+                }
+                self.sync_group(k, cpu, g, next);
             }
             let task = &mut self.tasks[n as usize];
             if let Some(w) = task.woken_at.take() {
@@ -143,6 +249,9 @@ impl World<'_> {
                 }
             }
         }
+        if let Some(g) = prev_group {
+            self.sync_group(k, cpu, g, next);
+        }
         if next != prev {
             self.charge_switch(k, cpu, prev, next);
             if let Some(TaskKind::Vcpu(v)) = next.map(|n| self.tasks[n as usize].kind) {
@@ -155,35 +264,153 @@ impl World<'_> {
         self.update_min_vr(k, cpu);
     }
 
-    /// CFS `pick_next_entity` (Linux 4.15) over the queued tasks and the still-runnable
-    /// `prev`: the leftmost task, unless it is the skip buddy (a yielder) and the second is
-    /// within wake-up granularity of it; a next buddy (a `yield_to` target) within wake-up
+    /// CFS `pick_next_entity` (Linux 4.15), level by level: in the root run queue among its
+    /// entities and the still-runnable `prev`'s, then, when a group entity wins, in that
+    /// group's run queue (`pick_next_task_fair` walking down the hierarchy). At each level:
+    /// the leftmost entity, unless it is the skip buddy (a yielder) and the second is within
+    /// wake-up granularity of it; a next buddy (a `yield_to` target) within wake-up
     /// granularity of the leftmost wins. Ties keep `prev`.
     fn pick_next(&self, k: KernelId, cpu: u32, prev: Option<TaskId>) -> Option<TaskId> {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        let mut firsts = kc.rq.iter().take(2).map(|&(_, t)| t);
-        let (q1, q2) = (firsts.next(), firsts.next());
-        // The leftmost and second candidates; prev wins ties.
-        let before_prev = |q: Option<TaskId>| q.filter(|&a| prev.is_none_or(|p| self.tasks[a as usize].vr < self.tasks[p as usize].vr));
-        let (left, second) = match (before_prev(q1), prev) {
-            (Some(a), Some(p)) => (a, Some(before_prev(q2).unwrap_or(p))),
-            (_, Some(p)) => (p, q1),
-            (a, None) => (a?, q2),
+        let runnable_here =
+            |n: TaskId| Some(n) == prev || self.tasks[n as usize].state == TaskState::Queued && self.tasks[n as usize].cpu == cpu;
+        let next = kc.next_buddy.filter(|&n| runnable_here(n));
+        // Root level.
+        let tree: Vec<(u64, Ent)> = kc.rq.iter().take(2).copied().collect();
+        let at = |e: Ent| (self.ent_vr(k, cpu, e), e);
+        let gran = |e: Ent| self.ent_gran(k, cpu, e);
+        let top =
+            pick_entity(&tree, prev.map(|p| at(self.top(p))), kc.skip_buddy.map(|s| self.top(s)), next.map(|n| at(self.top(n))), gran)?;
+        let Ent::Group(g) = top else {
+            let Ent::Task(t) = top else { unreachable!() };
+            return Some(t);
         };
-        let gran_ok = |se: TaskId| self.tasks[se as usize].vr <= self.tasks[left as usize].vr.saturating_add(self.wakeup_gran(se));
-        let mut se = left;
-        if kc.skip_buddy == Some(left) {
-            if let Some(second) = second.filter(|&t| gran_ok(t)) {
-                se = second;
+        // The group's level.
+        let gr = &kc.groups[g as usize];
+        let tree: Vec<(u64, TaskId)> = gr.rq.iter().take(2).copied().collect();
+        let in_g = |t: &TaskId| self.tasks[*t as usize].group == Some(g);
+        let vr = |t: TaskId| (self.tasks[t as usize].vr, t);
+        pick_entity(&tree, prev.filter(in_g).map(vr), kc.skip_buddy.filter(in_g), next.filter(in_g).map(vr), |t| self.wakeup_gran(t))
+    }
+
+    /// Wake-up granularity of a root entity in virtual time: a task's own
+    /// ([`World::wakeup_gran`]), a group entity's the kernel's scaled by the entity's weight.
+    fn ent_gran(&self, k: KernelId, cpu: u32, e: Ent) -> u64 {
+        match e {
+            Ent::Task(t) => self.wakeup_gran(t),
+            Ent::Group(g) => {
+                self.kernels[k as usize].params.wakeup_gran * 1024 / self.kernels[k as usize].cpus[cpu as usize].groups[g as usize].se_w
             }
         }
-        if let Some(n) = kc.next_buddy {
-            let runnable = Some(n) == prev || self.tasks[n as usize].state == TaskState::Queued && self.tasks[n as usize].cpu == cpu;
-            if runnable && gran_ok(n) {
-                se = n;
+    }
+
+    /// Advances the PELT of group `g` on `cpu` to now and publishes its contribution to the
+    /// group's `load_avg` (`update_load_avg` → `update_tg_load_avg`).
+    fn pelt_advance(&mut self, k: KernelId, cpu: u32, g: u32) {
+        let now = self.now;
+        let kern = &mut self.kernels[k as usize];
+        let gr = &mut kern.cpus[cpu as usize].groups[g as usize];
+        gr.pelt.advance(now, gr.load_w);
+        if let Some(c) = tg_contrib_update(gr.pelt.load_avg(), gr.contrib) {
+            let tg = &mut kern.groups[g as usize];
+            tg.load_avg = tg.load_avg + c - gr.contrib;
+            gr.contrib = c;
+        }
+    }
+
+    /// `update_cfs_group`: recomputes the weight of group `g`'s entity on `cpu`
+    /// ([`calc_group_shares`]). A current group entity first accounts its time at the old weight
+    /// (`reweight_entity`); its virtual runtime, the tree key, does not change.
+    fn update_group_weight(&mut self, k: KernelId, cpu: u32, g: u32) {
+        if self.running(k, cpu).is_some_and(|t| self.tasks[t as usize].group == Some(g)) {
+            self.update_curr(k, cpu);
+        }
+        let kern = &mut self.kernels[k as usize];
+        let tg = &kern.groups[g as usize];
+        let gr = &mut kern.cpus[cpu as usize].groups[g as usize];
+        gr.se_w = calc_group_shares(tg.shares, gr.load_w, gr.pelt.load_avg(), tg.load_avg, gr.contrib);
+    }
+
+    /// Runnable task `t` starts counting in its group's load on `cpu` (`account_entity_enqueue`).
+    /// `wakeup`: the group entity, if it had nothing runnable here, is placed as a waking
+    /// entity (`enqueue_task_fair` enqueues parents with `ENQUEUE_WAKEUP`: `place_entity`,
+    /// at most half a latency behind the root's `min_vruntime`).
+    fn group_add(&mut self, k: KernelId, cpu: u32, t: TaskId, wakeup: bool) {
+        let Some(g) = self.tasks[t as usize].group else { return };
+        self.pelt_advance(k, cpu, g);
+        let w = self.tasks[t as usize].weight;
+        let half_latency = self.kernels[k as usize].params.latency / 2;
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        let root_min = kc.min_vr;
+        let gr = &mut kc.groups[g as usize];
+        if gr.nr == 0 && wakeup {
+            gr.se_vr = gr.se_vr.max(root_min.saturating_sub(half_latency));
+        }
+        gr.nr += 1;
+        gr.load_w += w;
+        self.update_group_weight(k, cpu, g);
+    }
+
+    /// Task `t` stops counting in its group's load on `cpu` (blocked, exited, migrated away).
+    fn group_remove(&mut self, k: KernelId, cpu: u32, t: TaskId) {
+        let Some(g) = self.tasks[t as usize].group else { return };
+        self.pelt_advance(k, cpu, g);
+        let w = self.tasks[t as usize].weight;
+        let gr = &mut self.kernels[k as usize].cpus[cpu as usize].groups[g as usize];
+        gr.nr -= 1;
+        gr.load_w -= w;
+        self.update_group_weight(k, cpu, g);
+    }
+
+    /// Puts group `g`'s entity in the root tree of `cpu` exactly when it has runnable tasks
+    /// there and is not the current entity (`cur`: the task taken as current).
+    fn sync_group(&mut self, k: KernelId, cpu: u32, g: u32, cur: Option<TaskId>) {
+        let cur_in_g = cur.is_some_and(|t| self.tasks[t as usize].group == Some(g));
+        let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
+        let gr = &mut kc.groups[g as usize];
+        let want = gr.nr > 0 && !cur_in_g;
+        if want != gr.queued {
+            gr.queued = want;
+            let key = (gr.se_vr, Ent::Group(g));
+            if want {
+                kc.rq.insert(key);
+            } else {
+                kc.rq.remove(&key);
             }
         }
-        Some(se)
+    }
+
+    /// Changes task `t`'s load weight (a policy re-weighting a vCPU thread): its time so far
+    /// is accounted at the old weight, and its group's load and entity weight follow.
+    pub(crate) fn set_task_weight(&mut self, t: TaskId, w: u64) {
+        let task = &self.tasks[t as usize];
+        if task.weight == w {
+            return;
+        }
+        let (k, cpu, state, group) = (task.kernel, task.cpu, task.state, task.group);
+        if state == TaskState::Running {
+            self.touch_kcpu(k, cpu);
+            self.update_curr(k, cpu);
+        }
+        let runnable = matches!(state, TaskState::Running | TaskState::Queued);
+        if let Some(g) = group.filter(|_| runnable) {
+            self.pelt_advance(k, cpu, g);
+            let old = self.tasks[t as usize].weight;
+            let gr = &mut self.kernels[k as usize].cpus[cpu as usize].groups[g as usize];
+            gr.load_w = gr.load_w - old + w;
+            self.tasks[t as usize].weight = w;
+            self.update_group_weight(k, cpu, g);
+        } else {
+            self.tasks[t as usize].weight = w;
+        }
+    }
+
+    /// The nohz idle balance's and the periodic balancer's `update_blocked_averages`: brings
+    /// the group loads of `cpu` up to date.
+    fn refresh_group_loads(&mut self, k: KernelId, cpu: u32) {
+        for g in 0..self.kernels[k as usize].groups.len() as u32 {
+            self.pelt_advance(k, cpu, g);
+        }
     }
 
     /// `yield_to(p, preempt = true)` in the host (Linux 4.15 kernel/sched/core.c and `yield_to_task_fair`) from the task
@@ -262,6 +489,7 @@ impl World<'_> {
         if !done {
             task.nvcsw += 1;
         }
+        self.group_remove(k, cpu, t);
         self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
     }
 
@@ -281,13 +509,16 @@ impl World<'_> {
             task.state = TaskState::Running;
             task.exec_start = self.now;
             self.touch_kcpu(k, prev);
+            if let Some(g) = self.tasks[t as usize].group {
+                self.group_add(k, prev, t, false);
+                self.sync_group(k, prev, g, Some(t));
+            }
             return;
         }
         let affine = !self.wake_wide(t, waker);
         let target = self.select_cpu(t, waker.filter(|_| affine));
         let half_latency = self.kernels[k as usize].params.latency / 2;
-        let (old_min, new_min) =
-            (self.kernels[k as usize].cpus[prev as usize].min_vr, self.kernels[k as usize].cpus[target as usize].min_vr);
+        let (old_min, new_min) = (self.cfs_min_vr(k, prev, t), self.cfs_min_vr(k, target, t));
         let task = &mut self.tasks[t as usize];
         if target != prev {
             task.vr = task.vr.saturating_sub(old_min) + new_min;
@@ -327,13 +558,32 @@ impl World<'_> {
         wide_wakeup(waker_task.wakee_flips, self.tasks[t as usize].wakee_flips, self.kernels[k as usize].llc_size)
     }
 
+    /// `check_preempt_wakeup`: the woken task preempts the current one when, at the first level
+    /// of the hierarchy where their entities share a run queue (`find_matching_se`), the
+    /// current entity's virtual runtime exceeds the woken one's by more than the woken entity's
+    /// wake-up granularity.
     fn wakeup_preempts(&mut self, k: KernelId, cpu: u32, woken: TaskId) -> bool {
         let Some(c) = self.kernels[k as usize].cpus[cpu as usize].curr else { return true };
         if self.nonpreemptible(c) {
             return false;
         }
         self.update_curr(k, cpu);
-        self.tasks[c as usize].vr > self.tasks[woken as usize].vr + self.wakeup_gran(woken)
+        let (cg, wg) = (self.tasks[c as usize].group, self.tasks[woken as usize].group);
+        if cg.is_some() && cg == wg {
+            return self.tasks[c as usize].vr > self.tasks[woken as usize].vr + self.wakeup_gran(woken);
+        }
+        let (ce, we) = (self.top(c), self.top(woken));
+        let gran = match we {
+            // The woken task's own granularity (DIS ch.5's per-vCPU latency) scaled by its
+            // group entity's weight.
+            Ent::Group(g) => {
+                let task = &self.tasks[woken as usize];
+                let se_w = self.kernels[k as usize].cpus[cpu as usize].groups[g as usize].se_w;
+                task.wakeup_gran.unwrap_or(self.kernels[k as usize].params.wakeup_gran) * 1024 / se_w
+            }
+            Ent::Task(t) => self.wakeup_gran(t),
+        };
+        self.ent_vr(k, cpu, ce) > self.ent_vr(k, cpu, we) + gran
     }
 
     /// `wakeup_gran(se)`: the wake-up granularity of task `t` in virtual time (its own, or
@@ -407,15 +657,21 @@ impl World<'_> {
 
     fn cpu_idle(&self, k: KernelId, cpu: u32) -> bool {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        kc.curr.is_none() && kc.rq.is_empty()
+        kc.curr.is_none() && kc.nr_queued == 0
     }
 
     /// The weighted load of a CPU's run queue (current task included): the instantaneous
     /// stand-in for `weighted_cpuload` (the runnable load average) that `wake_affine` compares.
     fn cpu_load(&self, k: KernelId, cpu: u32) -> u64 {
+        self.root_load(k, cpu, self.running(k, cpu))
+    }
+
+    /// The summed weight of the root run queue's entities of `cpu` (`cfs_rq->load.weight` of
+    /// the root), with the entity of `cur` (taken as current) included.
+    fn root_load(&self, k: KernelId, cpu: u32, cur: Option<TaskId>) -> u64 {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        let curr = kc.curr.filter(|&c| self.tasks[c as usize].state == TaskState::Running).map_or(0, |c| self.tasks[c as usize].weight);
-        curr + kc.rq.iter().map(|&(_, q)| self.tasks[q as usize].weight).sum::<u64>()
+        let curr = cur.map_or(0, |c| self.ent_weight(k, cpu, self.top(c)));
+        curr + kc.rq.iter().map(|&(_, e)| self.ent_weight(k, cpu, e)).sum::<u64>()
     }
 
     /// `select_task_rq_fair` for a wake-up (Linux v4.15 kernel/sched/fair.c, fast path):
@@ -456,26 +712,67 @@ impl World<'_> {
         (1..n).map(|i| (target + i) % n).find(|&c| kern.llc[c as usize] == llc && self.cpu_idle(k, c)).unwrap_or(target)
     }
 
+    /// `__sched_period(nr)`: the latency, stretched to `nr × min_gran` beyond
+    /// `latency / min_gran` entities.
+    fn sched_period(&self, k: KernelId, nr: u64) -> u64 {
+        let p = &self.kernels[k as usize].params;
+        let nr_latency = (p.latency / p.min_gran).max(1);
+        if nr > nr_latency {
+            nr * p.min_gran
+        } else {
+            p.latency
+        }
+    }
+
+    /// `sched_slice` of the current task `t` (Linux 4.15): the period of its own run queue's
+    /// entity count, times its weight's share at each level of the hierarchy; at least the
+    /// minimum granularity.
     fn sched_slice(&self, k: KernelId, cpu: u32, t: TaskId) -> u64 {
         let p = &self.kernels[k as usize].params;
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        let nr = kc.nr_running() as u64;
-        let nr_latency = (p.latency / p.min_gran).max(1);
-        let period = if nr > nr_latency { nr * p.min_gran } else { p.latency };
-        let total: u64 = kc.rq.iter().map(|&(_, q)| self.tasks[q as usize].weight).sum::<u64>() + self.tasks[t as usize].weight;
-        (period * self.tasks[t as usize].weight / total).max(p.min_gran)
+        let w = self.tasks[t as usize].weight;
+        let slice = match self.tasks[t as usize].group {
+            None => self.sched_period(k, kc.rq.len() as u64 + 1) * w / self.root_load(k, cpu, Some(t)),
+            Some(g) => {
+                let gr = &kc.groups[g as usize];
+                let in_group = self.sched_period(k, u64::from(gr.nr)) * w / gr.load_w.max(1);
+                in_group * gr.se_w / self.root_load(k, cpu, Some(t))
+            }
+        };
+        slice.max(p.min_gran)
+    }
+
+    /// The slice of group `g`'s entity, current on `cpu`, in the root run queue.
+    fn group_slice(&self, k: KernelId, cpu: u32, g: u32, t: TaskId) -> u64 {
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        let se_w = kc.groups[g as usize].se_w;
+        (self.sched_period(k, kc.rq.len() as u64 + 1) * se_w / self.root_load(k, cpu, Some(t)))
+            .max(self.kernels[k as usize].params.min_gran)
     }
 
     /// Scheduler work of a tick: slice expiry and periodic balancing.
+    /// Per level of the hierarchy (`entity_tick` → `check_preempt_tick`): the current entity
+    /// is preempted once it has run its slice while another entity waits in its run queue.
+    /// The current group's weight is brought up to date first (`update_cfs_group`).
     pub(crate) fn tick_sched(&mut self, k: KernelId, cpu: u32) {
+        if let Some(g) = self.running(k, cpu).and_then(|c| self.tasks[c as usize].group) {
+            self.pelt_advance(k, cpu, g);
+            self.update_group_weight(k, cpu, g);
+        }
         self.update_curr(k, cpu);
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        if let Some(c) = kc.curr {
-            if !kc.rq.is_empty() && !self.nonpreemptible(c) {
-                let ran = self.tasks[c as usize].sum_exec - self.tasks[c as usize].prev_sum_exec;
-                if ran > self.sched_slice(k, cpu, c) {
-                    self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
+        if let Some(c) = kc.curr.filter(|&c| !self.nonpreemptible(c)) {
+            let ran = self.tasks[c as usize].sum_exec - self.tasks[c as usize].prev_sum_exec;
+            let expired = match self.tasks[c as usize].group {
+                None => !kc.rq.is_empty() && ran > self.sched_slice(k, cpu, c),
+                Some(g) => {
+                    let gr = &kc.groups[g as usize];
+                    (!gr.rq.is_empty() && ran > self.sched_slice(k, cpu, c))
+                        || (!kc.rq.is_empty() && gr.sum_exec - gr.prev_sum_exec > self.group_slice(k, cpu, g, c))
                 }
+            };
+            if expired {
+                self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
             }
         }
         let balance_ticks = self.kernels[k as usize].params.balance_ticks;
@@ -483,6 +780,7 @@ impl World<'_> {
         kc.ticks_since_balance += 1;
         if kc.ticks_since_balance >= balance_ticks {
             kc.ticks_since_balance = 0;
+            self.refresh_group_loads(k, cpu);
             self.push_to_idle(k, cpu);
         }
         self.busy_balance(k, cpu);
@@ -542,7 +840,7 @@ impl World<'_> {
             if nr < local + 2 || best.is_some_and(|(len, _, _)| nr <= len) {
                 continue;
             }
-            if let Some(t) = src.rq.iter().rev().map(|&(_, t)| t).find(|&t| self.allowed(t, cpu)) {
+            if let Some(t) = self.queued_tasks_rev(k, c).into_iter().find(|&t| self.allowed(t, cpu)) {
                 best = Some((nr, c, t));
             }
         }
@@ -568,14 +866,14 @@ impl World<'_> {
         let mut best: Option<(usize, u32, TaskId)> = None;
         for c in (1..n).map(|i| (cpu + i) % n) {
             let src = &self.kernels[k as usize].cpus[c as usize];
-            let rq = &src.rq;
+            let queued = src.nr_queued;
             if src.nr_running() < 2 {
                 continue;
             }
-            let movable = rq.iter().rev().map(|&(_, t)| t).find(|&t| self.allowed(t, cpu));
+            let movable = self.queued_tasks_rev(k, c).into_iter().find(|&t| self.allowed(t, cpu));
             if let Some(t) = movable {
-                if best.is_none_or(|(len, _, _)| rq.len() > len) {
-                    best = Some((rq.len(), c, t));
+                if best.is_none_or(|(len, _, _)| queued > len) {
+                    best = Some((queued, c, t));
                 }
             }
         }
@@ -586,10 +884,22 @@ impl World<'_> {
     }
 
     /// Periodic balance of a busy CPU: hand queued tasks to idle CPUs (nohz idle balance).
+    /// With task groups, the balancer kicked by an overloaded CPU (`nohz_balancer_kick` at
+    /// `nr_running >= 2`) also brings the idle CPUs' blocked group loads up to date
+    /// (`nohz_idle_balance` → `rebalance_domains` → `update_blocked_averages`), once per tick.
     fn push_to_idle(&mut self, k: KernelId, cpu: u32) {
         let n = self.kernels[k as usize].cpus.len() as u32;
+        let kern = &self.kernels[k as usize];
+        if !kern.groups.is_empty() && kern.cpus[cpu as usize].nr_running() >= 2 && kern.last_ilb < self.now {
+            self.kernels[k as usize].last_ilb = self.now;
+            for c in 0..n {
+                if self.cpu_idle(k, c) {
+                    self.refresh_group_loads(k, c);
+                }
+            }
+        }
         loop {
-            let queued: Vec<TaskId> = self.kernels[k as usize].cpus[cpu as usize].rq.iter().rev().map(|&(_, t)| t).collect();
+            let queued = self.queued_tasks_rev(k, cpu);
             let mut moved = false;
             for t in queued {
                 let dst = (1..n).map(|i| (cpu + i) % n).find(|&c| self.cpu_idle(k, c) && self.allowed(t, c));
@@ -630,7 +940,7 @@ impl World<'_> {
     /// use, on the CPU it is pinned to.
     fn send_to_affine(&mut self, k: KernelId, t: TaskId, from: u32) {
         let to = self.tasks[t as usize].pinned.expect("only a pinned task can be disallowed");
-        let (fm, tm) = (self.kernels[k as usize].cpus[from as usize].min_vr, self.kernels[k as usize].cpus[to as usize].min_vr);
+        let (fm, tm) = (self.cfs_min_vr(k, from, t), self.cfs_min_vr(k, to, t));
         let task = &mut self.tasks[t as usize];
         task.vr = task.vr.saturating_sub(fm) + tm;
         self.enqueue(k, to, t);
@@ -652,9 +962,28 @@ impl World<'_> {
         }
     }
 
+    /// The queued tasks of `cpu`, last first: the root run queue's from its right end, a group
+    /// entity standing for its group's queued tasks (also right to left), then the queued
+    /// tasks of the current task's group (whose entity is not in the tree).
+    fn queued_tasks_rev(&self, k: KernelId, cpu: u32) -> Vec<TaskId> {
+        let kc = &self.kernels[k as usize].cpus[cpu as usize];
+        let mut out = Vec::with_capacity(kc.nr_queued);
+        let group_tasks = |g: u32, out: &mut Vec<TaskId>| out.extend(kc.groups[g as usize].rq.iter().rev().map(|&(_, t)| t));
+        for &(_, e) in kc.rq.iter().rev() {
+            match e {
+                Ent::Task(t) => out.push(t),
+                Ent::Group(g) => group_tasks(g, &mut out),
+            }
+        }
+        if let Some(g) = kc.curr.and_then(|c| self.tasks[c as usize].group).filter(|&g| !kc.groups[g as usize].queued) {
+            group_tasks(g, &mut out);
+        }
+        out
+    }
+
     fn migrate(&mut self, k: KernelId, t: TaskId, from: u32, to: u32) {
-        self.dequeue(k, from, t);
-        let (fm, tm) = (self.kernels[k as usize].cpus[from as usize].min_vr, self.kernels[k as usize].cpus[to as usize].min_vr);
+        self.detach(k, from, t);
+        let (fm, tm) = (self.cfs_min_vr(k, from, t), self.cfs_min_vr(k, to, t));
         let task = &mut self.tasks[t as usize];
         task.vr = task.vr.saturating_sub(fm) + tm;
         self.enqueue(k, to, t);
@@ -692,6 +1021,46 @@ impl World<'_> {
         self.touch_kcpu(k, cpu);
         self.kernels[k as usize].cpus[cpu as usize].kwork.push_back(Work { attr, rem: cost.max(1), then: Some(then) });
     }
+}
+
+/// The smaller of two optional values.
+fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// CFS `pick_next_entity` at one level of the hierarchy (Linux 4.15 kernel/sched/fair.c): among
+/// the two leftmost queued entities (`tree`, by vruntime) and the still-runnable current one
+/// (`prev`, which wins ties), the leftmost, unless it is the `skip` buddy and the second is
+/// within its own wake-up granularity of it; a runnable `next` buddy within its granularity of
+/// the leftmost wins.
+fn pick_entity<E: Copy + PartialEq>(
+    tree: &[(u64, E)],
+    prev: Option<(u64, E)>,
+    skip: Option<E>,
+    next: Option<(u64, E)>,
+    gran: impl Fn(E) -> u64,
+) -> Option<E> {
+    let (q1, q2) = (tree.first().copied(), tree.get(1).copied());
+    let before_prev = |q: Option<(u64, E)>| q.filter(|&(v, _)| prev.is_none_or(|(pv, _)| v < pv));
+    let (left, second) = match (before_prev(q1), prev) {
+        (Some(a), Some(p)) => (a, Some(before_prev(q2).unwrap_or(p))),
+        (_, Some(p)) => (p, q1),
+        (a, None) => (a?, q2),
+    };
+    let gran_ok = |(v, e): (u64, E)| v <= left.0.saturating_add(gran(e));
+    let mut se = left;
+    if skip == Some(left.1) {
+        if let Some(second) = second.filter(|&s| gran_ok(s)) {
+            se = second;
+        }
+    }
+    if let Some(n) = next.filter(|&n| gran_ok(n)) {
+        se = n;
+    }
+    Some(se.1)
 }
 
 /// `wake_wide`'s test (Linux v4.15 kernel/sched/fair.c) on the waker's and the wakee's flip

@@ -49,6 +49,22 @@ pub enum CondBroadcast {
     Requeue,
 }
 
+/// How the host groups the threads it schedules into CFS task groups (cgroups).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Cgroups {
+    /// libvirt's layout: each VM's vCPU threads in a task group of their own
+    /// (`machine.slice/machine-qemu-N.scope`, a `vcpuN` child per vCPU thread, libvirt
+    /// src/qemu/qemu_cgroup.c), with the VM's `weight` as its `cpu.shares`, under CFS group
+    /// scheduling (Linux kernel/sched/fair.c `CONFIG_FAIR_GROUP_SCHED`). Native threads and host
+    /// daemons stay in the root group.
+    #[default]
+    Libvirt,
+    /// No groups: every thread, vCPU threads included, is an entity of the root run queue, and a
+    /// VM's `weight` multiplies its vCPU threads' weights (the model before group scheduling).
+    None,
+}
+
 /// Guest halt-poll governor parameters (`/sys/module/haltpoll/parameters/`, Linux drivers/cpuidle/governors/haltpoll.c).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -100,6 +116,9 @@ pub struct KernelSpec {
     pub tlb_lazy_skip: bool,
     /// How the C library's condition-variable broadcast wakes its waiters ([`CondBroadcast`]).
     pub cond_broadcast: CondBroadcast,
+    /// CFS task groups of the host's threads ([`Cgroups`]); a guest runs no VMs, so in
+    /// `[guest]` it has no effect.
+    pub cgroups: Cgroups,
     /// Background kernel/daemon threads (`[host.daemons]`: QEMU I/O threads, vhost, kworkers)
     /// that wake up now and then and run briefly; only the host supports them.
     pub daemons: DaemonSpec,
@@ -278,6 +297,7 @@ impl Default for KernelSpec {
             haltpoll: HaltpollSpec::default(),
             tlb_lazy_skip: true,
             cond_broadcast: CondBroadcast::WakeAll,
+            cgroups: Cgroups::Libvirt,
             daemons: DaemonSpec::default(),
             asymmetric: AsymmetricSpec::default(),
             numad: NumadSpec::default(),

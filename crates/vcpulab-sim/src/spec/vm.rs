@@ -335,9 +335,15 @@ impl VmSpec {
         Ok(())
     }
 
-    /// Host scheduler weight of vCPU `i`.
-    pub fn vcpu_weight(&self, i: u32) -> u64 {
+    /// Host scheduler weight of vCPU `i`'s thread. In the VM's task group (`grouped`) it is the
+    /// vCPU's own weight, its `vcpuN` child's `cpu.shares`, the VM's `weight` being the group's;
+    /// without groups the VM's weight multiplies it.
+    pub fn vcpu_weight(&self, i: u32, grouped: bool) -> u64 {
         let w = self.vcpu_weights.as_ref().and_then(|v| v.get(i as usize)).copied().unwrap_or(1024);
-        (u64::from(w) * u64::from(self.weight) / 1024).max(2)
+        if grouped {
+            u64::from(w)
+        } else {
+            (u64::from(w) * u64::from(self.weight) / 1024).max(2)
+        }
     }
 }

@@ -229,16 +229,7 @@ impl World<'_> {
             self.vcpus[v as usize].alloc.alloc_ns = d.alloc_ns[i];
             let t = self.vcpus[v as usize].task;
             let (w, g) = (d.weights[i], d.gran_ns[i]);
-            let task = &self.tasks[t as usize];
-            if task.weight != w {
-                if task.state == TaskState::Running {
-                    // Account the time run so far at the old weight first.
-                    let cpu = task.cpu;
-                    self.touch_kcpu(HOST, cpu);
-                    self.update_curr(HOST, cpu);
-                }
-                self.tasks[t as usize].weight = w;
-            }
+            self.set_task_weight(t, w);
             let task = &mut self.tasks[t as usize];
             task.wakeup_gran = (g != default_gran || task.wakeup_gran.is_some()).then_some(g);
         }

@@ -101,7 +101,7 @@ impl World<'_> {
             return Step::Again;
         }
         let hc = &self.kernels[0].cpus[core as usize];
-        let contended = !hc.rq.is_empty() || hc.need_resched;
+        let contended = hc.nr_queued > 0 || hc.need_resched;
         if poll && self.vcpus[v as usize].poll_rem > 0 && !contended {
             let attr = Attr { owner: self.vcpus[v as usize].owner, layer: Layer::Host, cause: Cause::HaltPoll };
             return Step::Leaf(Leaf { attr, rem: Rem::HaltPoll(v), thread: None });

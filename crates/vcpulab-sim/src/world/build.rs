@@ -25,6 +25,7 @@ const STREAM_OBJECT: u64 = 2;
 const STREAM_TASK: u64 = 3;
 const STREAM_KERNEL: u64 = 4;
 const STREAM_PLACE: u64 = 5;
+const STREAM_GROUP: u64 = 6;
 
 impl<'i> World<'i> {
     /// Builds the world of one run: the host kernel on `cfg.cores` cores, and either native
@@ -94,14 +95,18 @@ impl<'i> World<'i> {
                     }
                     w.kernels.push(guest);
                     let mut ids = Vec::new();
+                    // libvirt's layout: the VM's vCPU threads in a task group of their own.
+                    let grouped = cfg.host.cgroups == crate::spec::kernel::Cgroups::Libvirt;
+                    let group = grouped.then(|| w.kernels[HOST as usize].add_group(u64::from(spec.weight)));
                     for i in 0..n {
                         let owner = w.owners.len() as u32;
                         w.owners.push(OwnerKind::Vcpu { vm, vcpu: i });
                         let vid = w.vcpus.len() as u32;
-                        let task = w.new_task(TaskKind::Vcpu(vid), HOST, owner, i, spec.vcpu_weight(i));
+                        let task = w.new_task(TaskKind::Vcpu(vid), HOST, owner, i, spec.vcpu_weight(i, grouped));
                         w.tasks[task as usize].pinned = spec.pin.then_some(i);
+                        w.tasks[task as usize].group = group;
                         w.vcpus.push(Vcpu::new(vm, i, task, k, owner));
-                        w.vcpus[vid as usize].alloc = VcpuAlloc::new(n, spec.vcpu_weight(i));
+                        w.vcpus[vid as usize].alloc = VcpuAlloc::new(n, spec.vcpu_weight(i, grouped));
                         ids.push(vid);
                     }
                     let first_owner = w.vcpus[ids[0] as usize].owner;
@@ -138,6 +143,15 @@ impl<'i> World<'i> {
         // Tasks start with a random virtual runtime below one minimum slice, so that which of
         // the tasks sharing a CPU runs first is arbitrary (as on a real host, where VMs and
         // threads never start in lockstep) instead of every core picking the same VM first.
+        // The same for the host's group entities: a VM's entity on each core starts at its own
+        // random virtual runtime, so the VMs sharing the cores do not alternate in lockstep.
+        let spread = w.kernels[HOST as usize].params.min_gran;
+        let host = &mut w.kernels[HOST as usize];
+        for (c, kc) in host.cpus.iter_mut().enumerate() {
+            for (g, gr) in kc.groups.iter_mut().enumerate() {
+                gr.se_vr = Stream::new(stream_seed(cfg.seed, &[STREAM_GROUP, g as u64, c as u64])).below(spread);
+            }
+        }
         for t in 0..w.tasks.len() as u32 {
             let k = w.tasks[t as usize].kernel as usize;
             let spread = w.kernels[k].params.min_gran;
@@ -160,6 +174,7 @@ impl<'i> World<'i> {
             cpu,
             vr: 0,
             weight,
+            group: None,
             exec_start: SimTime::ZERO,
             sum_exec: 0,
             prev_sum_exec: 0,

@@ -151,13 +151,15 @@ fn servers_record_response_times_and_qos() {
         program = [ { drain = { queue = "req", body = [ { compute = { exp = "250us" } }, { lock = "db" }, { compute = "10us" }, { unlock = "db" }, { respond = "req" } ] } } ]"#;
     // About 2.6 busy CPUs per instance: natively 4 CPUs serve it with a short tail; in OC
     // two such VMs share the 4 CPUs (about 5.2 CPUs of demand), so requests queue.
-    let r = run_inline("scenarios = [\"native\", \"OC\"]\nvcpus = [4]", w, &[]);
-    let m = &r[0].metrics;
-    assert_eq!(m["requests"], 1000.0);
-    assert!(m["resp_p50_us"] >= 250.0 * 0.3 && m["resp_p99_us"] >= m["resp_p50_us"], "{m:?}");
-    assert!(m["qos_good_frac"] > 0.9, "{m:?}");
-    let oc = &r[1].metrics;
-    assert!(oc["resp_p99_us"] > 2.0 * m["resp_p99_us"], "overcommit lengthens the tail: {oc:?} vs {m:?}");
+    let r = run_inline("scenarios = [\"native\", \"OC\"]\nvcpus = [4]\nseeds = [1, 2, 3]", w, &[]);
+    for s in 1..=3 {
+        let cell = |sc: &str| &r.iter().find(|c| c.seed == s && c.scenario.name() == sc).unwrap().metrics;
+        let (m, oc) = (cell("native"), cell("OC"));
+        assert_eq!(m["requests"], 1000.0);
+        assert!(m["resp_p50_us"] >= 250.0 * 0.3 && m["resp_p99_us"] >= m["resp_p50_us"], "{m:?}");
+        assert!(m["qos_good_frac"] > 0.9, "{m:?}");
+        assert!(oc["resp_p99_us"] > 1.5 * m["resp_p99_us"], "overcommit lengthens the tail: {oc:?} vs {m:?}");
+    }
 }
 
 #[test]

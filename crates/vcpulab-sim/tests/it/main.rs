@@ -3,6 +3,7 @@
 mod apples;
 mod examples;
 mod golden;
+mod groups;
 mod invariants;
 mod jobs;
 mod language;

@@ -39,7 +39,10 @@ fn numa_hidden_costs_once_the_vm_spans_sockets_and_exposing_it_removes_most() {
         // Exposing the topology removes most of what spanning sockets added (the rest of
         // δη_t is the VM's cost of blocking, which grows with the vCPU count on its own).
         let exposed = dt(cell(&r, w, "exposed", 32));
-        assert!(exposed - fits < (spans - fits) / 3.0, "{w}: exposing NUMA leaves δη_t {exposed:.3} of {spans:.3} ({fits:.3} within a socket)");
+        assert!(
+            exposed - fits < (spans - fits) / 3.0,
+            "{w}: exposing NUMA leaves δη_t {exposed:.3} of {spans:.3} ({fits:.3} within a socket)"
+        );
         // The cause is visible: remote accesses and CPI. With NUMA hidden, data the main
         // thread builds (canneal) is spread over the nodes; a thread's own data (ocean_cp)
         // stays where the thread first touched it, so only its shared data and the data of

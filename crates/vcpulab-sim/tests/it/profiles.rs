@@ -71,11 +71,13 @@ fn strong_scaled_profiles_speed_up_and_every_profile_runs_at_small_n() {
 #[test]
 fn the_balanced_fork_join_beats_the_imbalanced_one_beside_cpu_hogs() {
     // DIS ch.4: with equal slices per vCPU, the vCPU doing every sequential unit
-    // is the bottleneck; rotating the sequential unit removes it. The imbalanced version is
-    // bimodal from seed to seed (a small cost change moves one seed between modes), so the
-    // means of four seeds are compared.
+    // is the bottleneck; rotating the sequential unit removes it. Equal slices per vCPU are
+    // the flat host (`host.cgroups = "none"`): in groups a VM's share follows its load, so the
+    // busy vCPU gets more of it (tests/it/groups.rs). The imbalanced version is bimodal from
+    // seed to seed (a small cost change moves one seed between modes), so the means of four
+    // seeds are compared.
     use vcpulab_sim::api::Plan;
-    let text = "[experiment]\nworkloads = [\"forkjoin_imbalanced\", \"forkjoin_balanced\"]\nscenarios = [\"OC\"]\nvcpus = [8]\noc_vms = 4\ncorunner = \"cpuhog\"\nseeds = [1, 2, 3, 4]\n";
+    let text = "[experiment]\nworkloads = [\"forkjoin_imbalanced\", \"forkjoin_balanced\"]\nscenarios = [\"OC\"]\nvcpus = [8]\noc_vms = 4\ncorunner = \"cpuhog\"\nseeds = [1, 2, 3, 4]\n[host]\ncgroups = \"none\"\n";
     let mut plan = Plan::new(text, "t.toml", &[]).unwrap();
     let mean = |plan: &mut Plan, w: &str| {
         let cells: Vec<usize> = (0..plan.cells().len()).filter(|&i| plan.cells()[i].workload == w).collect();

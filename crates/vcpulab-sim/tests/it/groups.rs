@@ -1,0 +1,38 @@
+//! Host CFS group scheduling (`host.cgroups = "libvirt"`): golden shares of a VM's group on
+//! its cores against a CPU-hog VM, compared with the flat model (`host.cgroups = "none"`).
+
+use super::run_inline;
+
+/// A VM whose `busy` threads compute `work` each (one per vCPU, the others idle), next to a
+/// CPU-hog VM with a busy thread on every vCPU, both pinned one vCPU per core on 4 cores.
+fn lone_busy(busy: u32, work: &str, cgroups: &str) -> f64 {
+    let exp = "scenarios = [\"OC\"]\nvcpus = [4]\noc_vms = 2\ncorunner = \"cpuhog\"\n";
+    let prog = format!("[[workloads.w.groups]]\nname = \"busy\"\nthreads = {busy}\nprogram = [ {{ compute = \"{work}\" }} ]\n");
+    let cg = format!("host.cgroups=\"{cgroups}\"");
+    let r = run_inline(exp, &prog, &[cg.as_str(), "vm.pin=true"]);
+    r[0].t_virt_s.expect("a VM time")
+}
+
+/// One busy vCPU of four, next to a hog VM. Flat, its thread weighs as much as the hog's vCPU
+/// on its core: half the core, 2 s for 1 s of work. In groups, once the idle vCPUs' load
+/// averages have decayed, the VM's whole share (1024) sits on the busy core, the hog VM's is
+/// spread over four (256 each): 1024 / 1280 = 80 % of the core, 1.25 s, plus the PELT warm-up
+/// (the hog's per-core weight starts at its full 1024 and falls with a 32 ms half-life).
+#[test]
+fn a_vm_concentrates_its_share_on_its_busy_vcpu() {
+    check(1, 1.24..1.40);
+}
+
+/// Two busy vCPUs of four: the VM's 1024 is split over its two loaded cores (512 each) against
+/// the hog VM's 256 per core: 2/3 of each core, 1.5 s for 1 s of work (flat: half, 2 s).
+#[test]
+fn a_vm_share_is_split_over_its_loaded_cores() {
+    check(2, 1.48..1.62);
+}
+
+/// With `busy` busy vCPUs and 1 s of work each: flat, half the core (2 s); in groups, `grouped`.
+fn check(busy: u32, grouped: std::ops::Range<f64>) {
+    let (f, g) = (lone_busy(busy, "1s", "none"), lone_busy(busy, "1s", "libvirt"));
+    assert!((1.95..2.1).contains(&f), "flat {f}");
+    assert!(grouped.contains(&g), "grouped {g}");
+}
