@@ -276,7 +276,8 @@ impl World<'_> {
             |n: TaskId| Some(n) == prev || self.tasks[n as usize].state == TaskState::Queued && self.tasks[n as usize].cpu == cpu;
         let next = kc.next_buddy.filter(|&n| runnable_here(n));
         // Root level.
-        let tree: Vec<(u64, Ent)> = kc.rq.iter().take(2).copied().collect();
+        let mut it = kc.rq.iter().copied();
+        let tree = [it.next(), it.next()];
         let at = |e: Ent| (self.ent_vr(k, cpu, e), e);
         let gran = |e: Ent| self.ent_gran(k, cpu, e);
         let top =
@@ -287,7 +288,8 @@ impl World<'_> {
         };
         // The group's level.
         let gr = &kc.groups[g as usize];
-        let tree: Vec<(u64, TaskId)> = gr.rq.iter().take(2).copied().collect();
+        let mut it = gr.rq.iter().copied();
+        let tree = [it.next(), it.next()];
         let in_g = |t: &TaskId| self.tasks[*t as usize].group == Some(g);
         let vr = |t: TaskId| (self.tasks[t as usize].vr, t);
         pick_entity(&tree, prev.filter(in_g).map(vr), kc.skip_buddy.filter(in_g), next.filter(in_g).map(vr), |t| self.wakeup_gran(t))
@@ -1037,13 +1039,13 @@ fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// within its own wake-up granularity of it; a runnable `next` buddy within its granularity of
 /// the leftmost wins.
 fn pick_entity<E: Copy + PartialEq>(
-    tree: &[(u64, E)],
+    tree: &[Option<(u64, E)>; 2],
     prev: Option<(u64, E)>,
     skip: Option<E>,
     next: Option<(u64, E)>,
     gran: impl Fn(E) -> u64,
 ) -> Option<E> {
-    let (q1, q2) = (tree.first().copied(), tree.get(1).copied());
+    let [q1, q2] = *tree;
     let before_prev = |q: Option<(u64, E)>| q.filter(|&(v, _)| prev.is_none_or(|(pv, _)| v < pv));
     let (left, second) = match (before_prev(q1), prev) {
         (Some(a), Some(p)) => (a, Some(before_prev(q2).unwrap_or(p))),
