@@ -2,7 +2,8 @@
 //!
 //! - Per-CPU run queues ordered by virtual runtime; `vruntime += delta × 1024 / weight`.
 //! - Slices: period = `latency` (or `nr × min_gran` beyond `latency / min_gran` tasks), split by
-//!   weight, floored at `min_gran`; checked at the tick.
+//!   weight, floored at `min_gran`; checked at the tick, where a task that has run `min_gran`
+//!   and leads the leftmost by more than its slice is preempted too (`check_preempt_tick`).
 //! - Wake-up preemption when `curr.vruntime − woken.vruntime > wakeup_gran × 1024 / weight`.
 //! - Sleepers are placed at `max(vruntime, min_vruntime − latency / 2)` (GENTLE_FAIR_SLEEPERS).
 //! - Wake-up CPU selection as `select_task_rq_fair` (`wake_affine`, then `select_idle_sibling`
@@ -753,8 +754,9 @@ impl World<'_> {
     }
 
     /// Scheduler work of a tick: slice expiry and periodic balancing.
-    /// Per level of the hierarchy (`entity_tick` → `check_preempt_tick`): the current entity
-    /// is preempted once it has run its slice while another entity waits in its run queue.
+    /// Per level of the hierarchy (`entity_tick` → `check_preempt_tick`, [`preempt_tick`]):
+    /// the current entity is preempted once it has run its slice while another entity waits in
+    /// its run queue, or has run the minimum granularity and leads the leftmost by a slice.
     /// The current group's weight is brought up to date first (`update_cfs_group`).
     pub(crate) fn tick_sched(&mut self, k: KernelId, cpu: u32) {
         if let Some(g) = self.running(k, cpu).and_then(|c| self.tasks[c as usize].group) {
@@ -764,13 +766,19 @@ impl World<'_> {
         self.update_curr(k, cpu);
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
         if let Some(c) = kc.curr.filter(|&c| !self.nonpreemptible(c)) {
-            let ran = self.tasks[c as usize].sum_exec - self.tasks[c as usize].prev_sum_exec;
-            let expired = match self.tasks[c as usize].group {
-                None => !kc.rq.is_empty() && ran > self.sched_slice(k, cpu, c),
+            let min_gran = self.kernels[k as usize].params.min_gran;
+            let task = &self.tasks[c as usize];
+            let ran = task.sum_exec - task.prev_sum_exec;
+            let root_left = kc.rq.first().map(|&(v, _)| v);
+            let expired = match task.group {
+                None => root_left.is_some_and(|l| preempt_tick(ran, self.sched_slice(k, cpu, c), task.vr, l, min_gran)),
                 Some(g) => {
                     let gr = &kc.groups[g as usize];
-                    (!gr.rq.is_empty() && ran > self.sched_slice(k, cpu, c))
-                        || (!kc.rq.is_empty() && gr.sum_exec - gr.prev_sum_exec > self.group_slice(k, cpu, g, c))
+                    let group_left = gr.rq.first().map(|&(v, _)| v);
+                    group_left.is_some_and(|l| preempt_tick(ran, self.sched_slice(k, cpu, c), task.vr, l, min_gran))
+                        || root_left.is_some_and(|l| {
+                            preempt_tick(gr.sum_exec - gr.prev_sum_exec, self.group_slice(k, cpu, g, c), gr.se_vr, l, min_gran)
+                        })
                 }
             };
             if expired {
@@ -1023,6 +1031,14 @@ impl World<'_> {
         self.touch_kcpu(k, cpu);
         self.kernels[k as usize].cpus[cpu as usize].kwork.push_back(Work { attr, rem: cost.max(1), then: Some(then) });
     }
+}
+
+/// `check_preempt_tick` (Linux v4.15 kernel/sched/fair.c) at one level: the current entity,
+/// having run `ran` since it was picked, is preempted once that exceeds its slice `ideal`, or,
+/// after at least the minimum granularity, once its virtual runtime leads the leftmost queued
+/// entity's (`left_vr`) by more than `ideal`.
+fn preempt_tick(ran: u64, ideal: u64, curr_vr: u64, left_vr: u64, min_gran: u64) -> bool {
+    ran > ideal || (ran >= min_gran && curr_vr > left_vr.saturating_add(ideal))
 }
 
 /// The smaller of two optional values.
