@@ -283,9 +283,9 @@ impl World<'_> {
         let gran = |e: Ent| self.ent_gran(k, cpu, e);
         let top =
             pick_entity(&tree, prev.map(|p| at(self.top(p))), kc.skip_buddy.map(|s| self.top(s)), next.map(|n| at(self.top(n))), gran)?;
-        let Ent::Group(g) = top else {
-            let Ent::Task(t) = top else { unreachable!() };
-            return Some(t);
+        let g = match top {
+            Ent::Task(t) => return Some(t),
+            Ent::Group(g) => g,
         };
         // The group's level.
         let gr = &kc.groups[g as usize];
@@ -735,7 +735,7 @@ impl World<'_> {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
         let w = self.tasks[t as usize].weight;
         let slice = match self.tasks[t as usize].group {
-            None => self.sched_period(k, kc.rq.len() as u64 + 1) * w / self.root_load(k, cpu, Some(t)),
+            None => self.root_slice(k, cpu, w, t),
             Some(g) => {
                 let gr = &kc.groups[g as usize];
                 let in_group = self.sched_period(k, u64::from(gr.nr)) * w / gr.load_w.max(1);
@@ -747,10 +747,15 @@ impl World<'_> {
 
     /// The slice of group `g`'s entity, current on `cpu`, in the root run queue.
     fn group_slice(&self, k: KernelId, cpu: u32, g: u32, t: TaskId) -> u64 {
-        let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        let se_w = kc.groups[g as usize].se_w;
-        (self.sched_period(k, kc.rq.len() as u64 + 1) * se_w / self.root_load(k, cpu, Some(t)))
-            .max(self.kernels[k as usize].params.min_gran)
+        let se_w = self.kernels[k as usize].cpus[cpu as usize].groups[g as usize].se_w;
+        self.root_slice(k, cpu, se_w, t).max(self.kernels[k as usize].params.min_gran)
+    }
+
+    /// The unfloored slice of a root entity of weight `w` whose task `t` is current on `cpu`:
+    /// the period of the root's entity count times `w`'s share of the root's load.
+    fn root_slice(&self, k: KernelId, cpu: u32, w: u64, t: TaskId) -> u64 {
+        let nr = self.kernels[k as usize].cpus[cpu as usize].rq.len() as u64 + 1;
+        self.sched_period(k, nr) * w / self.root_load(k, cpu, Some(t))
     }
 
     /// Scheduler work of a tick: slice expiry and periodic balancing.
@@ -850,7 +855,7 @@ impl World<'_> {
             if nr < local + 2 || best.is_some_and(|(len, _, _)| nr <= len) {
                 continue;
             }
-            if let Some(t) = self.queued_tasks_rev(k, c).into_iter().find(|&t| self.allowed(t, cpu)) {
+            if let Some(t) = self.find_queued_rev(k, c, |t| self.allowed(t, cpu)) {
                 best = Some((nr, c, t));
             }
         }
@@ -880,7 +885,7 @@ impl World<'_> {
             if src.nr_running() < 2 {
                 continue;
             }
-            let movable = self.queued_tasks_rev(k, c).into_iter().find(|&t| self.allowed(t, cpu));
+            let movable = self.find_queued_rev(k, c, |t| self.allowed(t, cpu));
             if let Some(t) = movable {
                 if best.is_none_or(|(len, _, _)| queued > len) {
                     best = Some((queued, c, t));
@@ -972,22 +977,33 @@ impl World<'_> {
         }
     }
 
-    /// The queued tasks of `cpu`, last first: the root run queue's from its right end, a group
-    /// entity standing for its group's queued tasks (also right to left), then the queued
-    /// tasks of the current task's group (whose entity is not in the tree).
-    fn queued_tasks_rev(&self, k: KernelId, cpu: u32) -> Vec<TaskId> {
+    /// The first queued task of `cpu` that `ok` accepts, last first: the root run queue's from
+    /// its right end, a group entity standing for its group's queued tasks (also right to
+    /// left), then the queued tasks of the current task's group (whose entity is not in the
+    /// tree).
+    fn find_queued_rev(&self, k: KernelId, cpu: u32, mut ok: impl FnMut(TaskId) -> bool) -> Option<TaskId> {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        let mut out = Vec::with_capacity(kc.nr_queued);
-        let group_tasks = |g: u32, out: &mut Vec<TaskId>| out.extend(kc.groups[g as usize].rq.iter().rev().map(|&(_, t)| t));
+        let in_group = |g: u32| kc.groups[g as usize].rq.iter().rev().map(|&(_, t)| t);
         for &(_, e) in kc.rq.iter().rev() {
-            match e {
-                Ent::Task(t) => out.push(t),
-                Ent::Group(g) => group_tasks(g, &mut out),
+            let found = match e {
+                Ent::Task(t) => Some(t).filter(|&t| ok(t)),
+                Ent::Group(g) => in_group(g).find(|&t| ok(t)),
+            };
+            if found.is_some() {
+                return found;
             }
         }
-        if let Some(g) = kc.curr.and_then(|c| self.tasks[c as usize].group).filter(|&g| !kc.groups[g as usize].queued) {
-            group_tasks(g, &mut out);
-        }
+        let curr_group = kc.curr.and_then(|c| self.tasks[c as usize].group).filter(|&g| !kc.groups[g as usize].queued);
+        curr_group.and_then(|g| in_group(g).find(|&t| ok(t)))
+    }
+
+    /// Every queued task of `cpu`, in [`World::find_queued_rev`]'s order.
+    fn queued_tasks_rev(&self, k: KernelId, cpu: u32) -> Vec<TaskId> {
+        let mut out = Vec::with_capacity(self.kernels[k as usize].cpus[cpu as usize].nr_queued);
+        self.find_queued_rev(k, cpu, |t| {
+            out.push(t);
+            false
+        });
         out
     }
 
