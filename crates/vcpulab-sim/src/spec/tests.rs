@@ -80,6 +80,7 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["vm.lazy_fpu=3"], "vm.lazy_fpu", "expected a boolean"),
         (MIN, &["host.idle=\"mwaitx\""], "host.idle", "expected one of halt, poll, haltpoll, mwait"),
         (MIN, &["guest.cond_broadcast=\"signal\""], "guest.cond_broadcast", "expected one of wake_all, requeue"),
+        (MIN, &["host.cgroups=\"v2\""], "host.cgroups", "expected one of libvirt, none"),
         (MIN, &["experiment.variants=[{set={}}]"], "experiment.variants[0]", "missing field `name`"),
         (MIN, &["experiment.variants=[{name=\"a;b\"}]"], "experiment.variants[0].name", "without ';'"),
         (MIN, &["experiment.variants=[{name=\"a\"},{name=\"a\"}]"], "experiment.variants[1].name", "names two variants"),
