@@ -12,6 +12,7 @@
 //! a guest's sensitive operations (timer writes, IPIs, HLT) become VM exits handled by the
 //! host side (see [`crate::virt`]).
 
+pub mod bandwidth;
 pub mod cpu;
 pub mod group;
 pub mod sched;
@@ -248,6 +249,8 @@ pub struct Kernel {
     pub llc_size: u32,
     /// Task groups (host with `cgroups = "libvirt"`: one per VM).
     pub groups: Vec<group::TaskGroup>,
+    /// CFS bandwidth pools (`cpu.max`) of the groups and vCPU threads that have a quota.
+    pub bandwidth: Vec<bandwidth::Bandwidth>,
     /// The last tick instant at which a nohz idle balance refreshed idle CPUs' group loads.
     pub last_ilb: SimTime,
 }
@@ -263,13 +266,14 @@ impl Kernel {
             llc: (0..n).collect(),
             llc_size: 1,
             groups: Vec::new(),
+            bandwidth: Vec::new(),
             last_ilb: SimTime::ZERO,
         }
     }
 
     /// Adds a task group with `shares` and returns its index.
     pub fn add_group(&mut self, shares: u64) -> u32 {
-        self.groups.push(group::TaskGroup { shares, load_avg: 0 });
+        self.groups.push(group::TaskGroup { shares, load_avg: 0, bw: None });
         for c in &mut self.cpus {
             c.groups.push(group::GroupRq { se_w: shares, ..Default::default() });
         }
@@ -318,6 +322,10 @@ pub struct Task {
     pub weight: u64,
     /// Its task group (host only), None = the root group.
     pub group: Option<u32>,
+    /// The bandwidth pool of its own `vcpuN` group (`<cputune><quota>`), if any.
+    pub bw_pool: Option<u32>,
+    /// That group's run queue's local runtime and throttle state.
+    pub bw: bandwidth::LocalRuntime,
     /// When the current run started being accounted.
     pub exec_start: SimTime,
     /// Total run time.

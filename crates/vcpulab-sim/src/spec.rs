@@ -317,9 +317,11 @@ impl Spec {
         }
         check("vm", file.vm.check())?;
         check("vm", file.vm.check_machine(&file.machine))?;
+        check("vm", file.vm.check_host(&file.host))?;
         let vm_overrides = parse_vm_overrides(&doc_vm(&file.vm), vms_table, &blame)?;
         for (i, v) in &vm_overrides {
             check(&format!("vms.{i}"), v.check_machine(&file.machine))?;
+            check(&format!("vms.{i}"), v.check_host(&file.host))?;
         }
         check("experiment", check_experiment(&file.experiment, &file.machine))?;
         if file.limits.max_virtual_time.0 == 0 {

@@ -71,6 +71,10 @@ pub(crate) enum Ev {
     Period,
     /// The numad-like balancer scans the VMs ([`crate::policy::numad`]).
     Numad,
+    /// The period timer of host bandwidth pool `b` ([`crate::kernel::bandwidth`]).
+    BwPeriod { b: u32 },
+    /// The slack timer of host bandwidth pool `b`, armed as generation `gen`.
+    BwSlack { b: u32, gen: u32 },
 }
 
 /// How much of a leaf remains, and where that count lives.
@@ -261,6 +265,8 @@ impl<'i> World<'i> {
                 Ev::MwaitWake { core } => self.mwait_wake(core),
                 Ev::Period => self.period_end(),
                 Ev::Numad => self.numad_scan(),
+                Ev::BwPeriod { b } => self.bw_period(b),
+                Ev::BwSlack { b, gen } => self.bw_slack(b, gen),
             }
             self.drain()?;
         }

@@ -151,6 +151,8 @@ pub struct TaskGroup {
     pub shares: u64,
     /// `tg->load_avg`: the sum of the cores' last published contributions.
     pub load_avg: u64,
+    /// Its bandwidth pool (`<global_quota>`), if any.
+    pub bw: Option<u32>,
 }
 
 /// A task group's run queue and group entity on one core.
@@ -178,6 +180,8 @@ pub struct GroupRq {
     pub pelt: Pelt,
     /// `cfs_rq->tg_load_avg_contrib`: what this core last added to the group's `load_avg`.
     pub contrib: u64,
+    /// Local runtime and throttle state under the group's bandwidth control.
+    pub bw: super::bandwidth::LocalRuntime,
 }
 
 /// `calc_group_shares` (Linux v4.15 kernel/sched/fair.c): the weight of a group's entity on one

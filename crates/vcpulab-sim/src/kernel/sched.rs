@@ -44,12 +44,15 @@ impl World<'_> {
                 gr.se_vr += delta * 1024 / gr.se_w;
                 gr.sum_exec += delta;
             }
+            if k == HOST && self.has_bw(t) {
+                self.bw_account(cpu, t, delta);
+            }
         }
         self.update_min_vr(k, cpu);
     }
 
     /// The running task of a CPU, if it is still runnable.
-    fn running(&self, k: KernelId, cpu: u32) -> Option<TaskId> {
+    pub(crate) fn running(&self, k: KernelId, cpu: u32) -> Option<TaskId> {
         self.kernels[k as usize].cpus[cpu as usize].curr.filter(|&c| self.tasks[c as usize].state == TaskState::Running)
     }
 
@@ -116,20 +119,31 @@ impl World<'_> {
     fn tree_insert(&mut self, k: KernelId, cpu: u32, t: TaskId) {
         let (vr, group) = (self.tasks[t as usize].vr, self.tasks[t as usize].group);
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
-        kc.nr_queued += 1;
+        // A throttled group's tasks do not count as runnable on the CPU (`throttle_cfs_rq`).
         match group {
-            Some(g) => kc.groups[g as usize].rq.insert((vr, t)),
-            None => kc.rq.insert((vr, Ent::Task(t))),
+            Some(g) => {
+                kc.nr_queued += usize::from(!kc.groups[g as usize].bw.throttled);
+                kc.groups[g as usize].rq.insert((vr, t))
+            }
+            None => {
+                kc.nr_queued += 1;
+                kc.rq.insert((vr, Ent::Task(t)))
+            }
         };
     }
 
     fn tree_remove(&mut self, k: KernelId, cpu: u32, t: TaskId) {
         let (vr, group) = (self.tasks[t as usize].vr, self.tasks[t as usize].group);
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
-        kc.nr_queued -= 1;
         let removed = match group {
-            Some(g) => kc.groups[g as usize].rq.remove(&(vr, t)),
-            None => kc.rq.remove(&(vr, Ent::Task(t))),
+            Some(g) => {
+                kc.nr_queued -= usize::from(!kc.groups[g as usize].bw.throttled);
+                kc.groups[g as usize].rq.remove(&(vr, t))
+            }
+            None => {
+                kc.nr_queued -= 1;
+                kc.rq.remove(&(vr, Ent::Task(t)))
+            }
         };
         debug_assert!(removed, "dequeue of a task not queued");
     }
@@ -139,11 +153,38 @@ impl World<'_> {
         let task = &mut self.tasks[t as usize];
         task.state = TaskState::Queued;
         task.cpu = cpu;
+        if k == HOST && self.bw_task_out_of_runtime(t, true) {
+            // check_enqueue_throttle of its vcpuN run queue: it stays out of the trees.
+            self.bw_throttle_task(t);
+            return;
+        }
         self.tree_insert(k, cpu, t);
         if let Some(g) = self.tasks[t as usize].group {
             self.group_add(k, cpu, t, true);
             let cur = self.running(k, cpu);
+            if k == HOST && cur.is_none_or(|c| self.tasks[c as usize].group != Some(g)) {
+                self.bw_check_group(cpu, g, true);
+            }
             self.sync_group(k, cpu, g, cur);
+        }
+    }
+
+    /// Task `t`, queued but throttled at its own level, runs again on host core `cpu`
+    /// (`unthrottle_cfs_rq`): its entity is enqueued as a waking one (`ENQUEUE_WAKEUP`:
+    /// `place_entity`), which may throttle its group's run queue there.
+    pub(crate) fn requeue_unthrottled(&mut self, cpu: u32, t: TaskId) {
+        let half_latency = self.kernels[HOST as usize].params.latency / 2;
+        let min = self.cfs_min_vr(HOST, cpu, t);
+        let task = &mut self.tasks[t as usize];
+        task.vr = task.vr.max(min.saturating_sub(half_latency));
+        self.tree_insert(HOST, cpu, t);
+        if let Some(g) = self.tasks[t as usize].group {
+            self.group_add(HOST, cpu, t, true);
+            let cur = self.running(HOST, cpu);
+            if cur.is_none_or(|c| self.tasks[c as usize].group != Some(g)) {
+                self.bw_check_group(cpu, g, true);
+            }
+            self.sync_group(HOST, cpu, g, cur);
         }
     }
 
@@ -178,14 +219,24 @@ impl World<'_> {
         // A task re-pinned elsewhere while it ran leaves this CPU (the migration stopper).
         let stays = prev_runnable.filter(|&p| self.allowed(p, cpu));
         let prev_group = prev.and_then(|p| self.tasks[p as usize].group);
-        if let Some(p) = prev_runnable.filter(|_| stays.is_none()) {
+        // CFS bandwidth (`put_prev_entity` → `check_cfs_rq_runtime`): a prev whose vcpuN run
+        // queue is out of runtime is throttled, and so is its group's run queue here.
+        let throttle_prev = k == HOST && prev_runnable.is_some_and(|p| self.bw_task_out_of_runtime(p, false));
+        if let Some(p) = prev_runnable.filter(|_| stays.is_none() || throttle_prev) {
             self.group_remove(k, cpu, p);
         }
+        if let Some(p) = prev_runnable.filter(|_| throttle_prev) {
+            self.bw_throttle_task(p);
+        }
+        if let Some(g) = prev_group.filter(|_| k == HOST) {
+            self.bw_check_group(cpu, g, false);
+        }
+        let cand = stays.filter(|&p| !throttle_prev && !self.throttled(k, p));
         if let Some(g) = prev_group {
             // The group entity of a prev that no longer runs competes in the tree again.
-            self.sync_group(k, cpu, g, stays);
+            self.sync_group(k, cpu, g, cand);
         }
-        let chosen = self.pick_next(k, cpu, stays);
+        let chosen = self.pick_next(k, cpu, cand);
         let yielded = prev_runnable.is_some() && self.kernels[k as usize].cpus[cpu as usize].skip_buddy == prev_runnable;
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
         kc.next_buddy = None;
@@ -195,7 +246,11 @@ impl World<'_> {
         }
         if let Some(p) = prev_runnable {
             self.tasks[p as usize].state = TaskState::Queued;
-            if stays.is_some() {
+            if throttle_prev {
+                if stays.is_none() {
+                    self.move_throttled(k, p, cpu);
+                }
+            } else if stays.is_some() {
                 self.tree_insert(k, cpu, p);
             } else {
                 self.send_to_affine(k, p, cpu);
@@ -273,8 +328,10 @@ impl World<'_> {
     /// granularity of the leftmost wins. Ties keep `prev`.
     fn pick_next(&self, k: KernelId, cpu: u32, prev: Option<TaskId>) -> Option<TaskId> {
         let kc = &self.kernels[k as usize].cpus[cpu as usize];
-        let runnable_here =
-            |n: TaskId| Some(n) == prev || self.tasks[n as usize].state == TaskState::Queued && self.tasks[n as usize].cpu == cpu;
+        let runnable_here = |n: TaskId| {
+            Some(n) == prev
+                || self.tasks[n as usize].state == TaskState::Queued && self.tasks[n as usize].cpu == cpu && !self.throttled(k, n)
+        };
         let next = kc.next_buddy.filter(|&n| runnable_here(n));
         // Root level.
         let mut it = kc.rq.iter().copied();
@@ -362,16 +419,20 @@ impl World<'_> {
         let gr = &mut self.kernels[k as usize].cpus[cpu as usize].groups[g as usize];
         gr.nr -= 1;
         gr.load_w -= w;
+        let emptied = gr.nr == 0;
         self.update_group_weight(k, cpu, g);
+        if let Some(b) = self.kernels[k as usize].groups[g as usize].bw.filter(|_| emptied && k == HOST) {
+            self.bw_return_slack(b, cpu);
+        }
     }
 
     /// Puts group `g`'s entity in the root tree of `cpu` exactly when it has runnable tasks
     /// there and is not the current entity (`cur`: the task taken as current).
-    fn sync_group(&mut self, k: KernelId, cpu: u32, g: u32, cur: Option<TaskId>) {
+    pub(crate) fn sync_group(&mut self, k: KernelId, cpu: u32, g: u32, cur: Option<TaskId>) {
         let cur_in_g = cur.is_some_and(|t| self.tasks[t as usize].group == Some(g));
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
         let gr = &mut kc.groups[g as usize];
-        let want = gr.nr > 0 && !cur_in_g;
+        let want = gr.nr > 0 && !cur_in_g && !gr.bw.throttled;
         if want != gr.queued {
             gr.queued = want;
             let key = (gr.se_vr, Ent::Group(g));
@@ -395,7 +456,7 @@ impl World<'_> {
             self.touch_kcpu(k, cpu);
             self.update_curr(k, cpu);
         }
-        let runnable = matches!(state, TaskState::Running | TaskState::Queued);
+        let runnable = matches!(state, TaskState::Running | TaskState::Queued) && !self.tasks[t as usize].bw.throttled;
         if let Some(g) = group.filter(|_| runnable) {
             self.pelt_advance(k, cpu, g);
             let old = self.tasks[t as usize].weight;
@@ -431,7 +492,8 @@ impl World<'_> {
         if src_single && dst_single {
             return YieldTo::Esrch;
         }
-        if !target_queued {
+        // yield_to_task_fair: not on a throttled hierarchy.
+        if !target_queued || self.throttled(k, target) {
             return YieldTo::Failed;
         }
         self.kernels[k as usize].cpus[tc as usize].next_buddy = Some(target);
@@ -493,6 +555,9 @@ impl World<'_> {
             task.nvcsw += 1;
         }
         self.group_remove(k, cpu, t);
+        if let Some(b) = self.tasks[t as usize].bw_pool.filter(|_| k == HOST) {
+            self.bw_return_slack(b, 0);
+        }
         self.kernels[k as usize].cpus[cpu as usize].need_resched = true;
     }
 
@@ -567,7 +632,7 @@ impl World<'_> {
     /// wake-up granularity.
     fn wakeup_preempts(&mut self, k: KernelId, cpu: u32, woken: TaskId) -> bool {
         let Some(c) = self.kernels[k as usize].cpus[cpu as usize].curr else { return true };
-        if self.nonpreemptible(c) {
+        if self.nonpreemptible(c) || self.throttled(k, woken) {
             return false;
         }
         self.update_curr(k, cpu);
@@ -941,6 +1006,7 @@ impl World<'_> {
             return;
         }
         match state {
+            TaskState::Queued if self.tasks[t as usize].bw.throttled => self.move_throttled(k, t, from),
             TaskState::Queued => {
                 self.touch_kcpu(k, from);
                 self.migrate(k, t, from, to);
@@ -949,6 +1015,16 @@ impl World<'_> {
             TaskState::Running => self.resched_cpu(k, from, None),
             TaskState::Blocked | TaskState::Done => {}
         }
+    }
+
+    /// Moves a task throttled at its own level (in no tree) from CPU `from` to the CPU it is
+    /// pinned to, where it will be enqueued when unthrottled.
+    fn move_throttled(&mut self, k: KernelId, t: TaskId, from: u32) {
+        let to = self.tasks[t as usize].pinned.expect("only a pinned task can be disallowed");
+        let (fm, tm) = (self.cfs_min_vr(k, from, t), self.cfs_min_vr(k, to, t));
+        let task = &mut self.tasks[t as usize];
+        task.vr = task.vr.saturating_sub(fm) + tm;
+        task.cpu = to;
     }
 
     /// Queues the runnable task `t`, just switched out of CPU `from` that it may no longer
@@ -993,7 +1069,10 @@ impl World<'_> {
                 return found;
             }
         }
-        let curr_group = kc.curr.and_then(|c| self.tasks[c as usize].group).filter(|&g| !kc.groups[g as usize].queued);
+        let curr_group = kc
+            .curr
+            .and_then(|c| self.tasks[c as usize].group)
+            .filter(|&g| !kc.groups[g as usize].queued && !kc.groups[g as usize].bw.throttled);
         curr_group.and_then(|g| in_group(g).find(|&t| ok(t)))
     }
 

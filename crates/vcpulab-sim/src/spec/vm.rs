@@ -170,6 +170,20 @@ pub struct VmSpec {
     pub weight: u32,
     /// Per-vCPU weights (default 1024 each).
     pub vcpu_weights: Option<Vec<u32>>,
+    /// libvirt `<cputune><quota>`: each vCPU thread's CFS bandwidth quota per `period`, the
+    /// `cpu.max` of its `vcpuN` cgroup (Linux kernel/sched/fair.c `CONFIG_CFS_BANDWIDTH`).
+    /// Unset: unlimited.
+    pub quota: Option<Dur>,
+    /// Per-vCPU quotas by vCPU index (each `vcpuN` cgroup's `cpu.max` written directly),
+    /// overriding `quota`; missing entries take `quota`.
+    pub vcpu_quotas: Option<Vec<Dur>>,
+    /// libvirt `<period>`: the enforcement period of `quota` (default 100 ms, the kernel's).
+    pub period: Dur,
+    /// libvirt `<global_quota>`: the quota of the VM's whole group per `global_period`
+    /// (needs `host.cgroups = "libvirt"`). Unset: unlimited.
+    pub global_quota: Option<Dur>,
+    /// libvirt `<global_period>` (default 100 ms).
+    pub global_period: Dur,
     /// Host halt polling.
     pub halt_poll: HaltPollSpec,
     /// Pause-loop exiting and directed yield.
@@ -260,6 +274,11 @@ impl Default for VmSpec {
             pin: true,
             weight: 1024,
             vcpu_weights: None,
+            quota: None,
+            vcpu_quotas: None,
+            period: Dur(100_000_000),
+            global_quota: None,
+            global_period: Dur(100_000_000),
             halt_poll: HaltPollSpec::default(),
             ple: PleSpec::default(),
             pv: PvSpec::default(),
@@ -283,6 +302,7 @@ impl VmSpec {
                 return Err((format!("vcpu_weights[{i}]"), format!("expected 1..=262144 (got {})", w[i])));
             }
         }
+        self.check_bandwidth()?;
         let p = &self.ple;
         if p.enabled && p.window_cycles == 0 {
             return Err(("ple.window_cycles".into(), "expected a positive cycle count (or ple.enabled = false)".into()));
@@ -322,6 +342,41 @@ impl VmSpec {
             return Err(("pv.spin_threshold".into(), "expected a positive number of PAUSE iterations".into()));
         }
         Ok(())
+    }
+
+    /// The kernel's limits on `cpu.max` (`tg_set_cfs_bandwidth`: quota and period at least
+    /// `min_cfs_quota_period`, 1 ms; period at most `max_cfs_quota_period`, 1 s).
+    fn check_bandwidth(&self) -> Result<(), (String, String)> {
+        use crate::kernel::bandwidth::{MAX_PERIOD_NS, MIN_QUOTA_PERIOD_NS};
+        for (field, p) in [("period", self.period), ("global_period", self.global_period)] {
+            if !(MIN_QUOTA_PERIOD_NS..=MAX_PERIOD_NS).contains(&p.0) {
+                return Err((field.into(), format!("expected a period of 1ms..=1s, the kernel's cpu.max bounds (got {} ns)", p.0)));
+            }
+        }
+        let quotas = self.vcpu_quotas.iter().flatten().enumerate().map(|(i, q)| (format!("vcpu_quotas[{i}]"), *q));
+        for (field, q) in [("quota".to_string(), self.quota), ("global_quota".to_string(), self.global_quota)]
+            .into_iter()
+            .filter_map(|(f, q)| q.map(|q| (f, q)))
+            .chain(quotas)
+        {
+            if q.0 < MIN_QUOTA_PERIOD_NS {
+                return Err((field, format!("expected a quota of at least 1ms, the kernel's cpu.max minimum (got {} ns)", q.0)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the fields that depend on the host's cgroup layout; returns (field, message).
+    pub fn check_host(&self, host: &crate::spec::kernel::KernelSpec) -> Result<(), (String, String)> {
+        if self.global_quota.is_some() && host.cgroups == crate::spec::kernel::Cgroups::None {
+            return Err(("global_quota".into(), "expected host.cgroups = \"libvirt\": a VM-wide quota needs the VM's group".into()));
+        }
+        Ok(())
+    }
+
+    /// The `cpu.max` quota of vCPU `i`'s `vcpuN` group, if it has one.
+    pub fn vcpu_quota(&self, i: u32) -> Option<u64> {
+        self.vcpu_quotas.as_ref().and_then(|v| v.get(i as usize)).copied().or(self.quota).map(|q| q.0)
     }
 
     /// Checks the fields that depend on the machine; returns (field, message).

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::account::{Attr, Cause, Layer, Ledger, OwnerKind};
 use crate::engine::{stream_seed, EventQueue, SimTime, Stream};
+use crate::kernel::bandwidth::BwOwner;
 use crate::kernel::sync::{Instance, Obj};
 use crate::kernel::thread::{Act, Thread, ThreadStats};
 use crate::kernel::{Kernel, KernelId, KernelKind, Task, TaskKind, TaskState, HOST};
@@ -107,7 +108,13 @@ impl<'i> World<'i> {
                         w.tasks[task as usize].group = group;
                         w.vcpus.push(Vcpu::new(vm, i, task, k, owner));
                         w.vcpus[vid as usize].alloc = VcpuAlloc::new(n, spec.vcpu_weight(i, grouped));
+                        if let Some(q) = spec.vcpu_quota(i) {
+                            w.add_bandwidth(BwOwner::Task(task), q, spec.period.0);
+                        }
                         ids.push(vid);
+                    }
+                    if let (Some(g), Some(q)) = (group, spec.global_quota) {
+                        w.add_bandwidth(BwOwner::Group(g), q.0, spec.global_period.0);
                     }
                     let first_owner = w.vcpus[ids[0] as usize].owner;
                     w.vms.push(Vm {
@@ -175,6 +182,8 @@ impl<'i> World<'i> {
             vr: 0,
             weight,
             group: None,
+            bw_pool: None,
+            bw: Default::default(),
             exec_start: SimTime::ZERO,
             sum_exec: 0,
             prev_sum_exec: 0,

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::account::{Cause, Layer, Log2Histogram, OwnerKind};
 use crate::engine::SimTime;
+use crate::kernel::bandwidth::BandwidthStats;
 use crate::scenario::RunConfig;
 use crate::virt::allocation::AllocTotals;
 use crate::virt::exit::ExitReason;
@@ -246,6 +247,10 @@ pub struct VcpuRecord {
     pub core: u32,
     /// Times it ran on another core than the time before.
     pub migrations: u64,
+    /// With a quota (`vm.quota`): its `vcpuN` group's `cpu.stat` (periods, periods throttled,
+    /// throttled time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<BandwidthStats>,
 }
 
 /// KVM's halt-polling statistics of a VM (Linux virt/kvm/kvm_main.c, `KVM_GENERIC_VCPU_STATS`).
@@ -364,6 +369,9 @@ pub struct VmRecord {
     pub allocation: AllocTotals,
     /// The allocation period (ns): the host's scheduling period.
     pub period_ns: u64,
+    /// With `vm.global_quota`: the VM group's `cpu.stat`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<BandwidthStats>,
 }
 
 /// A VM's spinning cost over a run (APLE's inefficiency, DIS ch.3).
@@ -584,6 +592,7 @@ impl RunRecord {
                     wakeup_gran_ns: w.tasks[vc.task as usize].wakeup_gran.unwrap_or(w.kernels[0].params.wakeup_gran),
                     core: w.tasks[vc.task as usize].pinned.unwrap_or(w.tasks[vc.task as usize].cpu),
                     migrations: vc.alloc.migrations,
+                    bandwidth: w.tasks[vc.task as usize].bw_pool.map(|b| w.bw_stats(b)),
                 });
                 wake.merge(&vc.wake_latency);
                 for (i, n) in vc.ipis_sent.iter().enumerate() {
@@ -624,6 +633,10 @@ impl RunRecord {
                 ple_epochs: vm.policies.window.epochs().to_vec(),
                 allocation,
                 period_ns: w.kernels[0].params.latency,
+                bandwidth: w.tasks[w.vcpus[vm.vcpus[0] as usize].task as usize]
+                    .group
+                    .and_then(|g| w.kernels[0].groups[g as usize].bw)
+                    .map(|b| w.bw_stats(b)),
             });
         }
         let owner_name = |o: u32| match w.owners[o as usize] {

@@ -47,6 +47,10 @@ fn scenario() -> impl Strategy<Value = &'static str> {
     prop_oneof![Just("native"), Just("UC"), Just("OC"), Just("OC2")]
 }
 
+/// Host bandwidth control: none, a tight per-vCPU quota, a tight VM-wide one (short periods,
+/// so that runs of a few milliseconds throttle and unthrottle many times).
+const BANDWIDTH: [&[&str]; 3] = [&[], &["vm.quota=\"1ms\"", "vm.period=\"3ms\""], &["vm.global_quota=\"2ms\"", "vm.global_period=\"3ms\""]];
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
 
@@ -60,7 +64,7 @@ proptest! {
         window in prop_oneof![Just("kvm"), Just("fixed")],
         numa in prop_oneof![Just("hidden"), Just("exposed")],
         placement in prop_oneof![Just("interleave"), Just("first_touch"), Just("bind")],
-        spread in any::<bool>(), numad in any::<bool>(),
+        spread in any::<bool>(), numad in any::<bool>(), bw in 0usize..3,
     ) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nthreads = {threads}\nseeds = [{seed}]\n");
         let sets: Vec<String> = vec![
@@ -87,6 +91,8 @@ proptest! {
             format!("host.numad.enabled={}", numad && window == "kvm"),
             "host.numad.interval=\"200us\"".to_string(),
         ];
+        let mut sets = sets;
+        sets.extend(BANDWIDTH[bw].iter().map(|s| s.to_string()));
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         for r in try_run_inline(&exp, &prog, &sets) {
             let r = match r {
@@ -114,10 +120,10 @@ proptest! {
 
     /// The same spec and seed give bit-identical results.
     #[test]
-    fn same_seed_same_result(prog in program(), vcpus in 1u32..4, sc in scenario(), seed in 0u64..1000) {
+    fn same_seed_same_result(prog in program(), vcpus in 1u32..4, sc in scenario(), seed in 0u64..1000, bw in 0usize..3) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nseeds = [{seed}]\n");
-        let a = run_inline(&exp, &prog, &[]);
-        let b = run_inline(&exp, &prog, &[]);
+        let a = run_inline(&exp, &prog, BANDWIDTH[bw]);
+        let b = run_inline(&exp, &prog, BANDWIDTH[bw]);
         for (x, y) in a.iter().zip(&b) {
             prop_assert_eq!(&x.run, &y.run);
             prop_assert_eq!(x.t_native_s.to_bits(), y.t_native_s.to_bits());

@@ -1,6 +1,7 @@
 //! Integration tests of the simulator through its public API (one binary, several modules).
 
 mod apples;
+mod bandwidth;
 mod examples;
 mod golden;
 mod groups;
