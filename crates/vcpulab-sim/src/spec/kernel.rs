@@ -119,6 +119,11 @@ pub struct KernelSpec {
     /// CFS task groups of the host's threads ([`Cgroups`]); a guest runs no VMs, so in
     /// `[guest]` it has no effect.
     pub cgroups: Cgroups,
+    /// Bind thread i of each program instance this kernel runs to CPU i mod n, as a program
+    /// does with `pthread_setaffinity_np` / `sched_setaffinity` (or `taskset`, OpenMP's
+    /// `OMP_PROC_BIND`). Default `false`: threads start where fork balancing puts them and
+    /// the scheduler moves them.
+    pub pin_threads: bool,
     /// Background kernel/daemon threads (`[host.daemons]`: QEMU I/O threads, vhost, kworkers)
     /// that wake up now and then and run briefly; only the host supports them.
     pub daemons: DaemonSpec,
@@ -298,6 +303,7 @@ impl Default for KernelSpec {
             tlb_lazy_skip: true,
             cond_broadcast: CondBroadcast::WakeAll,
             cgroups: Cgroups::Libvirt,
+            pin_threads: false,
             daemons: DaemonSpec::default(),
             asymmetric: AsymmetricSpec::default(),
             numad: NumadSpec::default(),

@@ -282,11 +282,15 @@ impl<'i> World<'i> {
         // instance. A fixed first CPU would put every instance's main thread on CPU 0, so two
         // VMs' serial phases would always share one core.
         let first = Stream::new(stream_seed(cfg.seed, &[STREAM_PLACE, u64::from(inst)])).below(u64::from(ncpus)) as u32;
+        // `pin_threads`: thread i bound to CPU i mod n (`sched_setaffinity`).
+        let pin_threads = if k == HOST { cfg.host.pin_threads } else { cfg.guest.pin_threads };
         let slots = wl.groups.iter().enumerate().flat_map(|(g, grp)| (0..grp.threads.value(n)).map(move |j| (g as u32, j, grp.entry)));
         for (i, (group, idx, entry)) in slots.enumerate() {
             let i = i as u32;
             let tid = self.threads.len() as u32;
-            let task = self.new_task(TaskKind::Thread(tid), k, owner, (first + i) % ncpus, 1024);
+            let cpu = if pin_threads { i % ncpus } else { (first + i) % ncpus };
+            let task = self.new_task(TaskKind::Thread(tid), k, owner, cpu, 1024);
+            self.tasks[task as usize].pinned = pin_threads.then_some(cpu);
             self.threads.push(Thread {
                 inst,
                 idx,
