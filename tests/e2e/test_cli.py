@@ -170,3 +170,20 @@ def test_characterize_sim_classifies_a_workload(cli: RunCli) -> None:
         assert bad.code == 2 and message in bad.err and "Traceback" not in bad.err, bad.err
     amb = cli("characterize-sim", "raytrace")
     assert amb.code == 2 and "ambiguous" in amb.err, amb.err
+
+
+def test_vcpu_quota_caps_a_vcpu_and_reports_cpu_stat(cli: RunCli) -> None:
+    # libvirt's <cputune><quota>/<period> as vm.quota/vm.period: ep on 2 vCPUs, alone in UC,
+    # capped at a quarter of each core, runs about 4 times as long and is throttled every period.
+    base = ("run", "--workload", "ep", "--scenario", "UC", "--vcpus", "2", "--json")
+    free = cli(*base)
+    capped = cli(*base, "--set", 'vm.quota="5ms"', "--set", 'vm.period="20ms"')
+    assert free.code == capped.code == 0, free.err + capped.err
+    (f,), (c,) = free.json_lines(), capped.json_lines()
+    assert 3.5 < c["t_virt_s"] / f["t_virt_s"] < 4.5
+    stats = [v["bandwidth"] for v in c["run"]["vms"][0]["vcpus"]]
+    assert all(s["nr_throttled"] > 0 and s["throttled_ns"] > 0 for s in stats), stats
+    assert all("bandwidth" not in v for v in f["run"]["vms"][0]["vcpus"])
+    bad = cli(*base, "--set", 'vm.global_quota="5ms"', "--set", 'host.cgroups="none"')
+    assert bad.code == 2 and "Traceback" not in bad.err, bad.err
+    assert len(bad.err.strip().splitlines()) == 1 and "vm.global_quota" in bad.err
