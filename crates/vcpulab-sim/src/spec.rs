@@ -312,6 +312,13 @@ impl Spec {
                 "numad is a host daemon: use [host.numad]",
             ));
         }
+        if file.guest.native_groups {
+            return Err(SpecError::new(
+                blame("guest.native_groups".into()),
+                "guest.native_groups",
+                "native instances run on the host: use [host] native_groups",
+            ));
+        }
         if file.guest.daemons.count > 0 {
             return Err(SpecError::new(blame("guest.daemons.count".into()), "guest.daemons.count", "only [host.daemons] is supported"));
         }

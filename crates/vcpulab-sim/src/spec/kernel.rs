@@ -119,6 +119,12 @@ pub struct KernelSpec {
     /// CFS task groups of the host's threads ([`Cgroups`]); a guest runs no VMs, so in
     /// `[guest]` it has no effect.
     pub cgroups: Cgroups,
+    /// Host only: each native program instance's threads form a task group of their own
+    /// (`cpu.shares` 1024), as systemd gives each service or scope its cgroup, or as
+    /// `CONFIG_SCHED_AUTOGROUP` groups the processes of each session (Linux
+    /// kernel/sched/autogroup.c). Needs `cgroups = "libvirt"`. Default `false`: native threads
+    /// are entities of the root run queue (one session, no CPU controller).
+    pub native_groups: bool,
     /// Bind thread i of each program instance this kernel runs to CPU i mod n, as a program
     /// does with `pthread_setaffinity_np` / `sched_setaffinity` (or `taskset`, OpenMP's
     /// `OMP_PROC_BIND`). Default `false`: threads start where fork balancing puts them and
@@ -303,6 +309,7 @@ impl Default for KernelSpec {
             tlb_lazy_skip: true,
             cond_broadcast: CondBroadcast::WakeAll,
             cgroups: Cgroups::Libvirt,
+            native_groups: false,
             pin_threads: false,
             daemons: DaemonSpec::default(),
             asymmetric: AsymmetricSpec::default(),
@@ -341,6 +348,9 @@ impl KernelSpec {
     pub fn check(&self) -> Result<(), (String, String)> {
         if self.hz == 0 || self.hz > 10_000 {
             return Err(("hz".into(), format!("expected 1..=10000 (got {})", self.hz)));
+        }
+        if self.native_groups && self.cgroups == Cgroups::None {
+            return Err(("native_groups".into(), "expected cgroups = \"libvirt\": groups need CFS group scheduling".into()));
         }
         if self.daemons.count > 0 && (self.daemons.run.0 == 0 || self.daemons.interval.0 == 0) {
             return Err(("daemons".into(), "expected positive run and interval durations".into()));

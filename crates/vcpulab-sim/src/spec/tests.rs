@@ -81,6 +81,8 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["host.idle=\"mwaitx\""], "host.idle", "expected one of halt, poll, haltpoll, mwait"),
         (MIN, &["guest.cond_broadcast=\"signal\""], "guest.cond_broadcast", "expected one of wake_all, requeue"),
         (MIN, &["host.cgroups=\"v2\""], "host.cgroups", "expected one of libvirt, none"),
+        (MIN, &["host.native_groups=true", "host.cgroups=\"none\""], "host.native_groups", "expected cgroups = \"libvirt\""),
+        (MIN, &["guest.native_groups=true"], "guest.native_groups", "use [host] native_groups"),
         (MIN, &["vm.period=\"500us\""], "vm.period", "expected a period of 1ms..=1s"),
         (MIN, &["vm.global_period=\"2s\""], "vm.global_period", "expected a period of 1ms..=1s"),
         (MIN, &["vm.quota=\"10us\""], "vm.quota", "expected a quota of at least 1ms"),

@@ -77,10 +77,20 @@ impl<'i> World<'i> {
         w.kernels[HOST as usize].llc_size = cfg.machine.cores_per_socket * cfg.machine.threads_per_core;
         match cfg.layout {
             Layout::Native { instances } => {
+                let grouped = cfg.host.native_groups && cfg.host.cgroups == crate::spec::kernel::Cgroups::Libvirt;
                 for i in 0..instances {
                     let owner = w.owners.len() as u32;
                     w.owners.push(OwnerKind::Native { instance: i });
+                    let first = w.threads.len();
                     w.add_instance(cfg, HOST, None, owner, format!("native{i}"), cfg.corunner.is_some() && i > 0);
+                    // `native_groups`: the instance's threads in a task group of their own.
+                    if grouped {
+                        let g = w.kernels[HOST as usize].add_group(1024);
+                        for th in first..w.threads.len() {
+                            let t = w.threads[th].task;
+                            w.tasks[t as usize].group = Some(g);
+                        }
+                    }
                 }
             }
             Layout::Vms { vms } => {

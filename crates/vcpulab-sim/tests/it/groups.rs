@@ -36,3 +36,26 @@ fn check(busy: u32, grouped: std::ops::Range<f64>) {
     assert!((1.95..2.1).contains(&f), "flat {f}");
     assert!(grouped.contains(&g), "grouped {g}");
 }
+
+/// `host.native_groups`: two native instances (OC2's baseline), one with a single busy thread
+/// and one with four, on 4 cores. Flat, the lone thread shares its core with one of the other
+/// instance's threads (its core holds two of the five threads): it gets about half a core, 2 s
+/// for 1 s of work. With a group per instance each instance's share is its group's: the lone
+/// thread's group puts its whole 1024 on its core against the other group's quarter there,
+/// 80 % of the core, until the other instance's threads on the three other cores finish (1 s);
+/// then that group's share moves to its last thread and the two split the core: about 1.37 s.
+#[test]
+fn native_instances_in_groups_share_by_instance() {
+    let exp = "scenarios = [\"OC2\"]\nvcpus = [4]\n";
+    let prog = "[[workloads.w.groups]]\nname = \"busy\"\nthreads = 4\nprogram = [ { compute = \"1s\" } ]\n\
+                [[workloads.lone.groups]]\nname = \"one\"\nthreads = 1\nprogram = [ { compute = \"1s\" } ]\n";
+    let run = |grouped: bool| {
+        let g = format!("host.native_groups={grouped}");
+        let r =
+            run_inline(exp, prog, &[g.as_str(), "experiment.workloads=[\"lone\"]", "experiment.corunner=\"w\"", "host.pin_threads=true"]);
+        r[0].t_native_s
+    };
+    let (flat, grouped) = (run(false), run(true));
+    assert!((1.9..2.1).contains(&flat), "flat {flat}");
+    assert!((1.3..1.45).contains(&grouped), "grouped {grouped}");
+}

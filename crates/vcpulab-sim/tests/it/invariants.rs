@@ -64,7 +64,7 @@ proptest! {
         window in prop_oneof![Just("kvm"), Just("fixed")],
         numa in prop_oneof![Just("hidden"), Just("exposed")],
         placement in prop_oneof![Just("interleave"), Just("first_touch"), Just("bind")],
-        spread in any::<bool>(), numad in any::<bool>(), bw in 0usize..3,
+        spread in any::<bool>(), numad in any::<bool>(), bw in 0usize..3, native_groups in any::<bool>(),
     ) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nthreads = {threads}\nseeds = [{seed}]\n");
         let sets: Vec<String> = vec![
@@ -93,6 +93,7 @@ proptest! {
         ];
         let mut sets = sets;
         sets.extend(BANDWIDTH[bw].iter().map(|s| s.to_string()));
+        sets.push(format!("host.native_groups={native_groups}"));
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         for r in try_run_inline(&exp, &prog, &sets) {
             let r = match r {
