@@ -184,6 +184,11 @@ pub struct VmSpec {
     pub global_quota: Option<Dur>,
     /// libvirt `<global_period>` (default 100 ms).
     pub global_period: Dur,
+    /// QEMU's emulator threads of the VM (main loop, I/O threads): `count` threads that wake
+    /// now and then and run briefly, in the VM's task group (libvirt's `emulator` child) with
+    /// `host.cgroups = "libvirt"`, root entities otherwise. Default none: no source gives their
+    /// activity for the published workloads.
+    pub emulator: crate::spec::kernel::DaemonSpec,
     /// Host halt polling.
     pub halt_poll: HaltPollSpec,
     /// Pause-loop exiting and directed yield.
@@ -279,6 +284,7 @@ impl Default for VmSpec {
             period: Dur(100_000_000),
             global_quota: None,
             global_period: Dur(100_000_000),
+            emulator: Default::default(),
             halt_poll: HaltPollSpec::default(),
             ple: PleSpec::default(),
             pv: PvSpec::default(),
@@ -303,6 +309,9 @@ impl VmSpec {
             }
         }
         self.check_bandwidth()?;
+        if self.emulator.count > 0 && (self.emulator.run.0 == 0 || self.emulator.interval.0 == 0) {
+            return Err(("emulator".into(), "expected positive run and interval durations".into()));
+        }
         let p = &self.ple;
         if p.enabled && p.window_cycles == 0 {
             return Err(("ple.window_cycles".into(), "expected a positive cycle count (or ple.enabled = false)".into()));

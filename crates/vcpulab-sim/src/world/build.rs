@@ -95,6 +95,7 @@ impl<'i> World<'i> {
             }
             Layout::Vms { vms } => {
                 let mut vm_inst = Vec::new();
+                let mut vm_groups = Vec::new();
                 for vm in 0..vms {
                     let spec = cfg.vm_spec(vm);
                     let k = w.kernels.len() as KernelId;
@@ -126,6 +127,7 @@ impl<'i> World<'i> {
                     if let (Some(g), Some(q)) = (group, spec.global_quota) {
                         w.add_bandwidth(BwOwner::Group(g), q.0, spec.global_period.0);
                     }
+                    vm_groups.push(group);
                     let first_owner = w.vcpus[ids[0] as usize].owner;
                     w.vms.push(Vm {
                         kernel: k,
@@ -142,6 +144,11 @@ impl<'i> World<'i> {
                     let background = cfg.corunner.is_some() && vm > 0;
                     vm_inst.push(w.insts.len());
                     w.add_instance(cfg, k, Some(vm), first_owner, format!("vm{vm}"), background);
+                }
+                // After every VM's instance: the measured and co-runner instances keep their
+                // indices (0 = VM 0's), as the host daemons do.
+                for (vm, group) in vm_groups.into_iter().enumerate() {
+                    w.add_emulator(cfg, vm as u32, group);
                 }
                 w.periods = Some(Periods::new(w.kernels[HOST as usize].params.latency, &cfg.host.asymmetric, vm_inst));
                 if cfg.host.numad.enabled && w.mem.is_some() {
@@ -223,36 +230,60 @@ impl<'i> World<'i> {
         if d.count == 0 {
             return;
         }
-        let instrs = vec![
-            Instr::LoopStart { count: Times::Fixed(u64::MAX), end: 3, share: Share::Each },
-            Instr::Sleep(Dist::Exp { mean: d.interval.0 as f64 }),
-            Instr::Compute { dist: Dist::Exp { mean: d.run.0 as f64 }, skew: 0.0, mem: 0.0, split: false },
-            Instr::LoopEnd { start: 0 },
-            Instr::End,
-        ];
-        let wl = Workload {
-            name: "host-daemons".into(),
-            description: "host daemon threads".into(),
-            model: "daemon".into(),
-            threads: Some(d.count),
-            objects: Vec::new(),
-            program: Program { instrs },
-            groups: vec![crate::workload::program::Group {
-                name: "main".into(),
-                threads: crate::workload::program::CountExpr::N,
-                entry: 0,
-                pushes: Vec::new(),
-                drains: Vec::new(),
-            }],
-            meta: Default::default(),
-            memory: Default::default(),
-            qos: None,
-            stochastic: true,
-            heap: Default::default(),
-        };
+        let wl = daemon_workload("host-daemons", "host daemon threads", d);
         self.add_instance_of(cfg, HOST, None, 0, "host-daemons".into(), true, Arc::new(wl), d.count);
     }
 
+    /// VM `vm`'s QEMU emulator threads (`vm.emulator`), in the VM's task group when it has one
+    /// (libvirt's `emulator` child, folded into the threads as `vcpuN` is).
+    fn add_emulator(&mut self, cfg: &RunConfig, vm: u32, group: Option<u32>) {
+        let d = &cfg.vm_spec(vm).emulator;
+        if d.count == 0 {
+            return;
+        }
+        let first = self.threads.len();
+        let wl = daemon_workload("qemu-emulator", "QEMU emulator threads of a VM", d);
+        self.add_instance_of(cfg, HOST, None, 0, format!("vm{vm}-emulator"), true, Arc::new(wl), d.count);
+        for th in first..self.threads.len() {
+            let t = self.threads[th].task;
+            self.tasks[t as usize].group = group;
+        }
+    }
+}
+
+/// A program of `d.count` threads that each sleep an exponential time of mean `d.interval`,
+/// then run an exponential time of mean `d.run`, forever.
+fn daemon_workload(name: &str, description: &str, d: &crate::spec::kernel::DaemonSpec) -> Workload {
+    let instrs = vec![
+        Instr::LoopStart { count: Times::Fixed(u64::MAX), end: 3, share: Share::Each },
+        Instr::Sleep(Dist::Exp { mean: d.interval.0 as f64 }),
+        Instr::Compute { dist: Dist::Exp { mean: d.run.0 as f64 }, skew: 0.0, mem: 0.0, split: false },
+        Instr::LoopEnd { start: 0 },
+        Instr::End,
+    ];
+    Workload {
+        name: name.into(),
+        description: description.into(),
+        model: "daemon".into(),
+        threads: Some(d.count),
+        objects: Vec::new(),
+        program: Program { instrs },
+        groups: vec![crate::workload::program::Group {
+            name: "main".into(),
+            threads: crate::workload::program::CountExpr::N,
+            entry: 0,
+            pushes: Vec::new(),
+            drains: Vec::new(),
+        }],
+        meta: Default::default(),
+        memory: Default::default(),
+        qos: None,
+        stochastic: true,
+        heap: Default::default(),
+    }
+}
+
+impl World<'_> {
     #[allow(clippy::too_many_arguments)]
     fn add_instance_of(
         &mut self,

@@ -59,3 +59,21 @@ fn native_instances_in_groups_share_by_instance() {
     assert!((1.9..2.1).contains(&flat), "flat {flat}");
     assert!((1.3..1.45).contains(&grouped), "grouped {grouped}");
 }
+
+/// `vm.emulator`: QEMU's emulator threads live in their VM's group (libvirt's `emulator`
+/// child). One core, a busy 1-vCPU VM whose emulator thread is always busy, next to a CPU-hog
+/// VM: in groups the VM's half of the core is split between its vCPU and its emulator thread
+/// (a quarter each, 4 s for 1 s of work); flat, the three threads get a third each (3 s).
+#[test]
+fn emulator_threads_share_their_vm_group() {
+    let exp = "scenarios = [\"OC\"]\nvcpus = [1]\noc_vms = 2\ncorunner = \"cpuhog\"\n";
+    let prog = "[[workloads.w.groups]]\nname = \"busy\"\nthreads = 1\nprogram = [ { compute = \"1s\" } ]\n";
+    let run = |cgroups: &str| {
+        let cg = format!("host.cgroups=\"{cgroups}\"");
+        let emu = "vms.0.emulator={count=1, run=\"1s\", interval=\"1us\"}";
+        run_inline(exp, prog, &[cg.as_str(), emu])[0].t_virt_s.expect("a VM time")
+    };
+    let (flat, grouped) = (run("none"), run("libvirt"));
+    assert!((2.9..3.15).contains(&flat), "flat {flat}");
+    assert!((3.85..4.2).contains(&grouped), "grouped {grouped}");
+}

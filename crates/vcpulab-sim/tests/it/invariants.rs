@@ -47,9 +47,15 @@ fn scenario() -> impl Strategy<Value = &'static str> {
     prop_oneof![Just("native"), Just("UC"), Just("OC"), Just("OC2")]
 }
 
-/// Host bandwidth control: none, a tight per-vCPU quota, a tight VM-wide one (short periods,
-/// so that runs of a few milliseconds throttle and unthrottle many times).
-const BANDWIDTH: [&[&str]; 3] = [&[], &["vm.quota=\"1ms\"", "vm.period=\"3ms\""], &["vm.global_quota=\"2ms\"", "vm.global_period=\"3ms\""]];
+/// Host cgroup settings: none, a tight per-vCPU quota, a tight VM-wide one (short periods, so
+/// that runs of a few milliseconds throttle and unthrottle many times), busy emulator threads
+/// in the VMs' groups with a VM-wide quota.
+const BANDWIDTH: [&[&str]; 4] = [
+    &[],
+    &["vm.quota=\"1ms\"", "vm.period=\"3ms\""],
+    &["vm.global_quota=\"2ms\"", "vm.global_period=\"3ms\""],
+    &["vm.emulator={count=2, run=\"200us\", interval=\"300us\"}", "vm.global_quota=\"2ms\"", "vm.global_period=\"3ms\""],
+];
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
@@ -64,7 +70,7 @@ proptest! {
         window in prop_oneof![Just("kvm"), Just("fixed")],
         numa in prop_oneof![Just("hidden"), Just("exposed")],
         placement in prop_oneof![Just("interleave"), Just("first_touch"), Just("bind")],
-        spread in any::<bool>(), numad in any::<bool>(), bw in 0usize..3, native_groups in any::<bool>(),
+        spread in any::<bool>(), numad in any::<bool>(), bw in 0usize..4, native_groups in any::<bool>(),
     ) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nthreads = {threads}\nseeds = [{seed}]\n");
         let sets: Vec<String> = vec![
@@ -121,7 +127,7 @@ proptest! {
 
     /// The same spec and seed give bit-identical results.
     #[test]
-    fn same_seed_same_result(prog in program(), vcpus in 1u32..4, sc in scenario(), seed in 0u64..1000, bw in 0usize..3) {
+    fn same_seed_same_result(prog in program(), vcpus in 1u32..4, sc in scenario(), seed in 0u64..1000, bw in 0usize..4) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nseeds = [{seed}]\n");
         let a = run_inline(&exp, &prog, BANDWIDTH[bw]);
         let b = run_inline(&exp, &prog, BANDWIDTH[bw]);
