@@ -83,6 +83,8 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["host.cgroups=\"v2\""], "host.cgroups", "expected one of libvirt, none"),
         (MIN, &["host.native_groups=true", "host.cgroups=\"none\""], "host.native_groups", "expected cgroups = \"libvirt\""),
         (MIN, &["guest.native_groups=true"], "guest.native_groups", "use [host] native_groups"),
+        (MIN, &["vm.cpu_weight=0"], "vm.cpu_weight", "expected 1..=10000"),
+        (MIN, &["vm.cpu_weight=200", "vm.weight=2048"], "vm.cpu_weight", "not both"),
         (MIN, &["vm.period=\"500us\""], "vm.period", "expected a period of 1ms..=1s"),
         (MIN, &["vm.global_period=\"2s\""], "vm.global_period", "expected a period of 1ms..=1s"),
         (MIN, &["vm.quota=\"10us\""], "vm.quota", "expected a quota of at least 1ms"),

@@ -168,6 +168,11 @@ pub struct VmSpec {
     /// CPU weight of each VM (cgroup `cpu.shares`, 1024 = default); multiplies each vCPU's
     /// weight in the flat host scheduler.
     pub weight: u32,
+    /// The VM group's cgroup v2 `cpu.weight` (1..=10000, 100 = default), instead of `weight`
+    /// (v1 `cpu.shares`): the shares are `round(cpu_weight × 1024 / 100)`, as Linux converts it
+    /// (kernel/sched/core.c `cpu_weight_write_u64`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_weight: Option<u32>,
     /// Per-vCPU weights (default 1024 each).
     pub vcpu_weights: Option<Vec<u32>>,
     /// libvirt `<cputune><quota>`: each vCPU thread's CFS bandwidth quota per `period`, the
@@ -278,6 +283,7 @@ impl Default for VmSpec {
             ipiv: false,
             pin: true,
             weight: 1024,
+            cpu_weight: None,
             vcpu_weights: None,
             quota: None,
             vcpu_quotas: None,
@@ -302,6 +308,17 @@ impl VmSpec {
     pub fn check(&self) -> Result<(), (String, String)> {
         if self.weight == 0 || self.weight > 262_144 {
             return Err(("weight".into(), format!("expected 1..=262144 (got {})", self.weight)));
+        }
+        if let Some(w) = self.cpu_weight {
+            if !(1..=10_000).contains(&w) {
+                return Err(("cpu_weight".into(), format!("expected 1..=10000, cgroup v2's cpu.weight range (got {w})")));
+            }
+            if self.weight != 1024 {
+                return Err((
+                    "cpu_weight".into(),
+                    format!("expected either weight (cgroup v1 cpu.shares, here {}) or cpu_weight (v2), not both", self.weight),
+                ));
+            }
         }
         if let Some(w) = &self.vcpu_weights {
             if let Some(i) = w.iter().position(|&x| x == 0 || x > 262_144) {
@@ -399,6 +416,15 @@ impl VmSpec {
         Ok(())
     }
 
+    /// The VM group's `cpu.shares`: `weight`, or `cpu_weight` converted
+    /// (`DIV_ROUND_CLOSEST(cpu_weight × 1024, 100)`).
+    pub fn shares(&self) -> u64 {
+        match self.cpu_weight {
+            Some(w) => (u64::from(w) * 1024 + 50) / 100,
+            None => u64::from(self.weight),
+        }
+    }
+
     /// Host scheduler weight of vCPU `i`'s thread. In the VM's task group (`grouped`) it is the
     /// vCPU's own weight, its `vcpuN` child's `cpu.shares`, the VM's `weight` being the group's;
     /// without groups the VM's weight multiplies it.
@@ -407,7 +433,7 @@ impl VmSpec {
         if grouped {
             u64::from(w)
         } else {
-            (u64::from(w) * u64::from(self.weight) / 1024).max(2)
+            (u64::from(w) * self.shares() / 1024).max(2)
         }
     }
 }

@@ -109,7 +109,7 @@ impl<'i> World<'i> {
                     let mut ids = Vec::new();
                     // libvirt's layout: the VM's vCPU threads in a task group of their own.
                     let grouped = cfg.host.cgroups == crate::spec::kernel::Cgroups::Libvirt;
-                    let group = grouped.then(|| w.kernels[HOST as usize].add_group(u64::from(spec.weight)));
+                    let group = grouped.then(|| w.kernels[HOST as usize].add_group(spec.shares()));
                     for i in 0..n {
                         let owner = w.owners.len() as u32;
                         w.owners.push(OwnerKind::Vcpu { vm, vcpu: i });

@@ -77,3 +77,17 @@ fn emulator_threads_share_their_vm_group() {
     assert!((2.9..3.15).contains(&flat), "flat {flat}");
     assert!((3.85..4.2).contains(&grouped), "grouped {grouped}");
 }
+
+/// cgroup v2's `cpu.weight` 200 is v1's `cpu.shares` 2048 (Linux converts w × 1024 / 100): the
+/// same run either way, and a heavier VM group gets more of the shared cores than the hog VM.
+#[test]
+fn cpu_weight_is_the_v2_spelling_of_the_shares() {
+    let exp = "scenarios = [\"OC\"]\nvcpus = [2]\noc_vms = 2\ncorunner = \"cpuhog\"\n";
+    let prog = "[[workloads.w.groups]]\nname = \"busy\"\nthreads = 2\nprogram = [ { compute = \"100ms\" } ]\n";
+    let v2 = run_inline(exp, prog, &["vms.0.cpu_weight=200"]);
+    let v1 = run_inline(exp, prog, &["vms.0.weight=2048"]);
+    assert_eq!(v1[0].run, v2[0].run);
+    let t = v2[0].t_virt_s.expect("a VM time");
+    // 2048 against 1024 per core: two thirds of each core, 0.15 s for 0.1 s of work.
+    assert!((0.145..0.16).contains(&t), "{t}");
+}
