@@ -346,6 +346,7 @@ impl Plan {
             corunner: spec.corunner.as_ref().map(|c| Corunner {
                 workload: Arc::new(c.clone()),
                 threads: c.threads.or(spec.experiment.corunner_threads).unwrap_or(cell.vcpus),
+                threads_set: c.threads.or(spec.experiment.corunner_threads).is_some(),
             }),
             record: spec.record.clone(),
         }

@@ -108,6 +108,9 @@ pub struct Corunner {
     pub workload: Arc<Workload>,
     /// Its threads per instance.
     pub threads: u32,
+    /// `threads` was set (`corunner_threads` or the workload's own): otherwise an instance in
+    /// a VM with its own vCPU count (`vms.N.vcpus`) runs one thread per vCPU of that VM.
+    pub threads_set: bool,
 }
 
 impl RunConfig {

@@ -325,10 +325,35 @@ impl Spec {
         check("vm", file.vm.check())?;
         check("vm", file.vm.check_machine(&file.machine))?;
         check("vm", file.vm.check_host(&file.host))?;
+        if file.vm.vcpus.is_some() {
+            return Err(SpecError::new(
+                blame("vm.vcpus".into()),
+                "vm.vcpus",
+                "set a co-running VM's vCPU count in [vms.N] (N >= 1); every VM's default is experiment.vcpus",
+            ));
+        }
         let vm_overrides = parse_vm_overrides(&doc_vm(&file.vm), vms_table, &blame)?;
+        let min_vcpus = file.experiment.vcpus.0.iter().copied().min().unwrap_or(1);
         for (i, v) in &vm_overrides {
             check(&format!("vms.{i}"), v.check_machine(&file.machine))?;
             check(&format!("vms.{i}"), v.check_host(&file.host))?;
+            match v.vcpus {
+                Some(_) if *i == 0 => {
+                    return Err(SpecError::new(
+                        blame(format!("vms.{i}.vcpus")),
+                        format!("vms.{i}.vcpus"),
+                        "the measured VM's vCPU count is experiment.vcpus (vms.N.vcpus is for co-running VMs, N >= 1)",
+                    ))
+                }
+                Some(m) if m == 0 || m > min_vcpus => {
+                    return Err(SpecError::new(
+                        blame(format!("vms.{i}.vcpus")),
+                        format!("vms.{i}.vcpus"),
+                        format!("expected 1..={min_vcpus}, at most the run's cores (the smallest of experiment.vcpus) (got {m})"),
+                    ))
+                }
+                _ => {}
+            }
         }
         check("experiment", check_experiment(&file.experiment, &file.machine))?;
         if file.limits.max_virtual_time.0 == 0 {

@@ -168,6 +168,10 @@ pub struct VmSpec {
     /// CPU weight of each VM (cgroup `cpu.shares`, 1024 = default); multiplies each vCPU's
     /// weight in the flat host scheduler.
     pub weight: u32,
+    /// A co-running VM's own vCPU count (`[vms.N]`, N ≥ 1), at most the run's cores: its vCPU i
+    /// on core i. Unset: the experiment's `vcpus`, as every VM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u32>,
     /// The VM group's cgroup v2 `cpu.weight` (1..=10000, 100 = default), instead of `weight`
     /// (v1 `cpu.shares`): the shares are `round(cpu_weight × 1024 / 100)`, as Linux converts it
     /// (kernel/sched/core.c `cpu_weight_write_u64`).
@@ -283,6 +287,7 @@ impl Default for VmSpec {
             ipiv: false,
             pin: true,
             weight: 1024,
+            vcpus: None,
             cpu_weight: None,
             vcpu_weights: None,
             quota: None,

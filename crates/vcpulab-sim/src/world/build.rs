@@ -98,6 +98,9 @@ impl<'i> World<'i> {
                 let mut vm_groups = Vec::new();
                 for vm in 0..vms {
                     let spec = cfg.vm_spec(vm);
+                    // A co-running VM may have fewer vCPUs than the run's cores (`vms.N.vcpus`),
+                    // on cores 0..m.
+                    let n = spec.vcpus.filter(|_| vm > 0).unwrap_or(n);
                     let k = w.kernels.len() as KernelId;
                     let mut guest = Kernel::new(KernelKind::Guest { vm }, n, cfg.guest.params(n));
                     guest.tick_phase = Stream::new(stream_seed(cfg.seed, &[STREAM_KERNEL, u64::from(vm)])).below(guest.params.tick_ns);
@@ -218,6 +221,8 @@ impl<'i> World<'i> {
 
     fn add_instance(&mut self, cfg: &RunConfig, k: KernelId, vm: Option<u32>, owner: u32, name: String, background: bool) {
         let (wl, threads) = match (&cfg.corunner, background) {
+            // In a VM with its own vCPU count, one thread per vCPU unless a count was set.
+            (Some(c), true) if !c.threads_set => (Arc::clone(&c.workload), self.kernels[k as usize].cpus.len() as u32),
             (Some(c), true) => (Arc::clone(&c.workload), c.threads),
             _ => (Arc::clone(&cfg.workload), cfg.threads),
         };

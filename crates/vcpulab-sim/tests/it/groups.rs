@@ -91,3 +91,23 @@ fn cpu_weight_is_the_v2_spelling_of_the_shares() {
     // 2048 against 1024 per core: two thirds of each core, 0.15 s for 0.1 s of work.
     assert!((0.145..0.16).contains(&t), "{t}");
 }
+
+/// `vms.N.vcpus`: a VM's share is its group's whatever its vCPU count. The measured VM has 2
+/// busy vCPUs on cores 0 and 1, a CPU-hog VM one vCPU on core 0. In groups the measured VM's
+/// 1024 is spread over its two cores (512 each) and the hog VM's sits whole on core 0: the
+/// measured vCPU there gets a third of the core until its sibling's thread finishes (1 s), then,
+/// its group's load having moved to core 0, half; flat it gets half all along (2 s for 1 s).
+#[test]
+fn a_vm_share_does_not_grow_with_its_vcpu_count() {
+    let exp = "scenarios = [\"OC\"]\nvcpus = [2]\noc_vms = 2\ncorunner = \"cpuhog\"\n";
+    let prog = "[[workloads.w.groups]]\nname = \"busy\"\nthreads = 2\nprogram = [ { compute = \"1s\" } ]\n";
+    let run = |cgroups: &str| {
+        let cg = format!("host.cgroups=\"{cgroups}\"");
+        let r = run_inline(exp, prog, &[cg.as_str(), "vms.1.vcpus=1", "guest.pin_threads=true", "vm.pin=true"]);
+        assert_eq!(r[0].run.vms[1].vcpus.len(), 1, "the hog VM has one vCPU");
+        r[0].t_virt_s.expect("a VM time")
+    };
+    let (flat, grouped) = (run("none"), run("libvirt"));
+    assert!((1.95..2.1).contains(&flat), "flat {flat}");
+    assert!((2.3..2.45).contains(&grouped), "grouped {grouped}");
+}

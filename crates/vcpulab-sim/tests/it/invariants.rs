@@ -49,12 +49,12 @@ fn scenario() -> impl Strategy<Value = &'static str> {
 
 /// Host cgroup settings: none, a tight per-vCPU quota, a tight VM-wide one (short periods, so
 /// that runs of a few milliseconds throttle and unthrottle many times), busy emulator threads
-/// in the VMs' groups with a VM-wide quota.
+/// in the VMs' groups with a VM-wide quota and a one-vCPU co-running VM.
 const BANDWIDTH: [&[&str]; 4] = [
     &[],
     &["vm.quota=\"1ms\"", "vm.period=\"3ms\""],
     &["vm.global_quota=\"2ms\"", "vm.global_period=\"3ms\""],
-    &["vm.emulator={count=2, run=\"200us\", interval=\"300us\"}", "vm.global_quota=\"2ms\"", "vm.global_period=\"3ms\""],
+    &["vm.emulator={count=2, run=\"200us\", interval=\"300us\"}", "vm.global_quota=\"2ms\"", "vm.global_period=\"3ms\"", "vms.1.vcpus=1"],
 ];
 
 proptest! {
