@@ -284,8 +284,11 @@ def test_query_output_is_cut_at_the_limit(store_copy: Path) -> None:
 def test_an_error_after_the_first_rows_is_one_line(store_copy: Path) -> None:
     # Rows are streamed: a value that fails to convert well after the first batch still ends
     # in one line (it arrives through Arrow's reader, not as a DuckDB exception).
+    # The limit covers every row: with the default (10,000) the output could be cut before the
+    # failing row whenever DuckDB streams the first batches before it evaluates row 50,000 (it
+    # happened on a busy machine; usually its threads hit the error first).
     sql = "SELECT CAST(CASE WHEN range > 50000 THEN 'x' ELSE '1' END AS INT) AS v FROM range(100000)"
-    line = one_line_error(vcpulab("query", "store", sql, "--format", "csv", cwd=store_copy))
+    line = one_line_error(vcpulab("query", "store", sql, "--format", "csv", "--limit", "200000", cwd=store_copy))
     assert line.startswith("vcpulab: error: query failed: Conversion Error")
 
 
