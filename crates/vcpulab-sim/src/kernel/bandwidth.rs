@@ -246,16 +246,24 @@ impl World<'_> {
     /// `account_cfs_rq_runtime` of the running task `t` of host core `cpu` at each level with
     /// bandwidth control: out of runtime, the core reschedules (`resched_curr`).
     pub(crate) fn bw_account(&mut self, cpu: u32, t: TaskId, delta: u64) {
-        let (now, tick) = (self.now, self.kernels[HOST as usize].params.tick_ns);
         let mut ok = true;
         for (b, slot) in self.bw_pools(t, cpu).into_iter().flatten() {
-            ok &= self.with_bw(b, slot, |bw, l| bw.account(l, delta, now, tick));
-            self.bw_start_timer(b);
+            ok &= self.bw_charge(b, slot, delta);
         }
         if !ok {
             self.kernels[HOST as usize].cpus[cpu as usize].need_resched = true;
             self.touch_kcpu(HOST, cpu);
         }
+    }
+
+    /// `__account_cfs_rq_runtime` of `delta` ns on run queue `slot` of pool `b` (0 at an
+    /// enqueue: only the draw), starting the period timer if the draw needs it. Whether the run
+    /// queue has runtime left.
+    fn bw_charge(&mut self, b: u32, slot: u32, delta: u64) -> bool {
+        let (now, tick) = (self.now, self.kernels[HOST as usize].params.tick_ns);
+        let ok = self.with_bw(b, slot, |bw, l| bw.account(l, delta, now, tick));
+        self.bw_start_timer(b);
+        ok
     }
 
     /// `start_cfs_bandwidth`: the period timer of pool `b` starts on its grid if it was stopped.
@@ -278,9 +286,7 @@ impl World<'_> {
     pub(crate) fn bw_task_out_of_runtime(&mut self, t: TaskId, enqueue: bool) -> bool {
         let Some(b) = self.tasks[t as usize].bw_pool else { return false };
         if enqueue {
-            let (now, tick) = (self.now, self.kernels[HOST as usize].params.tick_ns);
-            self.with_bw(b, 0, |bw, l| bw.account(l, 0, now, tick));
-            self.bw_start_timer(b);
+            return !self.bw_charge(b, 0, 0);
         }
         self.tasks[t as usize].bw.rem <= 0
     }
@@ -299,12 +305,9 @@ impl World<'_> {
         if self.kernels[HOST as usize].cpus[cpu as usize].groups[g as usize].bw.throttled {
             return;
         }
-        if enqueue {
-            let (now, tick) = (self.now, self.kernels[HOST as usize].params.tick_ns);
-            self.with_bw(b, cpu, |bw, l| bw.account(l, 0, now, tick));
-            self.bw_start_timer(b);
-        }
-        if self.kernels[HOST as usize].cpus[cpu as usize].groups[g as usize].bw.rem > 0 {
+        let has_runtime =
+            if enqueue { self.bw_charge(b, cpu, 0) } else { self.kernels[HOST as usize].cpus[cpu as usize].groups[g as usize].bw.rem > 0 };
+        if has_runtime {
             return;
         }
         // `throttle_cfs_rq`: the group's queued tasks leave the core's runnable count.

@@ -231,7 +231,8 @@ impl World<'_> {
         if let Some(g) = prev_group.filter(|_| k == HOST) {
             self.bw_check_group(cpu, g, false);
         }
-        let cand = stays.filter(|&p| !throttle_prev && !self.throttled(k, p));
+        // A throttled prev (its own run queue or its group's here) is not a candidate.
+        let cand = stays.filter(|&p| !self.throttled(k, p));
         if let Some(g) = prev_group {
             // The group entity of a prev that no longer runs competes in the tree again.
             self.sync_group(k, cpu, g, cand);

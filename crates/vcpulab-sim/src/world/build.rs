@@ -86,10 +86,7 @@ impl<'i> World<'i> {
                     // `native_groups`: the instance's threads in a task group of their own.
                     if grouped {
                         let g = w.kernels[HOST as usize].add_group(1024);
-                        for th in first..w.threads.len() {
-                            let t = w.threads[th].task;
-                            w.tasks[t as usize].group = Some(g);
-                        }
+                        w.group_threads_from(first, Some(g));
                     }
                 }
             }
@@ -249,6 +246,11 @@ impl<'i> World<'i> {
         let first = self.threads.len();
         let wl = daemon_workload("qemu-emulator", "QEMU emulator threads of a VM", d);
         self.add_instance_of(cfg, HOST, None, 0, format!("vm{vm}-emulator"), true, Arc::new(wl), d.count);
+        self.group_threads_from(first, group);
+    }
+
+    /// Puts the host tasks of threads `first..` (an instance just added) in task group `group`.
+    fn group_threads_from(&mut self, first: usize, group: Option<u32>) {
         for th in first..self.threads.len() {
             let t = self.threads[th].task;
             self.tasks[t as usize].group = group;

@@ -1,16 +1,23 @@
 //! Host CFS group scheduling (`host.cgroups = "libvirt"`): golden shares of a VM's group on
 //! its cores against a CPU-hog VM, compared with the flat model (`host.cgroups = "none"`).
 
+use vcpulab_sim::api::ScenarioResult;
+
 use super::run_inline;
+
+/// The OC run of a `vcpus`-vCPU VM whose `busy` threads compute `work` each, next to a CPU-hog
+/// VM (a busy thread per vCPU), with `sets`.
+fn next_to_hog(vcpus: u32, busy: u32, work: &str, sets: &[&str]) -> Vec<ScenarioResult> {
+    let exp = format!("scenarios = [\"OC\"]\nvcpus = [{vcpus}]\noc_vms = 2\ncorunner = \"cpuhog\"\n");
+    let prog = format!("[[workloads.w.groups]]\nname = \"busy\"\nthreads = {busy}\nprogram = [ {{ compute = \"{work}\" }} ]\n");
+    run_inline(&exp, &prog, sets)
+}
 
 /// A VM whose `busy` threads compute `work` each (one per vCPU, the others idle), next to a
 /// CPU-hog VM with a busy thread on every vCPU, both pinned one vCPU per core on 4 cores.
 fn lone_busy(busy: u32, work: &str, cgroups: &str) -> f64 {
-    let exp = "scenarios = [\"OC\"]\nvcpus = [4]\noc_vms = 2\ncorunner = \"cpuhog\"\n";
-    let prog = format!("[[workloads.w.groups]]\nname = \"busy\"\nthreads = {busy}\nprogram = [ {{ compute = \"{work}\" }} ]\n");
     let cg = format!("host.cgroups=\"{cgroups}\"");
-    let r = run_inline(exp, &prog, &[cg.as_str(), "vm.pin=true"]);
-    r[0].t_virt_s.expect("a VM time")
+    next_to_hog(4, busy, work, &[cg.as_str(), "vm.pin=true"])[0].t_virt_s.expect("a VM time")
 }
 
 /// One busy vCPU of four, next to a hog VM. Flat, its thread weighs as much as the hog's vCPU
@@ -66,12 +73,10 @@ fn native_instances_in_groups_share_by_instance() {
 /// (a quarter each, 4 s for 1 s of work); flat, the three threads get a third each (3 s).
 #[test]
 fn emulator_threads_share_their_vm_group() {
-    let exp = "scenarios = [\"OC\"]\nvcpus = [1]\noc_vms = 2\ncorunner = \"cpuhog\"\n";
-    let prog = "[[workloads.w.groups]]\nname = \"busy\"\nthreads = 1\nprogram = [ { compute = \"1s\" } ]\n";
     let run = |cgroups: &str| {
         let cg = format!("host.cgroups=\"{cgroups}\"");
         let emu = "vms.0.emulator={count=1, run=\"1s\", interval=\"1us\"}";
-        run_inline(exp, prog, &[cg.as_str(), emu])[0].t_virt_s.expect("a VM time")
+        next_to_hog(1, 1, "1s", &[cg.as_str(), emu])[0].t_virt_s.expect("a VM time")
     };
     let (flat, grouped) = (run("none"), run("libvirt"));
     assert!((2.9..3.15).contains(&flat), "flat {flat}");
@@ -82,10 +87,8 @@ fn emulator_threads_share_their_vm_group() {
 /// same run either way, and a heavier VM group gets more of the shared cores than the hog VM.
 #[test]
 fn cpu_weight_is_the_v2_spelling_of_the_shares() {
-    let exp = "scenarios = [\"OC\"]\nvcpus = [2]\noc_vms = 2\ncorunner = \"cpuhog\"\n";
-    let prog = "[[workloads.w.groups]]\nname = \"busy\"\nthreads = 2\nprogram = [ { compute = \"100ms\" } ]\n";
-    let v2 = run_inline(exp, prog, &["vms.0.cpu_weight=200"]);
-    let v1 = run_inline(exp, prog, &["vms.0.weight=2048"]);
+    let v2 = next_to_hog(2, 2, "100ms", &["vms.0.cpu_weight=200"]);
+    let v1 = next_to_hog(2, 2, "100ms", &["vms.0.weight=2048"]);
     assert_eq!(v1[0].run, v2[0].run);
     let t = v2[0].t_virt_s.expect("a VM time");
     // 2048 against 1024 per core: two thirds of each core, 0.15 s for 0.1 s of work.
@@ -99,11 +102,9 @@ fn cpu_weight_is_the_v2_spelling_of_the_shares() {
 /// its group's load having moved to core 0, half; flat it gets half all along (2 s for 1 s).
 #[test]
 fn a_vm_share_does_not_grow_with_its_vcpu_count() {
-    let exp = "scenarios = [\"OC\"]\nvcpus = [2]\noc_vms = 2\ncorunner = \"cpuhog\"\n";
-    let prog = "[[workloads.w.groups]]\nname = \"busy\"\nthreads = 2\nprogram = [ { compute = \"1s\" } ]\n";
     let run = |cgroups: &str| {
         let cg = format!("host.cgroups=\"{cgroups}\"");
-        let r = run_inline(exp, prog, &[cg.as_str(), "vms.1.vcpus=1", "guest.pin_threads=true", "vm.pin=true"]);
+        let r = next_to_hog(2, 2, "1s", &[cg.as_str(), "vms.1.vcpus=1", "guest.pin_threads=true", "vm.pin=true"]);
         assert_eq!(r[0].run.vms[1].vcpus.len(), 1, "the hog VM has one vCPU");
         r[0].t_virt_s.expect("a VM time")
     };
