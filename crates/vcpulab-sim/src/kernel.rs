@@ -15,7 +15,9 @@
 pub mod bandwidth;
 pub mod cpu;
 pub mod group;
+pub mod mm;
 pub mod sched;
+pub mod spinlock;
 pub mod sync;
 pub mod thread;
 pub mod tlb;
@@ -175,6 +177,8 @@ pub struct KCpu {
     /// The instance (address space) this CPU last ran a thread of: still loaded while idle
     /// (lazy TLB).
     pub last_mm: Option<u32>,
+    /// Its per-CPU page list and LRU pagevec ([`mm`]).
+    pub pcp: mm::PcpState,
 }
 
 impl KCpu {
@@ -208,6 +212,7 @@ impl KCpu {
             idle_stamp: None,
             avg_idle: 2 * crate::kernel::sched::MIGRATION_COST,
             last_mm: None,
+            pcp: mm::PcpState::default(),
         }
     }
 
@@ -253,6 +258,8 @@ pub struct Kernel {
     pub bandwidth: Vec<bandwidth::Bandwidth>,
     /// The last tick instant at which a nohz idle balance refreshed idle CPUs' group loads.
     pub last_ilb: SimTime,
+    /// The page allocator's locks ([`mm`]).
+    pub mm: mm::PageAllocator,
 }
 
 impl Kernel {
@@ -268,6 +275,7 @@ impl Kernel {
             groups: Vec::new(),
             bandwidth: Vec::new(),
             last_ilb: SimTime::ZERO,
+            mm: mm::PageAllocator::default(),
         }
     }
 

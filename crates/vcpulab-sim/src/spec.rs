@@ -298,6 +298,13 @@ impl Spec {
         check("machine", file.machine.check())?;
         check("host", file.host.check())?;
         check("guest", file.guest.check())?;
+        if file.host.spinlock == crate::spec::kernel::SpinlockImpl::Pmt {
+            return Err(SpecError::new(
+                blame("host.spinlock".into()),
+                "host.spinlock",
+                "expected one of qspinlock, ticket, byte: preemptable ticket spinlocks (pmt) are a guest policy, use [guest] spinlock = \"pmt\"",
+            ));
+        }
         if file.guest.asymmetric.enabled() {
             return Err(SpecError::new(
                 blame("guest.asymmetric".into()),

@@ -327,6 +327,9 @@ impl<'i> World<'i> {
                 let th = &mut self.threads[t as usize];
                 th.spin_window = th.spin_window.saturating_sub(elapsed);
                 th.pv_left = th.pv_left.saturating_sub(elapsed);
+                if th.pmt.left != u64::MAX {
+                    th.pmt.left = th.pmt.left.saturating_sub(elapsed);
+                }
             }
             Rem::HaltPoll(v) => self.vcpus[v as usize].poll_rem -= elapsed,
             Rem::GuestPoll(k, cpu) => self.kernels[k as usize].cpus[cpu as usize].hp_poll_rem -= elapsed,
@@ -401,7 +404,10 @@ impl<'i> World<'i> {
             Rem::HostWork => self.kernels[0].cpus[core as usize].kwork.front().map(|w| w.rem),
             Rem::GuestWork(k, cpu) => self.kernels[k as usize].cpus[cpu as usize].kwork.front().map(|w| w.rem),
             Rem::Compute(t) => Some(self.mem_wall(core, self.threads[t as usize].compute_rem)),
-            Rem::SpinWindow(t) => Some(self.threads[t as usize].spin_window.min(self.threads[t as usize].pv_left)),
+            Rem::SpinWindow(t) => {
+                let th = &self.threads[t as usize];
+                Some(th.spin_window.min(th.pv_left).min(th.pmt.left))
+            }
             Rem::SpinBudget(t) => Some(self.threads[t as usize].spin_budget),
             Rem::HaltPoll(v) => Some(self.vcpus[v as usize].poll_rem),
             Rem::GuestPoll(k, cpu) => Some(self.kernels[k as usize].cpus[cpu as usize].hp_poll_rem),

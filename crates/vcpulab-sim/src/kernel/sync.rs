@@ -31,6 +31,10 @@
 //!   blocked and re-acquires it after waking.
 
 use std::collections::{BTreeMap, VecDeque};
+
+use super::spinlock::{Discipline, KLockRef, TicketLock, PMT_TIMEOUT_PAUSES};
+use super::thread::PmtWait;
+use crate::spec::kernel::SpinlockImpl;
 use std::sync::Arc;
 
 use crate::engine::{SimTime, Stream};
@@ -76,16 +80,7 @@ pub enum Obj {
         rng: Box<Stream>,
     },
     /// Kernel ticket spinlock.
-    KSpin {
-        /// Next ticket to hand out.
-        next: u64,
-        /// Ticket being served.
-        serving: u64,
-        /// Holder.
-        holder: Option<ThreadId>,
-        /// Waiters by ticket.
-        waiting: BTreeMap<u64, ThreadId>,
-    },
+    KSpin(TicketLock),
     /// Barrier (blocking or spin).
     Barrier {
         /// Threads that must arrive.
@@ -222,7 +217,7 @@ impl Obj {
         match d.kind {
             ObjKind::Mutex => Obj::Mutex { holder: None, waiters: VecDeque::new(), spin: d.spin, spinners: Vec::new() },
             ObjKind::SpinLock => Obj::SpinLock { holder: None, spinners: Vec::new(), rng: Box::new(rng) },
-            ObjKind::KSpinLock => Obj::KSpin { next: 0, serving: 0, holder: None, waiting: BTreeMap::new() },
+            ObjKind::KSpinLock => Obj::KSpin(TicketLock::default()),
             ObjKind::Barrier | ObjKind::SpinBarrier => {
                 let spin = if d.kind == ObjKind::SpinBarrier { Some(u64::MAX) } else { d.spin };
                 let lock = (d.barrier_impl == BarrierImpl::Condvar).then(BarrierMutex::default);
@@ -371,46 +366,127 @@ impl World<'_> {
         Flow::Continue
     }
 
-    pub(crate) fn op_kspin_lock(&mut self, t: ThreadId, l: ObjId) -> Flow {
-        let Obj::KSpin { next, serving, holder, waiting } = self.obj(t, l) else { unreachable!("checked at parse") };
-        if *holder == Some(t) {
-            return self.misuse(t, l, "locks again the kernel spinlock it holds");
+    /// The kernel spinlock `r` of thread `t`: one its workload declares, or one of its kernel's.
+    pub(crate) fn klock(&mut self, t: ThreadId, r: KLockRef) -> &mut TicketLock {
+        match r {
+            KLockRef::Obj(o) => {
+                let Obj::KSpin(l) = self.obj(t, o) else { unreachable!("checked at parse") };
+                l
+            }
+            KLockRef::Mm(m) => {
+                let k = self.tasks[self.threads[t as usize].task as usize].kernel;
+                self.kernels[k as usize].mm.lock(m)
+            }
         }
-        let ticket = *next;
-        *next += 1;
-        let now_serving = *serving;
-        if ticket == now_serving && holder.is_none() {
-            *holder = Some(t);
-            self.threads[t as usize].kdepth += 1;
-            return Flow::Continue;
+    }
+
+    /// How the spinlocks of kernel `k` hand the lock over (`spinlock` of `[host]` / `[guest]`;
+    /// see [`super::spinlock`]): queued spinlocks are FIFO natively and with PV spinlocks, and
+    /// test-and-set in a guest without them (`virt_spin_lock`).
+    pub(crate) fn lock_discipline(&self, k: KernelId) -> Discipline {
+        let kern = &self.kernels[k as usize];
+        match (kern.params.spinlock, kern.kind) {
+            (SpinlockImpl::Ticket, _) => Discipline::Fifo,
+            (SpinlockImpl::Byte, _) => Discipline::TestAndSet,
+            (SpinlockImpl::Pmt, _) => Discipline::Pmt { unit_ns: PMT_TIMEOUT_PAUSES * self.costs.pause },
+            (SpinlockImpl::Qspinlock, super::KernelKind::Host) => Discipline::Fifo,
+            (SpinlockImpl::Qspinlock, super::KernelKind::Guest { vm }) => {
+                if self.vms[vm as usize].spec.pv.spinlocks {
+                    Discipline::Fifo
+                } else {
+                    Discipline::TestAndSet
+                }
+            }
         }
-        waiting.insert(ticket, t);
+    }
+
+    /// `spin_lock`: take a ticket, and the lock if it is free and this thread may have it;
+    /// else spin at CPL 0 until it gets it. Either way the thread is in the kernel and not
+    /// preemptible until the matching unlock.
+    pub(crate) fn op_kspin_lock(&mut self, t: ThreadId, r: KLockRef) -> Flow {
+        if let KLockRef::Obj(o) = r {
+            if self.klock(t, r).holder == Some(t) {
+                return self.misuse(t, o, "locks again the kernel spinlock it holds");
+            }
+        }
+        let d = self.lock_discipline(self.tasks[self.threads[t as usize].task as usize].kernel);
+        let serving = self.klock(t, r).serving;
+        let taken = self.klock(t, r).lock(t, d);
         let th = &mut self.threads[t as usize];
         th.kdepth += 1;
+        let Err(ticket) = taken else { return Flow::Continue };
         th.ticket = ticket;
         th.spin_window = super::thread::SPIN_WINDOW_UNSET;
         th.pv_left = u64::MAX;
-        th.act = Act::Spin(SpinOn::KLock(l));
+        th.pmt = match d {
+            // First in line (the queue was empty): compete at once; else wait for the turn or
+            // the timeout.
+            Discipline::Pmt { unit_ns } if ticket != serving => PmtWait { left: (ticket - serving) * unit_ns, head: serving },
+            _ => PmtWait::RACING,
+        };
+        th.act = Act::Spin(SpinOn::KLock(r));
         Flow::Stop
     }
 
-    pub(crate) fn op_kspin_unlock(&mut self, t: ThreadId, l: ObjId) -> Flow {
-        let Obj::KSpin { serving, holder, waiting, .. } = self.obj(t, l) else { unreachable!("checked at parse") };
-        if *holder != Some(t) {
-            return self.misuse(t, l, "unlocks a kernel spinlock it does not hold:");
+    /// A kernel-lock spinner looks at the lock word: true = it took the lock.
+    pub(crate) fn kspin_try(&mut self, t: ThreadId, r: KLockRef) -> bool {
+        let d = self.lock_discipline(self.tasks[self.threads[t as usize].task as usize].kernel);
+        let ticket = self.threads[t as usize].ticket;
+        let head = self.klock(t, r).serving;
+        let racing = match d {
+            Discipline::Fifo => false,
+            Discipline::TestAndSet => true,
+            Discipline::Pmt { unit_ns } => {
+                // pmtlock's preemptable loop: leave it when the turn comes or the timeout runs
+                // out; restart the timeout when head moves without passing the ticket.
+                let w = &mut self.threads[t as usize].pmt;
+                if w.left != u64::MAX {
+                    if head == ticket || w.left == 0 {
+                        *w = PmtWait::RACING;
+                    } else if head != w.head && head < ticket {
+                        *w = PmtWait { left: (ticket - head) * unit_ns, head };
+                    }
+                }
+                w.left == u64::MAX
+            }
+        };
+        self.klock(t, r).try_take(t, ticket, racing)
+    }
+
+    /// `spin_unlock`: release the lock, let the waiters that may take it look (and kick the
+    /// next one with PV spinlocks).
+    pub(crate) fn op_kspin_unlock(&mut self, t: ThreadId, r: KLockRef) -> Flow {
+        if let KLockRef::Obj(o) = r {
+            if self.klock(t, r).holder != Some(t) {
+                return self.misuse(t, o, "unlocks a kernel spinlock it does not hold:");
+            }
         }
-        *holder = None;
-        *serving += 1;
-        let next = waiting.get(serving).copied();
+        debug_assert_eq!(self.klock(t, r).holder, Some(t), "the kernel releases what it holds");
+        let d = self.lock_discipline(self.tasks[self.threads[t as usize].task as usize].kernel);
+        // The waiters' spins so far waited for this holder: charge them before the hand-off
+        // (a wait chain would otherwise name the waiter whose turn it now is, itself).
+        let l = self.klock(t, r);
+        let due: Vec<ThreadId> = match d {
+            Discipline::Fifo => l.waiting.get(&(l.serving + 1)).copied().into_iter().collect(),
+            _ => l.waiting.values().copied().collect(),
+        };
+        for &w in &due {
+            if let Some(core) = self.thread_core(w) {
+                self.touch(core);
+            }
+        }
+        let next = self.klock(t, r).unlock(d);
         self.threads[t as usize].kdepth -= 1;
         if self.threads[t as usize].kdepth == 0 {
             self.preempt_enable(t);
         }
-        if let Some(w) = next {
+        for w in next {
             if let Some(core) = self.thread_core(w) {
                 self.touch(core);
             }
-            self.pv_kick_waiter(t, w);
+            if d == Discipline::Fifo {
+                self.pv_kick_waiter(t, w);
+            }
         }
         Flow::Continue
     }
@@ -821,17 +897,7 @@ impl World<'_> {
                     Some(_) => false,
                 }
             }
-            SpinOn::KLock(l) => {
-                let ticket = self.threads[t as usize].ticket;
-                let Obj::KSpin { serving, holder, waiting, .. } = self.obj(t, l) else { unreachable!() };
-                if *serving == ticket && holder.is_none() {
-                    *holder = Some(t);
-                    waiting.remove(&ticket);
-                    true
-                } else {
-                    false
-                }
-            }
+            SpinOn::KLock(r) => self.kspin_try(t, r),
             SpinOn::Barrier(b) => {
                 let bgen = self.threads[t as usize].bgen;
                 let Obj::Barrier { gen, .. } = self.obj(t, b) else { unreachable!() };

@@ -13,6 +13,7 @@ use crate::workload::program::ObjId;
 use crate::workload::{Instr, Share};
 use crate::world::{Leaf, Rem, Step, World};
 
+use super::spinlock::{Discipline, KLockRef};
 use super::sync::Instance;
 use super::{KernelId, TaskId, ThreadId, HOST};
 
@@ -22,7 +23,7 @@ pub enum SpinOn {
     /// A user spinlock to become free (or be handed over).
     ULock(ObjId),
     /// Its ticket of a kernel ticket lock to be served.
-    KLock(ObjId),
+    KLock(super::spinlock::KLockRef),
     /// The barrier's generation to change.
     Barrier(ObjId),
     /// A mutex with a spin budget to become free.
@@ -135,10 +136,14 @@ pub struct Thread {
     pub ple_epoch: u32,
     /// Spinning left before a PV spinlock waiter halts (ns; `u64::MAX` = not armed).
     pub pv_left: u64,
+    /// Where a PMT spinlock waiter is in its preemptable loop.
+    pub pmt: PmtWait,
     /// Its heap arena.
     pub arena: crate::workload::heap::Arena,
     /// Memory-management consequences of a heap operation still to carry out.
     pub mm_queue: std::collections::VecDeque<crate::workload::heap::MmOp>,
+    /// The kernel memory path of the operation being carried out ([`super::mm`]).
+    pub kpath: std::collections::VecDeque<super::mm::KStep>,
     /// Its random stream.
     pub rng: Stream,
     /// Kernel spinlocks held or waited for (> 0: kernel mode, not preemptible).
@@ -178,13 +183,29 @@ impl Thread {
             Act::Blocked(BlockOn::Cond(o)) => Some(format!("blocked on condvar '{}'", name(o))),
             Act::Blocked(BlockOn::Queue(o)) => Some(format!("blocked on queue '{}'", name(o))),
             Act::Blocked(BlockOn::Sleep) => Some("sleeping".into()),
-            Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(o) | SpinOn::Barrier(o) | SpinOn::Mutex(o)) => {
+            Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(KLockRef::Obj(o)) | SpinOn::Barrier(o) | SpinOn::Mutex(o)) => {
                 Some(format!("spinning on '{}'", name(o)))
             }
+            Act::Spin(SpinOn::KLock(KLockRef::Mm(m))) => Some(format!("spinning on the kernel's {}", m.name())),
             Act::Spin(SpinOn::RemoteCall(_)) => Some("waiting for remote CPUs to acknowledge a TLB shootdown or membarrier".into()),
             _ => None,
         }
     }
+}
+
+/// A PMT spinlock waiter's preemptable loop ([`super::spinlock::Discipline::Pmt`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PmtWait {
+    /// Spinning left before it competes out of order (ns); `u64::MAX` = it competes already
+    /// (its turn came, its timeout ran out, or the lock is not PMT).
+    pub left: u64,
+    /// The lock's `head` when the timeout was last computed.
+    pub head: u64,
+}
+
+impl PmtWait {
+    /// Competing for the lock by test-and-set.
+    pub const RACING: PmtWait = PmtWait { left: u64::MAX, head: 0 };
 }
 
 /// `spin_window` of a thread that just started spinning: its first PLE window is not armed yet.
@@ -264,7 +285,9 @@ impl World<'_> {
     fn step_guest_kernel_spin(&mut self, k: KernelId, cpu: u32, t: ThreadId, on: SpinOn, attr: Attr) -> Step {
         let v = self.vcpu_of(k, cpu);
         let ple = self.ple_window_ns(v);
-        let pv = matches!(on, SpinOn::KLock(_)) && self.vspec(v).pv.spinlocks;
+        // PV spinlocks halt FIFO waiters (PV ticket locks, PV qspinlock); test-and-set and PMT
+        // waiters never halt.
+        let pv = matches!(on, SpinOn::KLock(_)) && self.vspec(v).pv.spinlocks && self.lock_discipline(k) == Discipline::Fifo;
         let pv_spin = self.vspec(v).pv.spin_threshold.saturating_mul(self.costs.pause);
         let epoch = self.vcpus[v as usize].ple_epoch;
         let th = &mut self.threads[t as usize];
@@ -290,7 +313,8 @@ impl World<'_> {
             self.vcpu_halt(v);
             return Step::Again;
         }
-        let rem = if th.spin_window == u64::MAX && th.pv_left == u64::MAX { Rem::Inf } else { Rem::SpinWindow(t) };
+        let rem =
+            if th.spin_window == u64::MAX && th.pv_left == u64::MAX && th.pmt.left == u64::MAX { Rem::Inf } else { Rem::SpinWindow(t) };
         Step::Leaf(Leaf { attr, rem, thread: Some(t) })
     }
 
@@ -371,8 +395,8 @@ impl World<'_> {
                 Instr::Unlock(m) => self.op_unlock(k, cpu, t, *m),
                 Instr::SpinLock(l) => self.op_spin_lock(t, *l),
                 Instr::SpinUnlock(l) => self.op_spin_unlock(t, *l),
-                Instr::KSpinLock(l) => self.op_kspin_lock(t, *l),
-                Instr::KSpinUnlock(l) => self.op_kspin_unlock(t, *l),
+                Instr::KSpinLock(l) => self.op_kspin_lock(t, KLockRef::Obj(*l)),
+                Instr::KSpinUnlock(l) => self.op_kspin_unlock(t, KLockRef::Obj(*l)),
                 Instr::Barrier(b) => self.op_barrier(k, cpu, t, *b),
                 Instr::CondWait { cond, mutex } => self.op_cond_wait(k, cpu, t, *cond, *mutex),
                 Instr::CondSignal(c) => self.op_cond_wake(k, cpu, t, *c, false),
@@ -481,8 +505,14 @@ impl World<'_> {
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
-                Instr::MmUnmap { pages, .. } => {
-                    self.threads[t as usize].mm_queue.push_back(crate::workload::heap::MmOp::Munmap(*pages));
+                Instr::MmUnmap { call, pages } => {
+                    use crate::workload::heap::MmOp;
+                    let op = if *call == crate::workload::program::MmCall::Mprotect { MmOp::Protect(*pages) } else { MmOp::Munmap(*pages) };
+                    self.threads[t as usize].mm_queue.push_back(op);
+                    self.run_mm_queue(k, cpu, t)
+                }
+                Instr::Fault(pages) => {
+                    self.threads[t as usize].mm_queue.push_back(crate::workload::heap::MmOp::Faults(*pages));
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::Membarrier => {
@@ -528,21 +558,31 @@ impl World<'_> {
     /// Carries out queued memory-management operations; stops at the first shootdown the
     /// thread must wait for.
     fn run_mm_queue(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
+        use super::mm::KStep;
         use crate::workload::heap::MmOp;
-        while let Some(op) = self.threads[t as usize].mm_queue.pop_front() {
+        loop {
+            // The kernel path of the operation under way first (page faults, the pages a
+            // zap frees after its flush).
+            if let Flow::Stop = self.run_kpath(k, cpu, t) {
+                return Flow::Stop;
+            }
+            let Some(op) = self.threads[t as usize].mm_queue.pop_front() else { return Flow::Continue };
             let attr = Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::MemoryOp };
             match op {
                 MmOp::Mmap(_) | MmOp::Grow(_) => self.push_work(k, cpu, attr, self.costs.syscall_mm),
-                MmOp::Faults(n) => self.push_work(k, cpu, attr, n * self.costs.page_fault),
-                MmOp::Munmap(pages) | MmOp::Trim(pages) => {
+                MmOp::Faults(n) => self.threads[t as usize].kpath.push_back(KStep::Faults(n)),
+                MmOp::Munmap(pages) | MmOp::Trim(pages) | MmOp::Protect(pages) => {
                     self.push_work(k, cpu, attr, self.costs.syscall_mm);
+                    if !matches!(op, MmOp::Protect(_)) {
+                        // tlb_finish_mmu: the flush, then the pages go (release_pages).
+                        self.threads[t as usize].kpath.push_back(KStep::Release { left: pages, total: pages });
+                    }
                     if let Flow::Stop = self.tlb_shootdown(k, cpu, t, pages) {
                         return Flow::Stop;
                     }
                 }
             }
         }
-        Flow::Continue
     }
 
     /// The current thread of (`k`, `cpu`) blocks on `on`, paying a futex system call.

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::kernel::spinlock::{KLockRef, MmLock};
 use crate::kernel::sync::Obj;
 use crate::kernel::thread::{Act, BlockOn, SpinOn};
 use crate::kernel::{KernelKind, TaskState, Then, ThreadId};
@@ -56,6 +57,8 @@ pub(crate) enum On {
     TlbShootdown,
     /// Membarrier acknowledgements.
     Membarrier,
+    /// A page-allocator lock of kernel `.0` ([`crate::kernel::mm`]).
+    KernelLock(u32, MmLock),
 }
 
 /// The culprit's state while the waiter waited.
@@ -124,6 +127,7 @@ impl On {
             On::Obj(i, o) => (u64::from(i) << 32) | u64::from(o),
             On::TlbShootdown => 1 << 62,
             On::Membarrier => 2 << 62,
+            On::KernelLock(k, m) => (3 << 62) | (u64::from(k) << 32) | m.index() as u64,
         }
     }
 }
@@ -207,13 +211,20 @@ impl World<'_> {
                 }
                 On::Obj(inst, o)
             }
-            SpinOn::KLock(o) => {
-                if let Obj::KSpin { holder, serving, waiting, .. } = &objs[o as usize] {
-                    if let Some(h) = holder.or_else(|| waiting.get(serving).copied()) {
+            SpinOn::KLock(KLockRef::Obj(o)) => {
+                if let Obj::KSpin(l) = &objs[o as usize] {
+                    if let Some(h) = l.culprit(self.lock_discipline(self.insts[inst as usize].kernel)) {
                         out.push(self.where_thread(h));
                     }
                 }
                 On::Obj(inst, o)
+            }
+            SpinOn::KLock(KLockRef::Mm(m)) => {
+                let k = self.insts[inst as usize].kernel;
+                if let Some(h) = self.kernels[k as usize].mm.culprit(m, self.lock_discipline(k)) {
+                    out.push(self.where_thread(h));
+                }
+                On::KernelLock(k, m)
             }
             SpinOn::Barrier(o) => {
                 let Obj::Barrier { gen, .. } = objs[o as usize] else { unreachable!("a barrier wait") };
@@ -306,6 +317,7 @@ impl World<'_> {
             }
             On::TlbShootdown => "tlb_shootdown".to_string(),
             On::Membarrier => "membarrier".to_string(),
+            On::KernelLock(_, m) => format!("kspinlock '{}'", m.name()),
         };
         // In key order, then largest first (a stable sort keeps key order among ties).
         let mut rows: Vec<WaitChainRow> = self

@@ -49,6 +49,42 @@ pub enum CondBroadcast {
     Requeue,
 }
 
+/// The kernel's spinlock implementation (x86), which decides how a lock is handed over to its
+/// waiters ([`crate::kernel::spinlock`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SpinlockImpl {
+    /// Queued spinlocks, Linux v4.2 and later (kernel/locking/qspinlock.c): FIFO natively and,
+    /// with PV spinlocks (`vm.pv.spinlocks`), in a guest (PV qspinlock); in a guest without PV
+    /// spinlocks, test-and-set (`virt_spin_lock`, arch/x86/include/asm/qspinlock.h, v4.5+).
+    #[default]
+    Qspinlock,
+    /// Ticket spinlocks, Linux v2.6.25 to v4.1 (arch/x86/include/asm/spinlock.h): FIFO
+    /// everywhere (PV ticket locks halt and kick with `vm.pv.spinlocks`, v3.12+).
+    Ticket,
+    /// The byte locks before v2.6.25 (`lock decb` and spin): test-and-set.
+    Byte,
+    /// Preemptable ticket spinlocks (PMT; Ouyang and Lange, VEE 2013, the pmtlock patch to
+    /// Linux 3.x ticket locks): FIFO until a waiter's timeout, proportional to its position,
+    /// runs out; then test-and-set. Guest only.
+    Pmt,
+}
+
+/// When the C library's malloc gives the free top of a thread's heap back to the kernel
+/// (`madvise(MADV_DONTNEED)`, a TLB shootdown; the pages fault in again when reused).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ArenaTrim {
+    /// glibc 2.22 and later: only once the free top reaches `M_TRIM_THRESHOLD`, as for the
+    /// main heap (malloc/arena.c `heap_trim`, glibc commit c26efef979, BZ #17195).
+    #[default]
+    Threshold,
+    /// glibc before 2.22: on every free that leaves at least a page free above `M_TOP_PAD`,
+    /// whatever the threshold (`heap_trim` is tried on each such free, "even if the top chunk
+    /// is not large", and shrinks by every whole page above the pad).
+    Always,
+}
+
 /// How the host groups the threads it schedules into CFS task groups (cgroups).
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -116,6 +152,10 @@ pub struct KernelSpec {
     pub tlb_lazy_skip: bool,
     /// How the C library's condition-variable broadcast wakes its waiters ([`CondBroadcast`]).
     pub cond_broadcast: CondBroadcast,
+    /// When the C library's malloc trims per-thread heaps ([`ArenaTrim`]).
+    pub arena_trim: ArenaTrim,
+    /// The kernel's spinlock implementation ([`SpinlockImpl`]).
+    pub spinlock: SpinlockImpl,
     /// CFS task groups of the host's threads ([`Cgroups`]); a guest runs no VMs, so in
     /// `[guest]` it has no effect.
     pub cgroups: Cgroups,
@@ -308,6 +348,8 @@ impl Default for KernelSpec {
             haltpoll: HaltpollSpec::default(),
             tlb_lazy_skip: true,
             cond_broadcast: CondBroadcast::WakeAll,
+            arena_trim: ArenaTrim::Threshold,
+            spinlock: SpinlockImpl::Qspinlock,
             cgroups: Cgroups::Libvirt,
             native_groups: false,
             pin_threads: false,
@@ -341,6 +383,8 @@ pub struct KernelParams {
     pub tlb_lazy_skip: bool,
     /// How the C library's condition-variable broadcast wakes its waiters.
     pub cond_broadcast: CondBroadcast,
+    /// The spinlock implementation.
+    pub spinlock: SpinlockImpl,
 }
 
 impl KernelSpec {
@@ -384,6 +428,7 @@ impl KernelSpec {
             haltpoll: self.haltpoll.clone(),
             tlb_lazy_skip: self.tlb_lazy_skip,
             cond_broadcast: self.cond_broadcast,
+            spinlock: self.spinlock,
         }
     }
 }

@@ -11,7 +11,12 @@
 //! - `free` of the top chunk merges it into the top; when the top's free space reaches
 //!   `trim_threshold` the heap shrinks by `ALIGN_DOWN(top_free − top_pad, page)` with
 //!   `madvise(MADV_DONTNEED)` (glibc malloc/arena.c `heap_trim` / `shrink_heap`): a
-//!   shootdown, and the next growth faults those pages in again.
+//!   shootdown, and the next growth faults those pages in again. glibc before 2.22 ignores
+//!   `trim_threshold` for these per-thread heaps ([`HeapParams::trim_always`]): every free
+//!   that leaves a page free above `top_pad` shrinks the heap.
+//! - Shrinking with `madvise` keeps the pages' permissions (`shrink_heap` leaves
+//!   `mprotect_size`), so growing back into them makes no system call (`grow_heap` calls
+//!   `mprotect` only beyond `mprotect_size`): only the page faults.
 //!
 //! Profiles free LIFO (the most recent allocation first), the pattern that trims. A replayed
 //! trace frees any live chunk ([`Arena::free_live`]): a chunk below the top becomes a hole that
@@ -35,11 +40,17 @@ pub struct HeapParams {
     pub mmap_threshold: u64,
     /// Dynamic mmap/trim thresholds (off once any of the three is set explicitly).
     pub dynamic: bool,
+    /// Per-thread heaps shrink whenever at least a page is free above `top_pad`, whatever
+    /// `trim_threshold` says: glibc before 2.22 (malloc/arena.c `heap_trim`: `extra = (top_size
+    /// - pad - MINSIZE - 1) & ~(pagesz - 1)`, shrink if `extra >= pagesz`; glibc commit
+    /// c26efef979, BZ #17195, first in 2.22, applies the threshold). Set from the C library
+    /// of the kernel the thread runs on (`arena_trim = "always"`, docs/spec.md).
+    pub trim_always: bool,
 }
 
 impl Default for HeapParams {
     fn default() -> Self {
-        HeapParams { trim_threshold: 128 << 10, top_pad: 128 << 10, mmap_threshold: 128 << 10, dynamic: true }
+        HeapParams { trim_threshold: 128 << 10, top_pad: 128 << 10, mmap_threshold: 128 << 10, dynamic: true, trim_always: false }
     }
 }
 
@@ -56,6 +67,8 @@ pub enum MmOp {
     Munmap(u64),
     /// `madvise(MADV_DONTNEED)` trimming the heap (pages): shootdown.
     Trim(u64),
+    /// `mprotect` removing permissions (pages): shootdown, the pages stay.
+    Protect(u64),
 }
 
 /// One thread's arena.
@@ -69,8 +82,11 @@ pub struct Arena {
     holes: usize,
     /// Bytes in use from the heap base.
     top: u64,
-    /// Bytes of the heap mapped read-write.
+    /// Bytes of the heap in use by the arena (`h->size`).
     mapped: u64,
+    /// Bytes of the heap made read-write so far (`h->mprotect_size`): growing below it
+    /// needs no system call.
+    prot: u64,
     /// Bytes of the heap with resident pages.
     resident: u64,
 }
@@ -111,7 +127,10 @@ impl Arena {
         if self.top > self.mapped {
             let grow = (self.top + self.params.top_pad - self.mapped).div_ceil(PAGE) * PAGE;
             self.mapped += grow;
-            out.push(MmOp::Grow(grow / PAGE));
+            if self.mapped > self.prot {
+                out.push(MmOp::Grow((self.mapped - self.prot) / PAGE));
+                self.prot = self.mapped;
+            }
         }
         let need = pages_up(self.top) * PAGE;
         if need > self.resident {
@@ -174,13 +193,18 @@ impl Arena {
         }
         if merged {
             let top_free = self.mapped - self.top;
-            if top_free >= self.params.trim_threshold && top_free > self.params.top_pad {
-                let extra = (top_free - self.params.top_pad) / PAGE * PAGE;
-                if extra > 0 {
-                    self.mapped -= extra;
-                    self.resident = self.resident.min(self.mapped);
-                    out.push(MmOp::Trim(extra / PAGE));
-                }
+            let extra = if self.params.trim_always {
+                // glibc < 2.22 heap_trim: MINSIZE = 32 bytes on 64-bit.
+                top_free.saturating_sub(self.params.top_pad + 33) / PAGE * PAGE
+            } else if top_free >= self.params.trim_threshold {
+                top_free.saturating_sub(self.params.top_pad) / PAGE * PAGE
+            } else {
+                0
+            };
+            if extra > 0 {
+                self.mapped -= extra;
+                self.resident = self.resident.min(self.mapped);
+                out.push(MmOp::Trim(extra / PAGE));
             }
         }
         true
@@ -228,6 +252,37 @@ mod tests {
             a.malloc(64 << 10, &mut ops);
         }
         assert!(ops.iter().any(|o| matches!(o, MmOp::Faults(_))), "trimmed pages fault again: {ops:?}");
+    }
+
+    #[test]
+    fn old_glibc_trims_a_thread_heap_on_every_large_free_and_regrows_without_mprotect() {
+        // ebizzy's record loop: malloc 512 KiB, touch it, free it (glibc 2.19).
+        let params = HeapParams {
+            trim_threshold: 1032 << 10,
+            mmap_threshold: 516 << 10,
+            dynamic: false,
+            trim_always: true,
+            ..HeapParams::default()
+        };
+        let mut a = Arena::new(params);
+        let mut ops = Vec::new();
+        a.malloc(512 << 10, &mut ops);
+        assert_eq!(ops, vec![MmOp::Grow(160), MmOp::Faults(128)], "512 KiB + top_pad mapped, 128 pages touched");
+        for _ in 0..3 {
+            ops.clear();
+            a.free(1, &mut ops);
+            // 640 KiB free at the top: (640 KiB - 128 KiB - 33) rounded down to pages = 127 pages.
+            assert_eq!(ops, vec![MmOp::Trim(127)], "trimmed below the 1 MiB threshold: {ops:?}");
+            ops.clear();
+            a.malloc(512 << 10, &mut ops);
+            assert_eq!(ops, vec![MmOp::Faults(95)], "regrown within mprotect_size: faults only ({ops:?})");
+        }
+        // glibc 2.22 and later: below the threshold nothing is trimmed.
+        let mut b = Arena::new(HeapParams { trim_always: false, ..params });
+        b.malloc(512 << 10, &mut ops);
+        ops.clear();
+        b.free(1, &mut ops);
+        assert!(ops.is_empty(), "{ops:?}");
     }
 
     #[test]

@@ -823,7 +823,7 @@ fn size_dist(ctx: &mut Ctx<'_>, v: &Value, path: &str) -> Result<Dist, ParseErro
     }
 }
 
-const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, push, drain, respond, malloc, free, munmap, madvise, mprotect, membarrier, repeat, single, serial, subset";
+const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, push, drain, respond, malloc, free, fault, munmap, madvise, mprotect, membarrier, repeat, single, serial, subset";
 
 /// The lane of a `push` or drain: `"own"` (the default) or `"rotate"`, only on a queue
 /// declared with `lane_threads`.
@@ -974,6 +974,7 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
             return Ok(());
         }
         "malloc" => Instr::Malloc(size_dist(ctx, a, &p)?),
+        "fault" => Instr::Fault(size(ctx.params, a, &p)?.div_ceil(super::heap::PAGE).max(1)),
         "free" => Instr::Free(count(ctx.params, a, &p)?),
         "munmap" | "madvise" | "mprotect" => {
             let call = match name.as_str() {

@@ -367,6 +367,10 @@ pub enum Instr {
         /// Pages affected.
         pages: u64,
     },
+    /// The first touch of this many pages of fresh anonymous memory (a new process's, or a
+    /// mapping the program set up without the allocator): one page fault per page through the
+    /// kernel's page allocator ([`crate::kernel::mm`]).
+    Fault(u64),
     /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: a function-call IPI to every other CPU
     /// running a thread of the process, waiting until all have executed a memory barrier.
     Membarrier,

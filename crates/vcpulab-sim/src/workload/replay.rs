@@ -550,7 +550,9 @@ impl<'a> Builder<'a> {
             .map(|op| match *op {
                 MmOp::Mmap(_) | MmOp::Grow(_) => c.syscall_mm,
                 MmOp::Faults(n) => n * c.page_fault,
-                MmOp::Munmap(_) | MmOp::Trim(_) => c.syscall_mm + c.tlb_flush_local + c.ipi_send + c.ipi_latency + c.tlb_flush_remote,
+                MmOp::Munmap(_) | MmOp::Trim(_) | MmOp::Protect(_) => {
+                    c.syscall_mm + c.tlb_flush_local + c.ipi_send + c.ipi_latency + c.tlb_flush_remote
+                }
             })
             .sum::<u64>();
     }

@@ -332,6 +332,9 @@ impl World<'_> {
         let first = Stream::new(stream_seed(cfg.seed, &[STREAM_PLACE, u64::from(inst)])).below(u64::from(ncpus)) as u32;
         // `pin_threads`: thread i bound to CPU i mod n (`sched_setaffinity`).
         let pin_threads = if k == HOST { cfg.host.pin_threads } else { cfg.guest.pin_threads };
+        // The C library of the kernel the threads run on decides when their heaps trim.
+        let trim = if k == HOST { cfg.host.arena_trim } else { cfg.guest.arena_trim };
+        let heap = crate::workload::heap::HeapParams { trim_always: trim == crate::spec::kernel::ArenaTrim::Always, ..wl.heap };
         let slots = wl.groups.iter().enumerate().flat_map(|(g, grp)| (0..grp.threads.value(n)).map(move |j| (g as u32, j, grp.entry)));
         for (i, (group, idx, entry)) in slots.enumerate() {
             let i = i as u32;
@@ -353,8 +356,10 @@ impl World<'_> {
                 spin_window: 0,
                 ple_epoch: 0,
                 pv_left: u64::MAX,
-                arena: Arena::new(wl.heap),
+                pmt: crate::kernel::thread::PmtWait::RACING,
+                arena: Arena::new(heap),
                 mm_queue: VecDeque::new(),
+                kpath: VecDeque::new(),
                 rng: Stream::new(stream_seed(cfg.seed, &[STREAM_THREAD, u64::from(inst), u64::from(i)])),
                 kdepth: 0,
                 ticket: 0,

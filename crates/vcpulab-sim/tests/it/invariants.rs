@@ -71,6 +71,7 @@ proptest! {
         numa in prop_oneof![Just("hidden"), Just("exposed")],
         placement in prop_oneof![Just("interleave"), Just("first_touch"), Just("bind")],
         spread in any::<bool>(), numad in any::<bool>(), bw in 0usize..4, native_groups in any::<bool>(),
+        old_libc in any::<bool>(),
     ) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nthreads = {threads}\nseeds = [{seed}]\n");
         let sets: Vec<String> = vec![
@@ -100,6 +101,11 @@ proptest! {
         let mut sets = sets;
         sets.extend(BANDWIDTH[bw].iter().map(|s| s.to_string()));
         sets.push(format!("host.native_groups={native_groups}"));
+        // glibc < 2.22 trims thread heaps on every free: page faults and the page allocator's
+        // locks on every malloc/free cycle.
+        let trim = if old_libc { "always" } else { "threshold" };
+        sets.push(format!("host.arena_trim=\"{trim}\""));
+        sets.push(format!("guest.arena_trim=\"{trim}\""));
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         for r in try_run_inline(&exp, &prog, &sets) {
             let r = match r {
@@ -127,10 +133,14 @@ proptest! {
 
     /// The same spec and seed give bit-identical results.
     #[test]
-    fn same_seed_same_result(prog in program(), vcpus in 1u32..4, sc in scenario(), seed in 0u64..1000, bw in 0usize..4) {
+    fn same_seed_same_result(prog in program(), vcpus in 1u32..4, sc in scenario(), seed in 0u64..1000, bw in 0usize..4, old_libc in any::<bool>()) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nseeds = [{seed}]\n");
-        let a = run_inline(&exp, &prog, BANDWIDTH[bw]);
-        let b = run_inline(&exp, &prog, BANDWIDTH[bw]);
+        let mut sets = BANDWIDTH[bw].to_vec();
+        if old_libc {
+            sets.extend(["host.arena_trim=\"always\"", "guest.arena_trim=\"always\""]);
+        }
+        let a = run_inline(&exp, &prog, &sets);
+        let b = run_inline(&exp, &prog, &sets);
         for (x, y) in a.iter().zip(&b) {
             prop_assert_eq!(&x.run, &y.run);
             prop_assert_eq!(x.t_native_s.to_bits(), y.t_native_s.to_bits());

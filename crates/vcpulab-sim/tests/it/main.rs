@@ -7,6 +7,7 @@ mod golden;
 mod groups;
 mod invariants;
 mod jobs;
+mod kernel_locks;
 mod language;
 mod mechanisms;
 mod numa;

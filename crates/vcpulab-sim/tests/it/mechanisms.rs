@@ -41,7 +41,9 @@ fn only_kernels_from_5_13_boost_a_preempted_shootdown_target() {
     let r = run_text(&spec, &[]);
     let mean = |i: usize| metric(&r[i], "tlb_latency_mean_us");
     assert!(r.iter().all(|x| metric(x, "ple_exits") > 0.0), "the senders' spins reach the PLE window");
-    assert!(mean(1) > 3.0 * mean(2), "4.14 {} vs 5.13 {}", mean(1), mean(2));
+    // (About 2.8x since the trims' page faults and frees take the guest's page-allocator
+    // locks; 3.05x before, with lock-free faults.)
+    assert!(mean(1) > 2.5 * mean(2), "4.14 {} vs 5.13 {}", mean(1), mean(2));
     // 3.10 boosts some preempted vCPU, not necessarily the target; the host's tick then
     // preempts the spinner once it leads its queue by a slice, so the gap is smaller.
     assert!(mean(0) > mean(2), "3.10 {} vs 5.13 {}", mean(0), mean(2));

@@ -1,0 +1,126 @@
+//! Kernel spinlocks taken by the kernel model itself: the page allocator's `zone->lock` and
+//! LRU lock on the page-fault and zap paths (`kernel::mm`), and a ticket-lock hand-off whose
+//! holder's vCPU is preempted, with PLE on and off.
+
+use vcpulab_sim::api::ScenarioResult;
+
+use super::run_inline;
+
+fn kernel_ns(r: &ScenarioResult, cause: &str) -> u64 {
+    r.run.ledger.iter().filter(|l| l.layer == "kernel" && l.cause == cause).map(|l| l.ns).sum()
+}
+
+fn metric(r: &ScenarioResult, m: &str) -> f64 {
+    r.metrics.get(m).copied().unwrap_or_else(|| panic!("no metric {m}: {:?}", r.metrics))
+}
+
+/// ebizzy's record with glibc < 2.22 (steady-state thresholds, `arena_trim = "always"`).
+const RECORD: &str = "heap = { mmap_threshold = \"516KiB\", trim_threshold = \"1032KiB\" }\n";
+
+/// One native thread: malloc 512 KiB (touching it), free it. By hand, with the default costs:
+/// - malloc: the heap grows (one mprotect, `syscall_mm` 1,000 ns) and 128 pages fault in
+///   (128 × `page_fault` 700 = 89,600 ns). The CPU's page list starts empty and is refilled
+///   5 times with 31 pages under `zone->lock` (5 × 31 × `zone_page` 60 = 9,300 ns), and the
+///   LRU pagevec fills 9 times (9 × 14 × `lru_page` 40 = 5,040 ns; 2 pages stay in it).
+/// - free: 640 KiB are free at the top; glibc 2.19 trims (640 KiB − 128 KiB − 33) rounded
+///   down = 127 pages with madvise (`syscall_mm` 1,000 ns, and a full local flush, counted as
+///   TLB flushing), then `release_pages` takes them off the LRU in sections of 32, 32, 32 and
+///   31 (127 × 40 = 5,080 ns) and frees them to the page list: 27 + 127 = 154 pages, below
+///   `high` (186), so no `zone->lock`.
+///
+/// Kernel memory-operation time: 1,000 + 89,600 + 9,300 + 5,040 + 1,000 + 5,080 = 111,020 ns.
+/// With glibc 2.22 or later nothing is trimmed: 1,000 + 89,600 + 9,300 + 5,040 = 104,940 ns.
+#[test]
+fn a_malloc_free_cycle_takes_the_page_allocator_locks_by_hand() {
+    let prog = format!("{RECORD}program = [ {{ malloc = \"512KiB\" }}, {{ free = 1 }} ]\n");
+    let exp = "scenarios = [\"native\"]\nvcpus = [1]\n";
+    let old = run_inline(exp, &prog, &["host.arena_trim=\"always\""]);
+    assert_eq!(kernel_ns(&old[0], "memory_op"), 111_020, "{:?}", old[0].run.ledger);
+    let new = run_inline(exp, &prog, &["host.arena_trim=\"threshold\""]);
+    assert_eq!(kernel_ns(&new[0], "memory_op"), 104_940, "{:?}", new[0].run.ledger);
+}
+
+/// Two VMs of 2 vCPUs on 2 cores, each running the old-glibc record loop on 3 threads: the
+/// guest's LRU lock is taken every 14 faulted and every 32 freed pages, and threads on the
+/// two vCPUs wait for each other on it; the wait chains name the lock and the holder.
+#[test]
+fn page_fault_paths_contend_on_the_guests_lru_lock() {
+    let prog = format!(
+        "{RECORD}program = [ {{ repeat = {{ times = 200, body = [ {{ malloc = \"512KiB\" }}, {{ compute = {{ exp = \"20us\" }} }}, {{ free = 1 }} ] }} }} ]\n"
+    );
+    let exp = "scenarios = [\"UC\", \"OC\"]\nvcpus = [2]\nthreads = 3\n";
+    for r in run_inline(exp, &prog, &["guest.arena_trim=\"always\"", "record.wait_chains=true"]) {
+        let chains = r.run.wait_chains.as_ref().expect("recorded");
+        let lru: Vec<_> = chains.iter().filter(|w| w.on == "kspinlock 'lru_lock'").collect();
+        assert!(!lru.is_empty(), "{:?}: threads spin on the guest's LRU lock: {chains:?}", r.scenario);
+        assert!(lru.iter().all(|w| w.waiter != w.culprit), "a waiter waits for the holder or the next ticket: {lru:?}");
+        assert!(kernel_ns(&r, "spin_kernel") > 0);
+    }
+}
+
+/// A ticket-lock hand-off whose holder's vCPU is preempted (a VM of 2 vCPUs on 2 cores, the
+/// other VM's one vCPU sharing the holder's core).
+/// In each VM thread 0 takes a kernel spinlock and holds it for 40 ms of kernel work; thread
+/// 1 computes 20 ms (by then thread 0 has run: core 0's slices are 12 ms), then asks for it and spins at CPL 0 until its ticket is served. The host
+/// shares core 0 between the holder's vCPU and the other VM's (12 ms slices: a 24 ms period on
+/// the default 80-CPU host), so the holder's vCPU is descheduled during the hold while the
+/// waiter spins on core 1 (lock-holder preemption).
+/// - PLE off: the waiter spins on until the holder has run its 40 ms, whoever runs.
+/// - PLE on (a fixed 4,096-cycle window): every window of spinning exits, and KVM's directed
+///   yield boosts the preempted holder's vCPU, so the waiter spins less. (The hold does not
+///   end sooner: CFS gives the other VM back the time the boost took, and every yield costs
+///   a vCPU switch on the holder's core.)
+#[test]
+fn a_ticket_hand_off_with_the_holders_vcpu_preempted_with_ple_on_and_off() {
+    let prog = "objects = { k = \"kspinlock\" }\nprogram = [\n\
+                { single = { body = [ { kspin_lock = \"k\" }, { compute = \"40ms\" }, { kspin_unlock = \"k\" } ] } },\n\
+                { compute = \"20ms\" }, { kspin_lock = \"k\" }, { compute = \"10us\" }, { kspin_unlock = \"k\" } ]\n";
+    let exp = "scenarios = [\"OC\"]\nvcpus = [2]\nthreads = 2\nseeds = [1, 2]\n";
+    // Thread i on vCPU i; the co-running VM has one vCPU, on core 0: it shares the holder's
+    // core and leaves the waiter's alone (two equal VMs on two cores run in lockstep, each VM's
+    // vCPUs together, and never preempt a holder whose waiter runs).
+    let common = ["record.wait_chains=true", "guest.pin_threads=true", "vms.1.vcpus=1", "vm.pin=true", "guest.spinlock=\"ticket\""];
+    // A fixed window (KVM's adaptive one grows to its cap while the holder runs).
+    let on = run_inline(exp, prog, &[&common[..], &["vm.ple.window_policy=\"fixed\""]].concat());
+    let off = run_inline(exp, prog, &[&common[..], &["vm.ple.enabled=false"]].concat());
+    for (p, q) in on.iter().zip(&off) {
+        for r in [p, q] {
+            let k: Vec<_> = r.run.wait_chains.as_ref().expect("recorded").iter().filter(|w| w.on == "kspinlock 'k'").collect();
+            // (A wait is charged to the culprit's state when the waiter's interval closes, so
+            // the state is not asserted here.)
+            assert!(!k.is_empty() && k.iter().all(|w| w.waiter != w.culprit), "the waiter waits for the holder: {k:?}");
+        }
+        assert!(metric(p, "ple_exits") > 0.0 && metric(q, "ple_exits") == 0.0);
+        assert!(metric(p, "ple_yields") > 0.0, "PLE exits yield to the preempted holder");
+        let spin = |r: &ScenarioResult| kernel_ns(r, "spin_kernel");
+        assert!(spin(q) > spin(p), "without PLE the waiter spins longer: {} vs {} ns", spin(q), spin(p));
+    }
+}
+
+/// Lock-waiter preemption, and how the guest's spinlock implementation answers it (S4U's
+/// testbed: Ivy Bridge PAUSE, Linux 3.16; PLE off). A VM of 3 vCPUs on 3 cores, thread i on
+/// vCPU i; the co-running VM's one vCPU shares core 0, so vCPU 0 is descheduled about half the
+/// time. The threads share 900 work items (a dynamic pool), each 30 µs of work and 60 µs under
+/// a kernel spinlock: the lock is nearly always contended, so vCPU 0 is often descheduled while
+/// its thread holds a ticket.
+/// - Ticket locks (FIFO): threads 1 and 2 then spin behind it, even while the lock is free,
+///   until the host runs vCPU 0 again.
+/// - PMT: a waiter that has waited out its timeout (16,384 PAUSEs per position ahead of it)
+///   takes the free lock out of order.
+/// - Test-and-set (the byte locks; qspinlock in a guest without PV spinlocks): whoever finds
+///   it free takes it.
+///
+/// PMT and test-and-set finish the pool sooner than FIFO.
+#[test]
+fn lock_waiter_preemption_stalls_fifo_locks_but_not_pmt_or_test_and_set() {
+    let prog = "objects = { k = \"kspinlock\" }\nprogram = [ { repeat = { times = 900, split = \"dynamic\", body = [\n\
+                { compute = { exp = \"30us\" } }, { kspin_lock = \"k\" }, { compute = \"60us\" }, { kspin_unlock = \"k\" } ] } } ]\n";
+    let exp = "scenarios = [\"OC\"]\nvcpus = [3]\nthreads = 3\nseeds = [1, 2, 3]\n";
+    let common = ["platform.preset=\"S4U-2S\"", "guest.pin_threads=true", "vms.1.vcpus=1", "vm.pin=true", "vm.ple.enabled=false"];
+    let run = |lock: &str| run_inline(exp, prog, &[&common[..], &[lock]].concat());
+    let (fifo, pmt, tas) = (run("guest.spinlock=\"ticket\""), run("guest.spinlock=\"pmt\""), run("guest.spinlock=\"byte\""));
+    for ((f, p), t) in fifo.iter().zip(&pmt).zip(&tas) {
+        let time = |r: &ScenarioResult| r.t_virt_s.expect("a VM cell");
+        assert!(time(p) < time(f) && time(t) < time(f), "FIFO {} s, PMT {} s, test-and-set {} s", time(f), time(p), time(t));
+    }
+}
