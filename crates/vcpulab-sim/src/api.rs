@@ -630,14 +630,54 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("ple_exits".into(), vm.ple.exits as f64);
             m.insert("ple_inefficiency".into(), vm.spin.inefficiency);
             m.insert("ple_yields".into(), vm.ple.counters.yields as f64);
+            if vm.ple.exits > 0 {
+                m.insert("ple_window_mean_cycles".into(), vm.ple.counters.window_cycles_at_exits as f64 / vm.ple.exits as f64);
+            }
             m.insert("ipis_resched".into(), vm.ipis_by_kind.get("resched").copied().unwrap_or(0) as f64);
             m.insert("ipis_tlb".into(), vm.ipis_by_kind.get("tlb").copied().unwrap_or(0) as f64);
             m.insert("ipis_call".into(), vm.ipis_by_kind.get("call").copied().unwrap_or(0) as f64);
             m.insert("pv_kicks".into(), vm.pv.kicks as f64);
             m.insert("pv_directed_yields".into(), vm.pv.directed_yield_successful as f64);
+            if let Some(p) = guest_cpu_profile(rec, i.vm.unwrap_or(0)) {
+                m.insert("vm_cpu_tlb_share".into(), p[0]);
+                m.insert("vm_cpu_lock_share".into(), p[1]);
+                m.insert("vm_cpu_kernel_other_share".into(), p[2]);
+                m.insert("vm_cpu_user_share".into(), p[3]);
+            }
         }
     }
     m
+}
+
+/// VM `v`'s guest CPU time by category, as a profile taken in the guest sees it (S4U Fig. 2's
+/// `k:tlb`, `k:lock`, `k:other`, `u:*`): shares of the time its vCPUs ran guest code (user
+/// and kernel layers, the idle loop left out) spent in TLB shootdowns (the sender's flush and
+/// wait, the targets' flushes), spinning on kernel spinlocks, the rest of the kernel, and user
+/// space. None when the VM ran no guest code.
+fn guest_cpu_profile(rec: &RunRecord, v: u32) -> Option<[f64; 4]> {
+    use crate::account::{Cause, Layer};
+    let prefix = format!("vm{v}/");
+    let (kernel, user) = (Layer::Kernel.name(), Layer::User.name());
+    let idle = [Cause::Idle.name(), Cause::IdlePoll.name()];
+    let tlb = [Cause::TlbWait.name(), Cause::TlbFlush.name()];
+    let lock = Cause::SpinKernel.name();
+    let mut sums = [0u64; 4];
+    for r in rec.ledger.iter().filter(|r| r.owner.starts_with(&prefix)) {
+        let slot = if r.layer == user {
+            3
+        } else if r.layer != kernel || idle.contains(&r.cause) {
+            continue;
+        } else if tlb.contains(&r.cause) {
+            0
+        } else if r.cause == lock {
+            1
+        } else {
+            2
+        };
+        sums[slot] += r.ns;
+    }
+    let total: u64 = sums.iter().sum();
+    (total > 0).then(|| sums.map(|s| s as f64 / total as f64))
 }
 
 /// The efficiency-based speedup of instance `i` of `rec` (DIS ch.4; see

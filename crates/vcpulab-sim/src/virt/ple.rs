@@ -39,7 +39,9 @@ impl World<'_> {
         let traced = self.timeline.is_some().then(|| (self.vms[vm].policies.window.window(idx), self.vcpus[v as usize].ple.yields));
         // APLE's measures, for every VM: the spin this exit ended, and the switch it starts
         // (closed at the core's next guest entry, `ple_reentry`).
-        let window_ns = self.cycles_to_ns(self.vms[vm].policies.window.window(idx));
+        let window_cycles = self.vms[vm].policies.window.window(idx);
+        self.vcpus[v as usize].ple.window_cycles_at_exits += window_cycles;
+        let window_ns = self.cycles_to_ns(window_cycles);
         let spin = &mut self.vms[vm].spin;
         spin.ple_exits += 1;
         spin.wasted_spin_ns += window_ns;

@@ -105,6 +105,9 @@ pub struct PleStats {
     pub window_grows: u64,
     /// `kvm_ple_window_update` events (shrink).
     pub window_shrinks: u64,
+    /// The PLE windows in effect at its PLE exits, summed (cycles): over the exits, the mean
+    /// window the guest's spins ran into (DIS-3.11 plots it per epoch of 1,000 exits).
+    pub window_cycles_at_exits: u64,
 }
 
 impl PleStats {
@@ -115,6 +118,7 @@ impl PleStats {
         self.esrch += o.esrch;
         self.window_grows += o.window_grows;
         self.window_shrinks += o.window_shrinks;
+        self.window_cycles_at_exits += o.window_cycles_at_exits;
     }
 }
 

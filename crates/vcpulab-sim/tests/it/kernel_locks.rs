@@ -94,6 +94,14 @@ fn a_ticket_hand_off_with_the_holders_vcpu_preempted_with_ple_on_and_off() {
         assert!(metric(p, "ple_yields") > 0.0, "PLE exits yield to the preempted holder");
         let spin = |r: &ScenarioResult| kernel_ns(r, "spin_kernel");
         assert!(spin(q) > spin(p), "without PLE the waiter spins longer: {} vs {} ns", spin(q), spin(p));
+        // Every exit ran into the fixed window; the profile of the VM's guest time shows the
+        // spinning as k:lock, and its four shares sum to 1.
+        assert_eq!(metric(p, "ple_window_mean_cycles"), 4096.0);
+        assert!(!q.metrics.contains_key("ple_window_mean_cycles"), "no PLE exits, no mean window");
+        for r in [p, q] {
+            let shares = ["vm_cpu_tlb_share", "vm_cpu_lock_share", "vm_cpu_kernel_other_share", "vm_cpu_user_share"].map(|m| metric(r, m));
+            assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9 && shares[1] > 0.05, "{shares:?}");
+        }
     }
 }
 
