@@ -187,3 +187,25 @@ def test_vcpu_quota_caps_a_vcpu_and_reports_cpu_stat(cli: RunCli) -> None:
     bad = cli(*base, "--set", 'vm.global_quota="5ms"', "--set", 'host.cgroups="none"')
     assert bad.code == 2 and "Traceback" not in bad.err, bad.err
     assert len(bad.err.strip().splitlines()) == 1 and "vm.global_quota" in bad.err
+
+
+def test_guest_spinlocks_and_old_glibc_trimming_show_in_the_vm_profile(cli: RunCli) -> None:
+    # heapchurn in OC with glibc 2.19's thread-heap trimming (arena_trim = "always"): every item
+    # trims and faults back in through the guest's page-allocator locks, and the VM's profile
+    # metrics split its guest time into TLB shootdowns, kernel spinlocks, other kernel and user.
+    base = ("run", "--workload", "heapchurn", "--scenario", "OC", "--vcpus", "4", "--json")
+    base += ("--set", "workloads.heapchurn.params.items=60", "--set", 'guest.arena_trim="always"')
+    for lock in ("ticket", "qspinlock", "pmt"):
+        r = cli(*base, "--set", f'guest.spinlock="{lock}"')
+        assert r.code == 0, r.err
+        (res,) = r.json_lines()
+        m = res["metrics"]
+        shares = [m[k] for k in ("vm_cpu_tlb_share", "vm_cpu_lock_share", "vm_cpu_kernel_other_share", "vm_cpu_user_share")]
+        assert sum(shares) == pytest.approx(1.0) and all(s >= 0 for s in shares), m
+        assert m["vm_cpu_tlb_share"] > 0, m
+    # PMT is a guest spinlock: a one-line error naming the field.
+    bad = cli(*base, "--set", 'host.spinlock="pmt"')
+    assert bad.code == 2 and "Traceback" not in bad.err, bad.err
+    assert len(bad.err.strip().splitlines()) == 1 and "host.spinlock" in bad.err and "guest" in bad.err
+    bad = cli(*base, "--set", 'guest.arena_trim="sometimes"')
+    assert bad.code == 2 and len(bad.err.strip().splitlines()) == 1 and "guest.arena_trim" in bad.err, bad.err

@@ -30,7 +30,7 @@ use crate::world::World;
 
 use super::spinlock::{KLockRef, MmLock, TicketLock};
 use super::thread::Flow;
-use super::{KernelId, KernelKind, ThreadId, HOST};
+use super::{KernelId, KernelKind, ThreadId};
 
 /// `pcp->batch` of a zone above 512 MiB (mm/page_alloc.c `zone_batchsize`).
 pub const PCP_BATCH: u32 = 31;
@@ -116,7 +116,7 @@ impl World<'_> {
     /// (for its queued kernel work to run before a lock operation, or spinning on a lock).
     pub(crate) fn run_kpath(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
         while let Some(&step) = self.threads[t as usize].kpath.front() {
-            let attr = Attr { owner: self.kpath_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::MemoryOp };
+            let attr = Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::MemoryOp };
             match step {
                 KStep::Lock(_) | KStep::Unlock(_) if !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() => {
                     // The work queued before it runs first.
@@ -153,14 +153,6 @@ impl World<'_> {
             }
         }
         Flow::Continue
-    }
-
-    fn kpath_owner(&self, k: KernelId, cpu: u32, t: ThreadId) -> u32 {
-        if k == HOST {
-            self.tasks[self.threads[t as usize].task as usize].owner
-        } else {
-            self.vcpus[self.vcpu_of(k, cpu) as usize].owner
-        }
     }
 
     fn kpath_push_front(&mut self, t: ThreadId, steps: Vec<KStep>) {

@@ -5,8 +5,9 @@
 //! - User spinlock (test-and-set): waiters spin in user mode; on release the lock goes to a
 //!   spinner that is running at that instant (chosen by the lock's random stream), else to
 //!   whichever spinner runs first.
-//! - Kernel ticket spinlock: FIFO tickets; waiters spin at CPL 0 and are not preemptible, so
-//!   a descheduled holder or next waiter stalls everyone (LHP / LWP).
+//! - Kernel spinlock ([`super::spinlock`]): waiters spin at CPL 0 and are not preemptible; the
+//!   kernel's implementation hands it over in ticket order (a descheduled holder or next waiter
+//!   stalls everyone: LHP / LWP), by test-and-set (only a descheduled holder does), or PMT.
 //! - Barrier: the last arrival opens it; blocking barriers wake every waiter (futex wake),
 //!   spin barriers are seen by spinners as soon as they run. A condvar barrier (PARMACS
 //!   `BARRIER`) has a mutex that arrivals take to count themselves and that waiters re-acquire
@@ -31,19 +32,16 @@
 //!   blocked and re-acquires it after waking.
 
 use std::collections::{BTreeMap, VecDeque};
-
-use super::spinlock::{Discipline, KLockRef, TicketLock, PMT_TIMEOUT_PAUSES};
-use super::thread::PmtWait;
-use crate::spec::kernel::SpinlockImpl;
 use std::sync::Arc;
 
 use crate::engine::{SimTime, Stream};
-use crate::spec::kernel::CondBroadcast;
+use crate::spec::kernel::{CondBroadcast, SpinlockImpl};
 use crate::workload::program::{BarrierImpl, Lane, ObjDecl, ObjId, ObjKind};
 use crate::workload::Workload;
 use crate::world::World;
 
-use super::thread::{Act, BarrierPhase, BlockOn, Flow, HeldLock, SpinOn};
+use super::spinlock::{Discipline, KLockRef, TicketLock, PMT_TIMEOUT_PAUSES};
+use super::thread::{Act, BarrierPhase, BlockOn, Flow, HeldLock, PmtWait, SpinOn};
 use super::{KernelId, ThreadId};
 
 /// The mutex of a mutex-and-condvar barrier: a default glibc mutex (no hand-off: a woken
@@ -79,7 +77,7 @@ pub enum Obj {
         /// Chooses among running spinners on release.
         rng: Box<Stream>,
     },
-    /// Kernel ticket spinlock.
+    /// Kernel spinlock.
     KSpin(TicketLock),
     /// Barrier (blocking or spin).
     Barrier {

@@ -318,7 +318,7 @@ impl World<'_> {
         Step::Leaf(Leaf { attr, rem, thread: Some(t) })
     }
 
-    fn leaf_owner(&self, k: KernelId, cpu: u32, t: ThreadId) -> u32 {
+    pub(crate) fn leaf_owner(&self, k: KernelId, cpu: u32, t: ThreadId) -> u32 {
         if k == HOST {
             self.tasks[self.threads[t as usize].task as usize].owner
         } else {
