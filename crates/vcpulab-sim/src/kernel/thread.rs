@@ -22,8 +22,9 @@ use super::{KernelId, TaskId, ThreadId, HOST};
 pub enum SpinOn {
     /// A user spinlock to become free (or be handed over).
     ULock(ObjId),
-    /// Its ticket of a kernel ticket lock to be served.
-    KLock(super::spinlock::KLockRef),
+    /// A kernel spinlock (its workload's or its kernel's) to get: its ticket served, or the
+    /// lock free (test-and-set, a PMT waiter past its timeout).
+    KLock(KLockRef),
     /// The barrier's generation to change.
     Barrier(ObjId),
     /// A mutex with a spin budget to become free.
