@@ -283,7 +283,17 @@ impl Spec {
         fold_suite_tables(&mut doc);
         let materialized = toml::to_string(&doc).unwrap_or_default();
         let blame = |path: String| overrides::blame(&sets, source, &path);
-        check_workload_tables(&doc).map_err(|(path, m)| SpecError::new(blame(path.clone()), path, m))?;
+        check_workload_tables(&doc).map_err(|(path, m)| {
+            // A spec's settings for one of its workloads, left out by a narrower
+            // `--set experiment.workloads=[...]`: point at the selector that keeps them.
+            let narrowed = sets.iter().any(|o| o.dotted == "experiment.workloads") && blame(path.clone()) == source;
+            let m = if narrowed && m.starts_with("no workload") {
+                format!("{m} (the spec sets it, and --set experiment.workloads leaves it out: to run some of the spec's workloads, select them with --only workload=NAME)")
+            } else {
+                m
+            };
+            SpecError::new(blame(path.clone()), path, m)
+        })?;
         let vms_table = doc.remove("vms");
         let file: SpecFile = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
             let path = e.path().to_string();

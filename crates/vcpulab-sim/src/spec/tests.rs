@@ -17,6 +17,17 @@ fn minimal_spec_uses_defaults_and_builtins() {
 }
 
 #[test]
+fn narrowing_the_workloads_on_the_command_line_points_at_only() {
+    let spec = "[experiment]\nworkloads = [\"lock\", \"ep\"]\n[workloads.ep.params]\nchunks = 3\n";
+    let e = parse(spec, &["experiment.workloads=[\"lock\"]"]).unwrap_err();
+    assert_eq!((e.source.as_str(), e.field.as_str()), ("t.toml", "workloads.ep"));
+    assert!(e.message.contains("no workload 'ep'") && e.message.contains("--only workload=NAME"), "{e}");
+    // Without the override, a table for a workload the spec does not run is a plain error.
+    let e = parse("[experiment]\nworkloads = [\"lock\"]\n[workloads.ep.params]\nchunks = 3\n", &[]).unwrap_err();
+    assert!(e.message.contains("no workload 'ep'") && !e.message.contains("--only"), "{e}");
+}
+
+#[test]
 fn overrides_reach_builtin_workloads_and_blame_the_flag() {
     let s = parse(MIN, &["workloads.lock.params.iterations=7", "experiment.vcpus=[2,4]"]).unwrap();
     assert_eq!(s.experiment.vcpus.0, vec![2, 4]);
