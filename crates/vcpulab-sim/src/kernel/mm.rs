@@ -115,8 +115,8 @@ impl World<'_> {
     /// Runs thread `t`'s pending memory-path steps on (`k`, `cpu`): Stop when it must wait
     /// (for its queued kernel work to run before a lock operation, or spinning on a lock).
     pub(crate) fn run_kpath(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
+        let attr = Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::MemoryOp };
         while let Some(&step) = self.threads[t as usize].kpath.front() {
-            let attr = Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::MemoryOp };
             match step {
                 KStep::Lock(_) | KStep::Unlock(_) if !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() => {
                     // The work queued before it runs first.

@@ -98,8 +98,19 @@ impl TicketLock {
 
     /// The waiters that may take the lock once it is free (see [`TicketLock::unlock`]).
     pub fn may_take(&self, d: Discipline) -> Vec<ThreadId> {
+        self.takers(self.serving, d)
+    }
+
+    /// The waiters that may take the lock when its holder releases it now: what
+    /// [`TicketLock::unlock`] will return.
+    pub fn due_on_release(&self, d: Discipline) -> Vec<ThreadId> {
+        self.takers(self.serving + 1, d)
+    }
+
+    /// The waiters that may take a free lock whose `head` is `serving`.
+    fn takers(&self, serving: u64, d: Discipline) -> Vec<ThreadId> {
         match d {
-            Discipline::Fifo => self.waiting.get(&self.serving).copied().into_iter().collect(),
+            Discipline::Fifo => self.waiting.get(&serving).copied().into_iter().collect(),
             Discipline::TestAndSet | Discipline::Pmt { .. } => self.waiting.values().copied().collect(),
         }
     }

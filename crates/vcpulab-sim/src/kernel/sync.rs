@@ -398,6 +398,11 @@ impl World<'_> {
         }
     }
 
+    /// The lock discipline of the kernel thread `t` runs in.
+    fn thread_lock_discipline(&self, t: ThreadId) -> Discipline {
+        self.lock_discipline(self.tasks[self.threads[t as usize].task as usize].kernel)
+    }
+
     /// `spin_lock`: take a ticket, and the lock if it is free and this thread may have it;
     /// else spin at CPL 0 until it gets it. Either way the thread is in the kernel and not
     /// preemptible until the matching unlock.
@@ -407,7 +412,7 @@ impl World<'_> {
                 return self.misuse(t, o, "locks again the kernel spinlock it holds");
             }
         }
-        let d = self.lock_discipline(self.tasks[self.threads[t as usize].task as usize].kernel);
+        let d = self.thread_lock_discipline(t);
         let serving = self.klock(t, r).serving;
         let taken = self.klock(t, r).lock(t, d);
         let th = &mut self.threads[t as usize];
@@ -428,7 +433,7 @@ impl World<'_> {
 
     /// A kernel-lock spinner looks at the lock word: true = it took the lock.
     pub(crate) fn kspin_try(&mut self, t: ThreadId, r: KLockRef) -> bool {
-        let d = self.lock_discipline(self.tasks[self.threads[t as usize].task as usize].kernel);
+        let d = self.thread_lock_discipline(t);
         let ticket = self.threads[t as usize].ticket;
         let head = self.klock(t, r).serving;
         let racing = match d {
@@ -460,15 +465,10 @@ impl World<'_> {
             }
         }
         debug_assert_eq!(self.klock(t, r).holder, Some(t), "the kernel releases what it holds");
-        let d = self.lock_discipline(self.tasks[self.threads[t as usize].task as usize].kernel);
+        let d = self.thread_lock_discipline(t);
         // The waiters' spins so far waited for this holder: charge them before the hand-off
         // (a wait chain would otherwise name the waiter whose turn it now is, itself).
-        let l = self.klock(t, r);
-        let due: Vec<ThreadId> = match d {
-            Discipline::Fifo => l.waiting.get(&(l.serving + 1)).copied().into_iter().collect(),
-            _ => l.waiting.values().copied().collect(),
-        };
-        for &w in &due {
+        for w in self.klock(t, r).due_on_release(d) {
             if let Some(core) = self.thread_core(w) {
                 self.touch(core);
             }

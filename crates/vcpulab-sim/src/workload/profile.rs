@@ -1154,5 +1154,11 @@ mod tests {
         assert_eq!(e.0, "colour");
         let e = parse(r#"description = "no program""#).unwrap_err();
         assert_eq!(e.0, "program");
+        // `fault` takes a byte size, as `malloc` and `munmap` do.
+        let e = parse(r#"program = [ { fault = "3 parsecs" } ]"#).unwrap_err();
+        assert_eq!(e.0, "program[0].fault");
+        assert!(e.1.contains("unknown size unit"), "{}", e.1);
+        let e = parse(r#"program = [ { fault = true } ]"#).unwrap_err();
+        assert!(e.1.contains("expected a size"), "{}", e.1);
     }
 }
