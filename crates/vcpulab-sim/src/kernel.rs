@@ -14,7 +14,9 @@
 
 pub mod bandwidth;
 pub mod cpu;
+pub mod futex;
 pub mod group;
+pub mod kpath;
 pub mod mm;
 pub mod sched;
 pub mod spinlock;
@@ -260,6 +262,8 @@ pub struct Kernel {
     pub last_ilb: SimTime,
     /// The page allocator's locks ([`mm`]).
     pub mm: mm::PageAllocator,
+    /// The futex hash buckets' locks ([`futex`]).
+    pub futex: futex::FutexTable,
 }
 
 impl Kernel {
@@ -276,6 +280,7 @@ impl Kernel {
             bandwidth: Vec::new(),
             last_ilb: SimTime::ZERO,
             mm: mm::PageAllocator::default(),
+            futex: futex::FutexTable::default(),
         }
     }
 

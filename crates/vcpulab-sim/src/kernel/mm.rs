@@ -25,11 +25,11 @@
 //! its kernel while it holds or waits for one; the time under a lock is the per-page cost
 //! of the platform preset (`zone_page`, `lru_page`) times the pages moved.
 
-use crate::account::{Attr, Cause, Layer};
+use crate::account::{Attr, Cause};
 use crate::world::World;
 
+use super::kpath::KStep;
 use super::spinlock::{KLockRef, MmLock, TicketLock};
-use super::thread::Flow;
 use super::{KernelId, KernelKind, ThreadId};
 
 /// `pcp->batch` of a zone above 512 MiB (mm/page_alloc.c `zone_batchsize`).
@@ -73,34 +73,11 @@ pub struct PcpState {
     pub lru_add: u32,
 }
 
-/// One step of a kernel memory path still to run on behalf of a thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KStep {
-    /// Anonymous page faults still to take (allocate, zero, map, add to the LRU).
-    Faults(u64),
-    /// A zap's pages (after its TLB flush): `left` of its `total` still to take off the LRU;
-    /// then all `total` are freed.
-    Release {
-        /// Pages not yet off the LRU.
-        left: u64,
-        /// Pages of the zap.
-        total: u64,
-    },
-    /// Pages still to put on the CPU's free list.
-    Free(u64),
-    /// Take the lock (spin while it is taken).
-    Lock(MmLock),
-    /// Kernel work (ns) on the memory path.
-    Work(u64),
-    /// Release the lock.
-    Unlock(MmLock),
-}
-
 impl World<'_> {
     /// The memory node whose zone CPU `cpu` of kernel `k` allocates from: the host's node of
     /// the core; for a guest, the vCPU's virtual node when the VM exposes its NUMA topology
     /// (`vm.numa = "exposed"`), else its only node.
-    fn mm_node(&self, k: KernelId, cpu: u32) -> u32 {
+    pub(crate) fn mm_node(&self, k: KernelId, cpu: u32) -> u32 {
         match self.kernels[k as usize].kind {
             KernelKind::Host => self.core_node(cpu),
             KernelKind::Guest { vm } => self
@@ -112,59 +89,9 @@ impl World<'_> {
         }
     }
 
-    /// Runs thread `t`'s pending memory-path steps on (`k`, `cpu`): Stop when it must wait
-    /// (for its queued kernel work to run before a lock operation, or spinning on a lock).
-    pub(crate) fn run_kpath(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
-        let attr = Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::MemoryOp };
-        while let Some(&step) = self.threads[t as usize].kpath.front() {
-            match step {
-                KStep::Lock(_) | KStep::Unlock(_) if !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() => {
-                    // The work queued before it runs first.
-                    return Flow::Stop;
-                }
-                KStep::Lock(m) => {
-                    self.threads[t as usize].kpath.pop_front();
-                    if let Flow::Stop = self.op_kspin_lock(t, KLockRef::Mm(m)) {
-                        return Flow::Stop;
-                    }
-                }
-                KStep::Unlock(m) => {
-                    self.threads[t as usize].kpath.pop_front();
-                    self.op_kspin_unlock(t, KLockRef::Mm(m));
-                }
-                KStep::Work(ns) => {
-                    self.threads[t as usize].kpath.pop_front();
-                    self.push_work(k, cpu, attr, ns);
-                }
-                KStep::Faults(n) => self.expand_faults(k, cpu, t, n, attr),
-                KStep::Release { left, total } => {
-                    self.threads[t as usize].kpath.pop_front();
-                    let lru = MmLock::Lru(self.mm_node(k, cpu));
-                    let now = left.min(SWAP_CLUSTER_MAX);
-                    let next = if left > now { KStep::Release { left: left - now, total } } else { KStep::Free(total) };
-                    let front = if now == 0 {
-                        vec![next]
-                    } else {
-                        vec![KStep::Lock(lru), KStep::Work(now * self.costs.lru_page), KStep::Unlock(lru), next]
-                    };
-                    self.kpath_push_front(t, front);
-                }
-                KStep::Free(n) => self.expand_free(k, cpu, t, n),
-            }
-        }
-        Flow::Continue
-    }
-
-    fn kpath_push_front(&mut self, t: ThreadId, steps: Vec<KStep>) {
-        let kp = &mut self.threads[t as usize].kpath;
-        for s in steps.into_iter().rev() {
-            kp.push_front(s);
-        }
-    }
-
     /// `n` page faults: as many as the CPU's free list and pagevec allow at once, then the
     /// refill or the pagevec drain under its lock.
-    fn expand_faults(&mut self, k: KernelId, cpu: u32, t: ThreadId, n: u64, attr: Attr) {
+    pub(crate) fn expand_faults(&mut self, k: KernelId, cpu: u32, t: ThreadId, n: u64, attr: Attr) {
         self.threads[t as usize].kpath.pop_front();
         if n == 0 {
             return;
@@ -174,9 +101,9 @@ impl World<'_> {
         if pcp.count == 0 {
             // rmqueue_bulk: refill the CPU's list from the buddy lists.
             pcp.count = PCP_BATCH;
-            let zone = MmLock::Zone(node);
+            let zone = KLockRef::Mm(MmLock::Zone(node));
             let hold = u64::from(PCP_BATCH) * self.costs.zone_page;
-            self.kpath_push_front(t, vec![KStep::Lock(zone), KStep::Work(hold), KStep::Unlock(zone), KStep::Faults(n)]);
+            self.kpath_push_front(t, vec![KStep::Lock(zone), KStep::Work(hold, Cause::MemoryOp), KStep::Unlock(zone), KStep::Faults(n)]);
             return;
         }
         let m = n.min(u64::from(pcp.count)).min(u64::from(PAGEVEC_SIZE - pcp.lru_add));
@@ -190,8 +117,12 @@ impl World<'_> {
         let mut front = Vec::with_capacity(4);
         if drain {
             // __pagevec_lru_add: the full pagevec goes onto the LRU.
-            let lru = MmLock::Lru(node);
-            front.extend([KStep::Lock(lru), KStep::Work(u64::from(PAGEVEC_SIZE) * self.costs.lru_page), KStep::Unlock(lru)]);
+            let lru = KLockRef::Mm(MmLock::Lru(node));
+            front.extend([
+                KStep::Lock(lru),
+                KStep::Work(u64::from(PAGEVEC_SIZE) * self.costs.lru_page, Cause::MemoryOp),
+                KStep::Unlock(lru),
+            ]);
         }
         if n > m {
             front.push(KStep::Faults(n - m));
@@ -200,7 +131,7 @@ impl World<'_> {
     }
 
     /// `n` pages onto the CPU's free list; at `high`, a batch goes back under `zone->lock`.
-    fn expand_free(&mut self, k: KernelId, cpu: u32, t: ThreadId, n: u64) {
+    pub(crate) fn expand_free(&mut self, k: KernelId, cpu: u32, t: ThreadId, n: u64) {
         self.threads[t as usize].kpath.pop_front();
         if n == 0 {
             return;
@@ -213,8 +144,12 @@ impl World<'_> {
         if pcp.count >= PCP_HIGH {
             // free_pcppages_bulk.
             pcp.count -= PCP_BATCH;
-            let zone = MmLock::Zone(node);
-            front.extend([KStep::Lock(zone), KStep::Work(u64::from(PCP_BATCH) * self.costs.zone_page), KStep::Unlock(zone)]);
+            let zone = KLockRef::Mm(MmLock::Zone(node));
+            front.extend([
+                KStep::Lock(zone),
+                KStep::Work(u64::from(PCP_BATCH) * self.costs.zone_page, Cause::MemoryOp),
+                KStep::Unlock(zone),
+            ]);
         }
         if n > m {
             front.push(KStep::Free(n - m));

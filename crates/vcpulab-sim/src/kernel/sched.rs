@@ -211,8 +211,10 @@ impl World<'_> {
         self.update_curr(k, cpu);
         let prev = self.kernels[k as usize].cpus[cpu as usize].curr;
         let prev_runnable = prev.filter(|&p| self.tasks[p as usize].state == TaskState::Running);
-        if prev_runnable.is_some_and(|p| self.nonpreemptible(p)) {
-            // preempt_count > 0: the switch happens at preempt_enable().
+        let in_call = |p: TaskId| matches!(self.tasks[p as usize].kind, TaskKind::Thread(th) if self.in_futex_call(th));
+        if prev_runnable.is_some_and(|p| self.nonpreemptible(p) || in_call(p)) {
+            // preempt_count > 0, or inside a futex call: the switch happens at
+            // preempt_enable() or at the call's return.
             self.kernels[k as usize].cpus[cpu as usize].resched_deferred = true;
             return;
         }

@@ -40,6 +40,7 @@ use crate::workload::program::{BarrierImpl, Lane, ObjDecl, ObjId, ObjKind};
 use crate::workload::Workload;
 use crate::world::World;
 
+use super::futex::word::{self, Lane as LaneWord};
 use super::spinlock::{Discipline, KLockRef, TicketLock, PMT_TIMEOUT_PAUSES};
 use super::thread::{Act, BarrierPhase, BlockOn, Flow, HeldLock, PmtWait, SpinOn};
 use super::{KernelId, ThreadId};
@@ -271,7 +272,7 @@ impl World<'_> {
                 _ => {
                     waiters.push_back(t);
                     self.threads[t as usize].pending_lock = Some(m);
-                    self.block_thread(k, cpu, t, BlockOn::Mutex(m));
+                    self.futex_wait(k, cpu, t, BlockOn::Mutex(m), word::MAIN);
                     Flow::Stop
                 }
             },
@@ -290,8 +291,7 @@ impl World<'_> {
         *holder = None;
         let spinning = spinners.clone();
         if let Some(w) = waiters.pop_front() {
-            self.syscall(k, cpu, t);
-            self.wake_thread(w, (k, cpu));
+            self.futex_wake(k, cpu, t, m, word::MAIN, vec![w]);
         }
         // Running spinners see the lock free at once.
         for s in spinning {
@@ -321,9 +321,9 @@ impl World<'_> {
                 spinners.retain(|&s| s != t);
                 waiters.push_back(t);
                 self.threads[t as usize].pending_lock = Some(m);
-                self.block_thread(k, cpu, t, BlockOn::Mutex(m));
+                self.futex_wait(k, cpu, t, BlockOn::Mutex(m), word::MAIN);
             }
-            SpinOn::Barrier(b) => self.block_thread(k, cpu, t, BlockOn::Barrier(b)),
+            SpinOn::Barrier(b) => self.futex_wait(k, cpu, t, BlockOn::Barrier(b), word::MAIN),
             SpinOn::ULock(_) | SpinOn::KLock(_) | SpinOn::RemoteCall(_) => unreachable!("no budget"),
         }
     }
@@ -374,6 +374,10 @@ impl World<'_> {
             KLockRef::Mm(m) => {
                 let k = self.tasks[self.threads[t as usize].task as usize].kernel;
                 self.kernels[k as usize].mm.lock(m)
+            }
+            KLockRef::Futex(key) => {
+                let k = self.tasks[self.threads[t as usize].task as usize].kernel;
+                self.kernels[k as usize].futex.lock(key)
             }
         }
     }
@@ -503,18 +507,6 @@ impl World<'_> {
         self.pv_kick(k, from, to);
     }
 
-    /// Thread `t` wakes the blocked threads `woken` with one futex system call (none when
-    /// there is nobody to wake).
-    fn futex_wake(&mut self, k: KernelId, cpu: u32, t: ThreadId, woken: Vec<ThreadId>) {
-        if woken.is_empty() {
-            return;
-        }
-        self.syscall(k, cpu, t);
-        for w in woken {
-            self.wake_thread(w, (k, cpu));
-        }
-    }
-
     pub(crate) fn op_barrier(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) -> Flow {
         if matches!(self.obj(t, b), Obj::Barrier { lock: Some(_), .. }) {
             return self.op_barrier_cv(k, cpu, t, b);
@@ -527,7 +519,7 @@ impl World<'_> {
             self.threads[t as usize].bgen = g;
             match spin {
                 Some(budget) => self.spin_for(t, SpinOn::Barrier(b), budget),
-                None => self.block_thread(k, cpu, t, BlockOn::Barrier(b)),
+                None => self.futex_wait(k, cpu, t, BlockOn::Barrier(b), word::MAIN),
             }
             return Flow::Stop;
         }
@@ -535,14 +527,16 @@ impl World<'_> {
         *gen += 1;
         let released = std::mem::take(waiters);
         // Spinners see the new generation as soon as they run; blocked waiters need a futex wake.
-        let (blocked, spinning): (Vec<ThreadId>, Vec<ThreadId>) =
-            released.into_iter().partition(|&w| matches!(self.threads[w as usize].act, Act::Blocked(BlockOn::Barrier(_))));
+        let (blocked, spinning): (Vec<ThreadId>, Vec<ThreadId>) = released.into_iter().partition(|&w| {
+            let th = &self.threads[w as usize];
+            matches!(th.act, Act::Blocked(BlockOn::Barrier(_))) || matches!(th.blocking, Some((BlockOn::Barrier(_), _)))
+        });
         for w in spinning {
             if let Some(core) = self.thread_core(w) {
                 self.touch(core);
             }
         }
-        self.futex_wake(k, cpu, t, blocked);
+        self.futex_wake(k, cpu, t, b, word::MAIN, blocked);
         Flow::Continue
     }
 
@@ -573,7 +567,7 @@ impl World<'_> {
             th.pc -= 1;
             // pthread_cond_wait: release the mutex, then sleep on the condition variable.
             self.barrier_cv_unlock(k, cpu, t, b);
-            self.block_thread(k, cpu, t, BlockOn::Barrier(b));
+            self.futex_wait(k, cpu, t, BlockOn::Barrier(b), word::MAIN);
             return Flow::Stop;
         }
         *arrived = 0;
@@ -588,7 +582,12 @@ impl World<'_> {
             let Obj::Barrier { lock: Some(m), .. } = self.obj(t, b) else { unreachable!("a condvar barrier") };
             m.waiters.extend(released[1..].iter().copied());
             for &w in &released[1..] {
-                self.threads[w as usize].act = Act::Blocked(BlockOn::BarrierLock(b));
+                let th = &mut self.threads[w as usize];
+                match &mut th.blocking {
+                    // Not asleep yet: it will sleep on the mutex.
+                    Some((on, _)) => *on = BlockOn::BarrierLock(b),
+                    None => th.act = Act::Blocked(BlockOn::BarrierLock(b)),
+                }
             }
             vec![released[0]]
         } else {
@@ -599,7 +598,7 @@ impl World<'_> {
             self.barrier_cv_unlock(k, cpu, t, b);
         } else {
             // The broadcaster unlocks after its system call returns (its next operation).
-            self.futex_wake(k, cpu, t, woken);
+            self.futex_wake(k, cpu, t, b, word::MAIN, woken);
             self.threads[t as usize].held_lock = Some(HeldLock::Barrier(b));
         }
         Flow::Continue
@@ -624,7 +623,7 @@ impl World<'_> {
         }
         m.waiters.push_back(t);
         self.threads[t as usize].pc -= 1;
-        self.block_thread(k, cpu, t, BlockOn::BarrierLock(b));
+        self.futex_wait(k, cpu, t, BlockOn::BarrierLock(b), word::BARRIER_MUTEX);
         false
     }
 
@@ -635,7 +634,7 @@ impl World<'_> {
         debug_assert_eq!(m.holder, Some(t), "the barrier's mutex is released by its holder");
         m.holder = None;
         if let Some(w) = m.waiters.pop_front() {
-            self.futex_wake(k, cpu, t, vec![w]);
+            self.futex_wake(k, cpu, t, b, word::BARRIER_MUTEX, vec![w]);
         }
     }
 
@@ -661,9 +660,9 @@ impl World<'_> {
 
     /// Blocks thread `t` on queue `q` so that it retries its `push` or pop when woken (the
     /// program counter goes back to the instruction).
-    fn block_to_retry(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId) {
+    fn block_to_retry(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, word: u32) {
         self.threads[t as usize].pc -= 1;
-        self.block_thread(k, cpu, t, BlockOn::Queue(q));
+        self.futex_wait(k, cpu, t, BlockOn::Queue(q), word);
     }
 
     /// Takes lane `l`'s mutex (`queue_t`'s) for a `push` or pop of thread `t`, or blocks on it
@@ -674,7 +673,7 @@ impl World<'_> {
         let ln = &mut lanes[l];
         if ln.holder.is_some_and(|h| h != t) {
             ln.lock_waiters.push_back(t);
-            self.block_to_retry(k, cpu, t, q);
+            self.block_to_retry(k, cpu, t, q, word::lane(l, LaneWord::Mutex));
             return false;
         }
         ln.holder = Some(t);
@@ -689,19 +688,18 @@ impl World<'_> {
         debug_assert_eq!(ln.holder, Some(t));
         ln.holder = None;
         if let Some(w) = ln.lock_waiters.pop_front() {
-            self.futex_wake(k, cpu, t, vec![w]);
+            self.futex_wake(k, cpu, t, q, word::lane(l, LaneWord::Mutex), vec![w]);
         }
     }
 
-    /// Thread `t`, holding lane `l`'s mutex, wakes `w` (`pthread_cond_signal`, a futex wake)
+    /// Thread `t`, holding lane `l`'s mutex, wakes `w` from the lane's condition `on` (`pthread_cond_signal`, a futex wake)
     /// and keeps the mutex until its next operation runs: after the system call, and after
     /// any wake-up preemption at its return (`exit_to_user_mode_loop`), as `queue_enqueue`
     /// and `queue_dequeue` unlock only after signalling. A woken consumer that runs meanwhile
     /// blocks on the mutex (`__pthread_mutex_cond_lock`).
-    fn lane_wake_locked(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize, w: ThreadId) {
+    fn lane_wake_locked(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, (l, on): (usize, LaneWord), w: ThreadId) {
         self.threads[t as usize].held_lock = Some(HeldLock::Lane(q, l as u32));
-        self.syscall(k, cpu, t);
-        self.wake_thread(w, (k, cpu));
+        self.futex_wake(k, cpu, t, q, word::lane(l, on), vec![w]);
     }
 
     /// `push`: append an item, or block while the lane is full (the instruction is retried
@@ -716,7 +714,7 @@ impl World<'_> {
         let ln = &mut lanes[l];
         if capacity.is_some_and(|c| ln.items.len() as u32 >= c) {
             ln.push_waiters.push_back(t);
-            self.block_to_retry(k, cpu, t, q);
+            self.block_to_retry(k, cpu, t, q, word::lane(l, LaneWord::NotFull));
             self.lane_unlock(k, cpu, t, q, l);
             return Flow::Stop;
         }
@@ -728,7 +726,7 @@ impl World<'_> {
         }
         match popper {
             Some(w) => {
-                self.lane_wake_locked(k, cpu, t, q, l, w);
+                self.lane_wake_locked(k, cpu, t, q, (l, LaneWord::NotEmpty), w);
                 Flow::Stop
             }
             None => {
@@ -772,7 +770,7 @@ impl World<'_> {
                     self.rotate_lane(t, q);
                 }
                 match pusher {
-                    Some(w) => self.lane_wake_locked(k, cpu, t, q, l, w),
+                    Some(w) => self.lane_wake_locked(k, cpu, t, q, (l, LaneWord::NotFull), w),
                     None => self.lane_unlock(k, cpu, t, q, l),
                 }
                 Some(true)
@@ -783,7 +781,7 @@ impl World<'_> {
             }
             None => {
                 ln.pop_waiters.push_back(t);
-                self.block_to_retry(k, cpu, t, q);
+                self.block_to_retry(k, cpu, t, q, word::lane(l, LaneWord::NotEmpty));
                 self.lane_unlock(k, cpu, t, q, l);
                 None
             }
@@ -800,7 +798,7 @@ impl World<'_> {
             return;
         }
         let woken = std::mem::take(joiners);
-        self.futex_wake(k, cpu, t, woken);
+        self.futex_wake(k, cpu, t, q, word::JOIN, woken);
     }
 
     /// `join`: continue when every item pushed to `q` has been processed, else block until
@@ -811,7 +809,7 @@ impl World<'_> {
             return Flow::Continue;
         }
         joiners.push(t);
-        self.block_thread(k, cpu, t, BlockOn::Queue(q));
+        self.futex_wait(k, cpu, t, BlockOn::Queue(q), word::JOIN);
         Flow::Stop
     }
 
@@ -828,11 +826,11 @@ impl World<'_> {
             }
             ln.producers -= 1;
             if ln.producers == 0 && !ln.pop_waiters.is_empty() {
-                closed.push(ln.pop_waiters.drain(..).collect::<Vec<ThreadId>>());
+                closed.push((l, ln.pop_waiters.drain(..).collect::<Vec<ThreadId>>()));
             }
         }
-        for woken in closed {
-            self.futex_wake(k, cpu, t, woken);
+        for (l, woken) in closed {
+            self.futex_wake(k, cpu, t, q, word::lane(l, LaneWord::NotEmpty), woken);
         }
     }
 
@@ -851,7 +849,7 @@ impl World<'_> {
             return Flow::Stop;
         }
         self.threads[t as usize].pending_lock = Some(m);
-        self.block_thread(k, cpu, t, BlockOn::Cond(c));
+        self.futex_wait(k, cpu, t, BlockOn::Cond(c), word::MAIN);
         Flow::Stop
     }
 
@@ -868,14 +866,14 @@ impl World<'_> {
                 }
             }
         };
-        self.futex_wake(k, cpu, t, woken);
+        self.futex_wake(k, cpu, t, c, word::MAIN, woken);
         Flow::Continue
     }
 
     pub(crate) fn op_sleep(&mut self, k: KernelId, cpu: u32, t: ThreadId, ns: u64) -> Flow {
         let at = self.now + ns;
         self.kernels[k as usize].cpus[cpu as usize].sleepers.insert((at, t));
-        self.block_thread(k, cpu, t, BlockOn::Sleep);
+        self.block_sleep(k, cpu, t);
         self.update_timer(k, cpu);
         Flow::Stop
     }

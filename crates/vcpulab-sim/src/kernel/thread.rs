@@ -52,6 +52,16 @@ pub enum BlockOn {
     Sleep,
 }
 
+impl BlockOn {
+    /// The synchronisation object it waits on (None for a sleep).
+    pub fn obj(self) -> Option<ObjId> {
+        match self {
+            BlockOn::Mutex(o) | BlockOn::Barrier(o) | BlockOn::BarrierLock(o) | BlockOn::Cond(o) | BlockOn::Queue(o) => Some(o),
+            BlockOn::Sleep => None,
+        }
+    }
+}
+
 /// A mutex a thread keeps across a futex wake it makes while holding it (a `pthread_cond_signal`
 /// or `pthread_cond_broadcast` before `pthread_mutex_unlock`): it is released after the
 /// system call returns, at the thread's next operation.
@@ -143,8 +153,11 @@ pub struct Thread {
     pub arena: crate::workload::heap::Arena,
     /// Memory-management consequences of a heap operation still to carry out.
     pub mm_queue: std::collections::VecDeque<crate::workload::heap::MmOp>,
-    /// The kernel memory path of the operation being carried out ([`super::mm`]).
-    pub kpath: std::collections::VecDeque<super::mm::KStep>,
+    /// The kernel path of the system call or fault under way ([`super::kpath`]).
+    pub kpath: std::collections::VecDeque<super::kpath::KStep>,
+    /// A futex wait under way: what it will sleep on and its word, until its path puts it to
+    /// sleep or a waker chooses it first ([`super::futex`]).
+    pub blocking: Option<(BlockOn, super::futex::FutexKey)>,
     /// Its random stream.
     pub rng: Stream,
     /// Kernel spinlocks held or waited for (> 0: kernel mode, not preemptible).
@@ -188,6 +201,7 @@ impl Thread {
                 Some(format!("spinning on '{}'", name(o)))
             }
             Act::Spin(SpinOn::KLock(KLockRef::Mm(m))) => Some(format!("spinning on the kernel's {}", m.name())),
+            Act::Spin(SpinOn::KLock(KLockRef::Futex(f))) => Some(format!("spinning on the futex hash-bucket lock of {}", name(f.obj))),
             Act::Spin(SpinOn::RemoteCall(_)) => Some("waiting for remote CPUs to acknowledge a TLB shootdown or membarrier".into()),
             _ => None,
         }
@@ -339,21 +353,25 @@ impl World<'_> {
     /// Executes operations of `t` until one takes time or changes its state.
     fn advance(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
         debug_assert!(!self.in_syscall(k, cpu), "a thread steps only once its CPU's queued work has run");
+        // The kernel path under way first (a futex call, a memory operation), to its end.
+        if let Flow::Stop = self.run_mm_queue(k, cpu, t) {
+            return;
+        }
+        if self.in_syscall(k, cpu) {
+            return;
+        }
         if let Some(h) = self.threads[t as usize].held_lock.take() {
+            // The mutex kept across a futex wake, once the wake's system call has returned.
             self.release_held_lock(k, cpu, t, h);
+            if self.in_syscall(k, cpu) {
+                return;
+            }
         }
         if let Some(m) = self.threads[t as usize].pending_lock.take() {
             // After a futex wake (or a condvar wait) the lock is retried without spinning.
             if let Flow::Stop = self.op_lock_ex(k, cpu, t, m, false) {
                 return;
             }
-        }
-        if let Flow::Stop = self.run_mm_queue(k, cpu, t) {
-            return;
-        }
-        if self.in_syscall(k, cpu) {
-            // The unlock's futex wake, or the rest of a memory operation (see below).
-            return;
         }
         let wl = self.insts[self.threads[t as usize].inst as usize].wl.clone();
         loop {
@@ -559,7 +577,7 @@ impl World<'_> {
     /// Carries out queued memory-management operations; stops at the first shootdown the
     /// thread must wait for.
     fn run_mm_queue(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
-        use super::mm::KStep;
+        use super::kpath::KStep;
         use crate::workload::heap::MmOp;
         loop {
             // The kernel path of the operation under way first (page faults, the pages a
@@ -586,12 +604,13 @@ impl World<'_> {
         }
     }
 
-    /// The current thread of (`k`, `cpu`) blocks on `on`, paying a futex system call.
-    pub(crate) fn block_thread(&mut self, k: KernelId, cpu: u32, t: ThreadId, on: BlockOn) {
+    /// The current thread of (`k`, `cpu`) goes to sleep on a timer (`sleep`), paying a system
+    /// call (`syscall_futex`, for want of a separate cost).
+    pub(crate) fn block_sleep(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
         let attr = self.ctx_attr_thread(k, cpu, t, Cause::Syscall);
         self.push_work(k, cpu, attr, self.costs.syscall_futex);
         let th = &mut self.threads[t as usize];
-        th.act = Act::Blocked(on);
+        th.act = Act::Blocked(BlockOn::Sleep);
         th.stats.blocks += 1;
         self.block_curr(k, cpu, false);
     }
@@ -607,9 +626,13 @@ impl World<'_> {
         Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause }
     }
 
-    /// Makes blocked thread `t` runnable; the wake-up executes on (`k`, `cpu`).
+    /// Makes blocked thread `t` runnable; the wake-up executes on (`k`, `cpu`). A thread still
+    /// on its way into a futex wait does not go to sleep ([`super::futex`]).
     pub(crate) fn wake_thread(&mut self, t: ThreadId, waker: (KernelId, u32)) {
         let th = &mut self.threads[t as usize];
+        if !matches!(th.act, Act::Blocked(_)) && th.blocking.take().is_some() {
+            return;
+        }
         debug_assert!(matches!(th.act, Act::Blocked(_)));
         th.act = Act::Fresh;
         let task = th.task;
@@ -621,6 +644,16 @@ impl World<'_> {
         for &(q, lane) in &wl.groups[self.threads[t as usize].group as usize].pushes {
             self.queue_producer_done(k, cpu, t, q, lane);
         }
+        if !self.threads[t as usize].kpath.is_empty() {
+            // The wake-ups of the queues it closed run first (`do_exit` returns after them).
+            self.threads[t as usize].kpath.push_back(super::kpath::KStep::Exit);
+            return;
+        }
+        self.thread_finish(k, cpu, t);
+    }
+
+    /// Thread `t` is gone: the last one of its instance finishes the instance.
+    pub(crate) fn thread_finish(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
         self.threads[t as usize].act = Act::Done;
         self.block_curr(k, cpu, true);
         let inst = &mut self.insts[self.threads[t as usize].inst as usize];

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::kernel::futex::FutexKey;
 use crate::kernel::spinlock::{KLockRef, MmLock};
 use crate::kernel::sync::Obj;
 use crate::kernel::thread::{Act, BlockOn, SpinOn};
@@ -59,6 +60,8 @@ pub(crate) enum On {
     Membarrier,
     /// A page-allocator lock of kernel `.0` ([`crate::kernel::mm`]).
     KernelLock(u32, MmLock),
+    /// The hash-bucket lock of a futex word ([`crate::kernel::futex`]).
+    FutexBucket(FutexKey),
 }
 
 /// The culprit's state while the waiter waited.
@@ -128,6 +131,7 @@ impl On {
             On::TlbShootdown => 1 << 62,
             On::Membarrier => 2 << 62,
             On::KernelLock(k, m) => (3 << 62) | (u64::from(k) << 32) | m.index() as u64,
+            On::FutexBucket(f) => (3 << 62) | (1 << 61) | (u64::from(f.inst) << 40) | (u64::from(f.obj) << 16) | u64::from(f.word),
         }
     }
 }
@@ -226,6 +230,13 @@ impl World<'_> {
                 }
                 On::KernelLock(k, m)
             }
+            SpinOn::KLock(KLockRef::Futex(key)) => {
+                let k = self.insts[inst as usize].kernel;
+                if let Some(h) = self.kernels[k as usize].futex.culprit(key, self.lock_discipline(k)) {
+                    out.push(self.where_thread(h));
+                }
+                On::FutexBucket(key)
+            }
             SpinOn::Barrier(o) => {
                 let Obj::Barrier { gen, .. } = objs[o as usize] else { unreachable!("a barrier wait") };
                 for &u in &self.insts[inst as usize].threads {
@@ -234,6 +245,7 @@ impl World<'_> {
                     // has not arrived at this one.
                     let arrived = match th.act {
                         Act::Done | Act::Blocked(BlockOn::Barrier(_)) => true,
+                        _ if matches!(th.blocking, Some((BlockOn::Barrier(_), _))) => true,
                         Act::Spin(SpinOn::Barrier(_)) => th.bgen == gen,
                         _ => false,
                     };
@@ -318,6 +330,7 @@ impl World<'_> {
             On::TlbShootdown => "tlb_shootdown".to_string(),
             On::Membarrier => "membarrier".to_string(),
             On::KernelLock(_, m) => format!("kspinlock '{}'", m.name()),
+            On::FutexBucket(f) => format!("kspinlock 'futex hb->lock' of {}", self.futex_word_name(f)),
         };
         // In key order, then largest first (a stable sort keeps key order among ties).
         let mut rows: Vec<WaitChainRow> = self

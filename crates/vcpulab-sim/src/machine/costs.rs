@@ -55,6 +55,11 @@ pub struct Costs {
     pub timer_program: u64,
     /// A futex system call (wait or wake) excluding any IPI it sends ≈ 300 ns (*estimate*).
     pub syscall_futex: u64,
+    /// Time under a futex hash bucket's spinlock per waiter queued (`futex_wait`: read the
+    /// word, `queue_me`) or woken (`futex_wake`: `mark_wake_futex` / `wake_futex` bookkeeping,
+    /// the `try_to_wake_up` itself excluded) ≈ 250 cycles ≈ 100 ns (*estimate*;
+    /// [`crate::kernel::futex`]).
+    pub futex_hb: u64,
     /// A thread context switch on one CPU: 1–2 µs (lmbench-style measurements, *estimate*).
     pub context_switch: u64,
     /// Host switch between vCPU threads: context switch + vcpu_put/vcpu_load + entry,
@@ -146,6 +151,7 @@ impl Default for Costs {
             tick_handler: 600,
             timer_program: 50,
             syscall_futex: 300,
+            futex_hb: 100,
             context_switch: 1_500,
             vcpu_switch: 4_000,
             c1_exit: 2_000,

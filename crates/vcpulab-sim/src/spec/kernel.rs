@@ -70,6 +70,22 @@ pub enum SpinlockImpl {
     Pmt,
 }
 
+/// Where the kernel's `futex_wake` wakes the waiters it found: under the futex hash bucket's
+/// spinlock, or after releasing it ([`crate::kernel::futex`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FutexWake {
+    /// Linux v4.2 and later (kernel/futex.c, commit 1d0dcb3ad9d3 "futex: Implement lockless
+    /// wakeups"): the waiters are put on a wake queue under `hb->lock` (`mark_wake_futex` →
+    /// `wake_q_add`) and woken after it is released (`wake_up_q`).
+    #[default]
+    Deferred,
+    /// Before v4.2 (v3.19 kernel/futex.c `wake_futex`: "The hash bucket lock must be held when
+    /// this is called"): each waiter's `wake_up_state` (the whole `try_to_wake_up`, with any
+    /// IPI it sends) runs under `hb->lock`.
+    Locked,
+}
+
 /// When the C library's malloc gives the free top of a thread's heap back to the kernel
 /// (`madvise(MADV_DONTNEED)`, a TLB shootdown; the pages fault in again when reused).
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -156,6 +172,8 @@ pub struct KernelSpec {
     pub arena_trim: ArenaTrim,
     /// The kernel's spinlock implementation ([`SpinlockImpl`]).
     pub spinlock: SpinlockImpl,
+    /// Where `futex_wake` wakes its waiters ([`FutexWake`]).
+    pub futex_wake: FutexWake,
     /// CFS task groups of the host's threads ([`Cgroups`]); a guest runs no VMs, so in
     /// `[guest]` it has no effect.
     pub cgroups: Cgroups,
@@ -350,6 +368,7 @@ impl Default for KernelSpec {
             cond_broadcast: CondBroadcast::WakeAll,
             arena_trim: ArenaTrim::Threshold,
             spinlock: SpinlockImpl::Qspinlock,
+            futex_wake: FutexWake::Deferred,
             cgroups: Cgroups::Libvirt,
             native_groups: false,
             pin_threads: false,
@@ -385,6 +404,8 @@ pub struct KernelParams {
     pub cond_broadcast: CondBroadcast,
     /// The spinlock implementation.
     pub spinlock: SpinlockImpl,
+    /// Where `futex_wake` wakes its waiters.
+    pub futex_wake: FutexWake,
 }
 
 impl KernelSpec {
@@ -429,6 +450,7 @@ impl KernelSpec {
             tlb_lazy_skip: self.tlb_lazy_skip,
             cond_broadcast: self.cond_broadcast,
             spinlock: self.spinlock,
+            futex_wake: self.futex_wake,
         }
     }
 }

@@ -360,6 +360,7 @@ impl World<'_> {
                 arena: Arena::new(heap),
                 mm_queue: VecDeque::new(),
                 kpath: VecDeque::new(),
+                blocking: None,
                 rng: Stream::new(stream_seed(cfg.seed, &[STREAM_THREAD, u64::from(inst), u64::from(i)])),
                 kdepth: 0,
                 ticket: 0,

@@ -60,18 +60,19 @@ fn two_threads_share_one_core_fairly() {
 /// computes 1 ms, arrives and wakes t1, which computes 100 µs.
 ///
 /// Native: t0 starts at 1,550 ns (switch 1,500 + tick 50) and arrives at 1,001,550. Its futex
-/// wake (300) stores to the monitored flags of core 1 (no IPI, intel_idle MWAIT), which leaves
-/// C1 (2,000), switches to t1 (1,500) and restarts its tick (50): t1 runs from 1,005,400 and is
-/// done at 1,105,400. The wakee's critical path: 300 + 3,550 = 3,850 ns.
+/// wake (the call 300, then 100 under the futex bucket's lock; Linux 4.15 wakes after releasing
+/// it) stores to the monitored flags of core 1 (no IPI, intel_idle MWAIT), which leaves C1
+/// (2,000), switches to t1 (1,500) and restarts its tick (50): t1 runs from 1,005,500 and is
+/// done at 1,105,500. The wakee's critical path: 400 + 3,550 = 3,950 ns.
 ///
 /// UC: t0 starts at 6,158 (see `one_thread_one_core_timeline`) and arrives at 1,006,158.
-/// Waker's side: the reschedule IPI's ICR write exits (625), KVM kicks the halted vCPU 1 and
-/// the host's try_to_wake_up runs in that exit (1,000), and the futex call itself (300): the
-/// store to core 1's monitored flags lands 1,925 ns later. Wakee's side: C1 exit (2,000), the
-/// host's switch to the vCPU thread (4,000), the host tick restart (50), the guest's reschedule
-/// interrupt (400), the guest's tick restart, a TSC_DEADLINE exit (608), the guest's switch to
-/// t1 (1,500): t1 runs from 1,016,641 (10,483 ns after the wake-up, 2.7 × native) and is done
-/// at 1,116,641.
+/// Waker's side: the futex call (300 + 100 under the bucket lock), then the wake-up's reschedule
+/// IPI: its ICR write exits (625), KVM kicks the halted vCPU 1 and the host's try_to_wake_up
+/// runs in that exit (1,000): the store to core 1's monitored flags lands 2,025 ns later.
+/// Wakee's side: C1 exit (2,000), the host's switch to the vCPU thread (4,000), the host tick
+/// restart (50), the guest's reschedule interrupt (400), the guest's tick restart, a
+/// TSC_DEADLINE exit (608), the guest's switch to t1 (1,500): t1 runs from 1,016,741 (10,583 ns
+/// after the wake-up, 2.7 × native) and is done at 1,116,741.
 #[test]
 fn halt_and_wake_path_timeline() {
     let exp = "vcpus = [2]\n";
@@ -79,12 +80,16 @@ fn halt_and_wake_path_timeline() {
                 [[workloads.w.groups]]\nname = \"waker\"\nthreads = 1\nprogram = [ { compute = \"1ms\" }, { barrier = \"b\" } ]\n\
                 [[workloads.w.groups]]\nname = \"wakee\"\nthreads = 1\nprogram = [ { barrier = \"b\" }, { compute = \"100us\" } ]\n";
     let native = run_inline(&format!("scenarios = [\"native\"]\n{exp}"), prog, &[]);
-    assert_eq!(native[0].run.duration_ns, 1_105_400);
+    assert_eq!(native[0].run.duration_ns, 1_105_500);
     assert_eq!(row(&native[0], "host", "host", "cstate_exit"), 2_000);
-    assert_eq!(row(&native[0], "native0", "kernel", "syscall"), 600, "t1's futex wait and t0's futex wake");
+    assert_eq!(
+        row(&native[0], "native0", "kernel", "syscall"),
+        800,
+        "t1's futex wait and t0's futex wake, each 300 + 100 under the bucket lock"
+    );
     let uc = &run_inline(&format!("scenarios = [\"UC\"]\n{exp}"), prog, &[])[0];
-    assert_eq!((uc.t_native_s * 1e9).round() as u64, 1_105_400);
-    assert_eq!(uc.run.duration_ns, 1_116_641);
+    assert_eq!((uc.t_native_s * 1e9).round() as u64, 1_105_500);
+    assert_eq!(uc.run.duration_ns, 1_116_741);
     // Which vCPU t0 starts on depends on the seed (a program starts where its launcher ran).
     let vm = |layer: &str, cause: &str| row(uc, "vm0/vcpu0", layer, cause) + row(uc, "vm0/vcpu1", layer, cause);
     assert_eq!(vm("host", "exit:MSR_WRITE_ICR"), 625);
@@ -96,5 +101,5 @@ fn halt_and_wake_path_timeline() {
     // TSC_DEADLINE: both vCPUs arm their tick at start; vCPU 1 stops it to halt and restarts it
     // when woken; vCPU 0 stops it when t0 is done.
     assert_eq!(uc.exits.get("MSR_WRITE_TSC_DEADLINE"), Some(&5));
-    assert_eq!(uc.run.attributed_ns, 2 * 1_116_641, "every ns of both cores is attributed");
+    assert_eq!(uc.run.attributed_ns, 2 * 1_116_741, "every ns of both cores is attributed");
 }

@@ -1,0 +1,154 @@
+//! Kernel paths: what a thread does inside its kernel on behalf of a system call or a fault,
+//! step by step, where the steps take kernel spinlocks.
+//!
+//! A path is a queue of [`KStep`]s on the thread ([`super::thread::Thread::kpath`]), run
+//! before the thread's next operation: kernel work (queued on its CPU and charged to the
+//! thread's owner in the kernel layer, under the step's cause), taking a kernel spinlock
+//! (spinning at CPL 0 while it is taken, [`super::spinlock`]), releasing it, waking a
+//! blocked thread (`try_to_wake_up`, with the IPI it may send), and, last, going to sleep
+//! (`schedule()` of a futex wait). A lock, unlock, wake-up or sleep waits for the work queued
+//! before it, so each happens at the instant the kernel reaches it. The memory paths
+//! ([`super::mm`]: page faults, the pages a zap frees) and the futex paths
+//! ([`super::futex`]) are written in these steps.
+
+use crate::account::{Attr, Cause, Layer};
+use crate::world::World;
+
+use super::mm::SWAP_CLUSTER_MAX;
+use super::spinlock::{KLockRef, MmLock};
+use super::thread::{Act, Flow};
+use super::{KernelId, ThreadId, HOST};
+
+/// One step of a kernel path still to run on behalf of a thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KStep {
+    /// Anonymous page faults still to take (allocate, zero, map, add to the LRU).
+    Faults(u64),
+    /// A zap's pages (after its TLB flush): `left` of its `total` still to take off the LRU;
+    /// then all `total` are freed.
+    Release {
+        /// Pages not yet off the LRU.
+        left: u64,
+        /// Pages of the zap.
+        total: u64,
+    },
+    /// Pages still to put on the CPU's free list.
+    Free(u64),
+    /// Take the lock (spin while it is taken).
+    Lock(KLockRef),
+    /// Kernel work (ns) with its cause.
+    Work(u64, Cause),
+    /// Release the lock.
+    Unlock(KLockRef),
+    /// Wake the thread (`try_to_wake_up` of a futex waiter).
+    Wake(ThreadId),
+    /// Go to sleep on the futex wait under way ([`super::thread::Thread::blocking`]), unless a
+    /// wake-up came first.
+    Block,
+    /// The thread exits (after the wake-ups of the queues its exit closed).
+    Exit,
+}
+
+impl World<'_> {
+    /// Runs thread `t`'s pending kernel-path steps on (`k`, `cpu`): Stop when it must wait
+    /// (for its queued kernel work to run before a lock operation, a wake-up or its sleep;
+    /// spinning on a lock; asleep).
+    pub(crate) fn run_kpath(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
+        let owner = self.leaf_owner(k, cpu, t);
+        loop {
+            let Some(&step) = self.threads[t as usize].kpath.front() else {
+                // A futex wait's own path runs after everything queued before it (the unlock
+                // of `pthread_cond_wait`, a lane's unlock): it is pushed once the rest is done.
+                if self.futex_wait_path(t) {
+                    continue;
+                }
+                if self.threads[t as usize].kdepth == 0 {
+                    // The system call returns: a reschedule its wake-ups asked for happens
+                    // now (`exit_to_user_mode_loop`), before the thread's next operation.
+                    self.preempt_enable(t);
+                    if self.kernels[k as usize].cpus[cpu as usize].need_resched {
+                        return Flow::Stop;
+                    }
+                }
+                return Flow::Continue;
+            };
+            let ordered = matches!(step, KStep::Lock(_) | KStep::Unlock(_) | KStep::Wake(_) | KStep::Block | KStep::Exit);
+            if ordered && !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() {
+                // The work queued before it runs first.
+                return Flow::Stop;
+            }
+            match step {
+                KStep::Lock(r) => {
+                    self.threads[t as usize].kpath.pop_front();
+                    if let Flow::Stop = self.op_kspin_lock(t, r) {
+                        return Flow::Stop;
+                    }
+                }
+                KStep::Unlock(r) => {
+                    self.threads[t as usize].kpath.pop_front();
+                    self.op_kspin_unlock(t, r);
+                }
+                KStep::Work(ns, cause) => {
+                    self.threads[t as usize].kpath.pop_front();
+                    self.push_work(k, cpu, Attr { owner, layer: Layer::Kernel, cause }, ns);
+                }
+                KStep::Wake(w) => {
+                    self.threads[t as usize].kpath.pop_front();
+                    self.wake_thread(w, (k, cpu));
+                    if k != HOST && !self.vcpu_in_guest(self.vcpu_of(k, cpu)) {
+                        // The wake-up's IPI exited to the host: the path goes on after re-entry.
+                        return Flow::Stop;
+                    }
+                }
+                KStep::Block => {
+                    self.threads[t as usize].kpath.pop_front();
+                    let th = &mut self.threads[t as usize];
+                    if let Some((on, _)) = th.blocking.take() {
+                        th.act = Act::Blocked(on);
+                        th.stats.blocks += 1;
+                        self.block_curr(k, cpu, false);
+                        return Flow::Stop;
+                    }
+                    // Woken while on its way to sleep: futex_wait returns at once.
+                }
+                KStep::Exit => {
+                    self.threads[t as usize].kpath.pop_front();
+                    self.thread_finish(k, cpu, t);
+                    return Flow::Stop;
+                }
+                KStep::Faults(n) => {
+                    let attr = Attr { owner, layer: Layer::Kernel, cause: Cause::MemoryOp };
+                    self.expand_faults(k, cpu, t, n, attr);
+                }
+                KStep::Release { left, total } => {
+                    self.threads[t as usize].kpath.pop_front();
+                    let lru = KLockRef::Mm(MmLock::Lru(self.mm_node(k, cpu)));
+                    let now = left.min(SWAP_CLUSTER_MAX);
+                    let next = if left > now { KStep::Release { left: left - now, total } } else { KStep::Free(total) };
+                    let front = if now == 0 {
+                        vec![next]
+                    } else {
+                        vec![KStep::Lock(lru), KStep::Work(now * self.costs.lru_page, Cause::MemoryOp), KStep::Unlock(lru), next]
+                    };
+                    self.kpath_push_front(t, front);
+                }
+                KStep::Free(n) => self.expand_free(k, cpu, t, n),
+            }
+        }
+    }
+
+    /// Whether thread task `t` is inside a futex system call, which its kernel does not preempt
+    /// (no `CONFIG_PREEMPT`: a reschedule asked for meanwhile happens at the call's return).
+    pub(crate) fn in_futex_call(&self, t: ThreadId) -> bool {
+        let th = &self.threads[t as usize];
+        th.blocking.is_some() || th.kpath.iter().any(|s| matches!(s, KStep::Wake(_) | KStep::Block | KStep::Exit))
+    }
+
+    /// Puts `steps` at the front of thread `t`'s kernel path, in order.
+    pub(crate) fn kpath_push_front(&mut self, t: ThreadId, steps: Vec<KStep>) {
+        let kp = &mut self.threads[t as usize].kpath;
+        for s in steps.into_iter().rev() {
+            kp.push_front(s);
+        }
+    }
+}
