@@ -58,20 +58,23 @@ fn page_fault_paths_contend_on_the_guests_lru_lock() {
     }
 }
 
-/// A ticket-lock hand-off whose holder's vCPU is preempted (a VM of 2 vCPUs on 2 cores, the
-/// other VM's one vCPU sharing the holder's core).
+/// A kernel-spinlock hand-off whose holder's vCPU is preempted (a VM of 2 vCPUs on 2 cores, the
+/// other VM's one vCPU sharing the holder's core), for the guest's ticket locks (Linux 3.x),
+/// its queued spinlocks without PV spinlocks (`virt_spin_lock`: test-and-set) and PV queued
+/// spinlocks (the waiter halts after `spin_threshold` PAUSEs and is kicked at the unlock).
 /// In each VM thread 0 takes a kernel spinlock and holds it for 40 ms of kernel work; thread
 /// 1 computes 20 ms (by then thread 0 has run: core 0's slices are 12 ms), then asks for it and spins at CPL 0 until its ticket is served. The host
 /// shares core 0 between the holder's vCPU and the other VM's (12 ms slices: a 24 ms period on
 /// the default 80-CPU host), so the holder's vCPU is descheduled during the hold while the
 /// waiter spins on core 1 (lock-holder preemption).
-/// - PLE off: the waiter spins on until the holder has run its 40 ms, whoever runs.
+/// - PLE off: the waiter spins on until the holder has run its 40 ms, whoever runs (with PV
+///   spinlocks, until it halts after 32,768 PAUSEs, ~1.9 ms, to be kicked at the unlock).
 /// - PLE on (a fixed 4,096-cycle window): every window of spinning exits, and KVM's directed
 ///   yield boosts the preempted holder's vCPU, so the waiter spins less. (The hold does not
 ///   end sooner: CFS gives the other VM back the time the boost took, and every yield costs
 ///   a vCPU switch on the holder's core.)
 #[test]
-fn a_ticket_hand_off_with_the_holders_vcpu_preempted_with_ple_on_and_off() {
+fn a_spinlock_hand_off_with_the_holders_vcpu_preempted_with_ple_on_and_off() {
     let prog = "objects = { k = \"kspinlock\" }\nprogram = [\n\
                 { single = { body = [ { kspin_lock = \"k\" }, { compute = \"40ms\" }, { kspin_unlock = \"k\" } ] } },\n\
                 { compute = \"20ms\" }, { kspin_lock = \"k\" }, { compute = \"10us\" }, { kspin_unlock = \"k\" } ]\n";
@@ -79,28 +82,34 @@ fn a_ticket_hand_off_with_the_holders_vcpu_preempted_with_ple_on_and_off() {
     // Thread i on vCPU i; the co-running VM has one vCPU, on core 0: it shares the holder's
     // core and leaves the waiter's alone (two equal VMs on two cores run in lockstep, each VM's
     // vCPUs together, and never preempt a holder whose waiter runs).
-    let common = ["record.wait_chains=true", "guest.pin_threads=true", "vms.1.vcpus=1", "vm.pin=true", "guest.spinlock=\"ticket\""];
-    // A fixed window (KVM's adaptive one grows to its cap while the holder runs).
-    let on = run_inline(exp, prog, &[&common[..], &["vm.ple.window_policy=\"fixed\""]].concat());
-    let off = run_inline(exp, prog, &[&common[..], &["vm.ple.enabled=false"]].concat());
-    for (p, q) in on.iter().zip(&off) {
-        for r in [p, q] {
-            let k: Vec<_> = r.run.wait_chains.as_ref().expect("recorded").iter().filter(|w| w.on == "kspinlock 'k'").collect();
-            // (A wait is charged to the culprit's state when the waiter's interval closes, so
-            // the state is not asserted here.)
-            assert!(!k.is_empty() && k.iter().all(|w| w.waiter != w.culprit), "the waiter waits for the holder: {k:?}");
-        }
-        assert!(metric(p, "ple_exits") > 0.0 && metric(q, "ple_exits") == 0.0);
-        assert!(metric(p, "ple_yields") > 0.0, "PLE exits yield to the preempted holder");
-        let spin = |r: &ScenarioResult| kernel_ns(r, "spin_kernel");
-        assert!(spin(q) > spin(p), "without PLE the waiter spins longer: {} vs {} ns", spin(q), spin(p));
-        // Every exit ran into the fixed window; the profile of the VM's guest time shows the
-        // spinning as k:lock, and its four shares sum to 1.
-        assert_eq!(metric(p, "ple_window_mean_cycles"), 4096.0);
-        assert!(!q.metrics.contains_key("ple_window_mean_cycles"), "no PLE exits, no mean window");
-        for r in [p, q] {
-            let shares = ["vm_cpu_tlb_share", "vm_cpu_lock_share", "vm_cpu_kernel_other_share", "vm_cpu_user_share"].map(|m| metric(r, m));
-            assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9 && shares[1] > 0.05, "{shares:?}");
+    let base = ["record.wait_chains=true", "guest.pin_threads=true", "vms.1.vcpus=1", "vm.pin=true"];
+    for lock in
+        [&["guest.spinlock=\"ticket\""][..], &["guest.spinlock=\"qspinlock\""], &["guest.spinlock=\"qspinlock\"", "vm.pv.spinlocks=true"]]
+    {
+        let common = [&base[..], lock].concat();
+        // A fixed window (KVM's adaptive one grows to its cap while the holder runs).
+        let on = run_inline(exp, prog, &[&common[..], &["vm.ple.window_policy=\"fixed\""]].concat());
+        let off = run_inline(exp, prog, &[&common[..], &["vm.ple.enabled=false"]].concat());
+        for (p, q) in on.iter().zip(&off) {
+            for r in [p, q] {
+                let k: Vec<_> = r.run.wait_chains.as_ref().expect("recorded").iter().filter(|w| w.on == "kspinlock 'k'").collect();
+                // (A wait is charged to the culprit's state when the waiter's interval closes, so
+                // the state is not asserted here.)
+                assert!(!k.is_empty() && k.iter().all(|w| w.waiter != w.culprit), "the waiter waits for the holder: {k:?}");
+            }
+            assert!(metric(p, "ple_exits") > 0.0 && metric(q, "ple_exits") == 0.0);
+            assert!(metric(p, "ple_yields") > 0.0, "PLE exits yield to the preempted holder");
+            let spin = |r: &ScenarioResult| kernel_ns(r, "spin_kernel");
+            assert!(spin(q) > spin(p), "without PLE the waiter spins longer: {} vs {} ns", spin(q), spin(p));
+            // Every exit ran into the fixed window; the profile of the VM's guest time shows the
+            // spinning as k:lock, and its four shares sum to 1.
+            assert_eq!(metric(p, "ple_window_mean_cycles"), 4096.0);
+            assert!(!q.metrics.contains_key("ple_window_mean_cycles"), "no PLE exits, no mean window");
+            for r in [p, q] {
+                let shares =
+                    ["vm_cpu_tlb_share", "vm_cpu_lock_share", "vm_cpu_kernel_other_share", "vm_cpu_user_share"].map(|m| metric(r, m));
+                assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9 && shares[1] > 0.05, "{shares:?}");
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 mod apples;
 mod bandwidth;
 mod examples;
+mod futex;
 mod golden;
 mod groups;
 mod invariants;
