@@ -15,6 +15,7 @@ fn program() -> impl Strategy<Value = String> {
         (1u32..20).prop_map(|us| format!("{{ kspin_lock = \"k\" }}, {{ compute = \"{us}us\" }}, {{ kspin_unlock = \"k\" }}")),
         Just("{ barrier = \"b\" }".to_string()),
         Just("{ barrier = \"sb\" }".to_string()),
+        Just("{ barrier = \"cb\" }".to_string()),
         (1u32..300).prop_map(|us| format!("{{ sleep = \"{us}us\" }}")),
         Just("{ single = { body = [ { compute = \"100us\" } ] } }".to_string()),
         (1u32..100)
@@ -36,7 +37,7 @@ fn program() -> impl Strategy<Value = String> {
     });
     (proptest::collection::vec(op, 1..6), 1u32..8, memory).prop_map(|(ops, times, memory)| {
         format!(
-            "objects = {{ m = \"mutex\", s = \"spinlock\", k = \"kspinlock\", b = \"barrier\", sb = \"spin_barrier\" }}\n\
+            "objects = {{ m = \"mutex\", s = \"spinlock\", k = \"kspinlock\", b = \"barrier\", sb = \"spin_barrier\", cb = {{ kind = \"barrier\", impl = \"condvar\" }} }}\n\
              {memory}program = [ {{ repeat = {{ times = {times}, body = [ {} ] }} }} ]\n",
             ops.join(", ")
         )
@@ -71,7 +72,8 @@ proptest! {
         numa in prop_oneof![Just("hidden"), Just("exposed")],
         placement in prop_oneof![Just("interleave"), Just("first_touch"), Just("bind")],
         spread in any::<bool>(), numad in any::<bool>(), bw in 0usize..4, native_groups in any::<bool>(),
-        old_libc in any::<bool>(),
+        old_libc in any::<bool>(), old_kernel in any::<bool>(),
+        guest_lock in prop_oneof![Just("qspinlock"), Just("ticket"), Just("byte"), Just("pmt")],
     ) {
         let exp = format!("scenarios = [\"{sc}\"]\nvcpus = [{vcpus}]\nthreads = {threads}\nseeds = [{seed}]\n");
         let sets: Vec<String> = vec![
@@ -106,6 +108,14 @@ proptest! {
         let trim = if old_libc { "always" } else { "threshold" };
         sets.push(format!("host.arena_trim=\"{trim}\""));
         sets.push(format!("guest.arena_trim=\"{trim}\""));
+        // Kernels before v4.2 wake futex waiters under the bucket lock; glibc before 2.25
+        // requeues a broadcast's waiters onto the mutex.
+        let (wake, bcast) = if old_kernel { ("locked", "requeue") } else { ("deferred", "wake_all") };
+        for k in ["host", "guest"] {
+            sets.push(format!("{k}.futex_wake=\"{wake}\""));
+            sets.push(format!("{k}.cond_broadcast=\"{bcast}\""));
+        }
+        sets.push(format!("guest.spinlock=\"{guest_lock}\""));
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         for r in try_run_inline(&exp, &prog, &sets) {
             let r = match r {
