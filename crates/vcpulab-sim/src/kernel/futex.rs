@@ -29,7 +29,7 @@
 
 use crate::account::Cause;
 use crate::spec::kernel::FutexWake;
-use crate::workload::program::ObjId;
+use crate::workload::program::{ObjId, QueueImpl};
 use crate::world::World;
 
 use super::kpath::KStep;
@@ -97,12 +97,18 @@ impl FutexTable {
 }
 
 impl World<'_> {
-    /// A futex word as a user reads it: "mutex 'm'", "the mutex of barrier 'b'", "lane 2's
-    /// "not empty" condition of queue 'q'".
-    pub(crate) fn futex_word_name(&self, f: FutexKey) -> String {
+    /// The kernel lock of word `f` as wait chains name it: "kspinlock 'futex hb->lock' of mutex
+    /// 'm'", "... of lane 2's "not empty" condition of queue 'q'"; for a socket queue its lock
+    /// ("kspinlock 'sk->lock' of lane 0 of socket 'q'") or its wait queue's ('sk_wq->lock').
+    pub(crate) fn word_lock_name(&self, f: FutexKey) -> String {
         let d = &self.insts[f.inst as usize].wl.objects[f.obj as usize];
+        if d.queue_impl == QueueImpl::Socket && f.word >= 3 {
+            let (lane, which) = ((f.word - 3) / 3, (f.word - 3) % 3);
+            let lock = if which == word::Lane::Mutex as u32 { "sk->lock" } else { "sk_wq->lock" };
+            return format!("kspinlock '{lock}' of lane {lane} of socket '{}'", d.name);
+        }
         let obj = format!("{} '{}'", d.kind.name(), d.name);
-        match f.word {
+        let word = match f.word {
             word::MAIN => obj,
             word::BARRIER_MUTEX => format!("the mutex of {obj}"),
             word::JOIN => format!("the completion condition of {obj}"),
@@ -110,7 +116,8 @@ impl World<'_> {
                 let (lane, which) = ((w - 3) / 3, ["mutex", "\"not empty\" condition", "\"not full\" condition"][((w - 3) % 3) as usize]);
                 format!("lane {lane}'s {which} of {obj}")
             }
-        }
+        };
+        format!("kspinlock 'futex hb->lock' of {word}")
     }
 
     /// The key of word `word` of thread `t`'s object `obj`.
@@ -123,12 +130,28 @@ impl World<'_> {
     /// lock, queueing, the sleep) runs once the kernel work queued before it is done
     /// ([`World::futex_wait_path`]).
     pub(crate) fn futex_wait(&mut self, k: KernelId, cpu: u32, t: ThreadId, on: BlockOn, word: u32) {
+        self.syscall(k, cpu, t);
+        self.sleep_on(t, on, word);
+    }
+
+    /// Thread `t`, inside a system call, goes to sleep on `on` behind the lock of word `word`
+    /// of its object (a futex bucket, a socket's wait queue): its path takes the lock, queues
+    /// it and sleeps once the rest of its kernel path is done ([`World::futex_wait_path`]).
+    pub(crate) fn sleep_on(&mut self, t: ThreadId, on: BlockOn, word: u32) {
         let obj = on.obj().expect("a futex wait is on an object");
         let key = self.futex_key(t, obj, word);
-        self.syscall(k, cpu, t);
         let th = &mut self.threads[t as usize];
         th.act = Act::Fresh;
         th.blocking = Some((on, key));
+    }
+
+    /// A socket queue's `write` or `read` of thread `t` on lane `l` of `q` (a system call): the
+    /// socket's spinlock is taken to queue or dequeue the message (`sock_lock` under it).
+    pub(crate) fn socket_section(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize) {
+        self.syscall(k, cpu, t);
+        let sk = KLockRef::Futex(self.futex_key(t, q, word::lane(l, word::Lane::Mutex)));
+        let steps = [KStep::Lock(sk), KStep::Work(self.costs.sock_lock, Cause::Syscall), KStep::Unlock(sk)];
+        self.threads[t as usize].kpath.extend(steps);
     }
 
     /// Queues the path of thread `t`'s pending futex wait when nothing else is left on its
@@ -149,9 +172,19 @@ impl World<'_> {
             return;
         }
         self.syscall(k, cpu, t);
+        let locked = self.kernels[k as usize].params.futex_wake == FutexWake::Locked;
+        self.wake_path(t, obj, word, woken, locked);
+    }
+
+    /// Thread `t`, inside a system call, wakes `woken` from the lock of word `word` of object
+    /// `obj`: take the lock, unqueue each (`futex_hb` each), and wake them under the lock
+    /// (`locked`) or after releasing it.
+    pub(crate) fn wake_path(&mut self, t: ThreadId, obj: ObjId, word: u32, woken: Vec<ThreadId>, locked: bool) {
+        if woken.is_empty() {
+            return;
+        }
         let hb = KLockRef::Futex(self.futex_key(t, obj, word));
         let per_waiter = KStep::Work(self.costs.futex_hb, Cause::Syscall);
-        let locked = self.kernels[k as usize].params.futex_wake == FutexWake::Locked;
         let mut steps = Vec::with_capacity(2 + 3 * woken.len());
         steps.push(KStep::Lock(hb));
         for &w in &woken {

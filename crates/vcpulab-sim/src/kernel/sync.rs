@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use crate::engine::{SimTime, Stream};
 use crate::spec::kernel::{CondBroadcast, SpinlockImpl};
-use crate::workload::program::{BarrierImpl, Lane, ObjDecl, ObjId, ObjKind};
+use crate::workload::program::{BarrierImpl, Lane, ObjDecl, ObjId, ObjKind, QueueImpl};
 use crate::workload::Workload;
 use crate::world::World;
 
@@ -110,6 +110,8 @@ pub enum Obj {
         outstanding: u64,
         /// Threads blocked in `join` until `outstanding` is 0.
         joiners: Vec<ThreadId>,
+        /// A kernel socket (`impl = "socket"`) rather than a C-library queue.
+        socket: bool,
     },
     /// Condition variable.
     Cond {
@@ -230,6 +232,7 @@ impl Obj {
                 cursors: Vec::new(),
                 outstanding: 0,
                 joiners: Vec::new(),
+                socket: d.queue_impl == QueueImpl::Socket,
             },
         }
     }
@@ -662,13 +665,29 @@ impl World<'_> {
     /// program counter goes back to the instruction).
     fn block_to_retry(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, word: u32) {
         self.threads[t as usize].pc -= 1;
-        self.futex_wait(k, cpu, t, BlockOn::Queue(q), word);
+        if self.is_socket(t, q) {
+            // Inside the `read` or `write`: sleep on the socket's wait queue.
+            self.sleep_on(t, BlockOn::Queue(q), word);
+        } else {
+            self.futex_wait(k, cpu, t, BlockOn::Queue(q), word);
+        }
+    }
+
+    /// Whether queue `q` of thread `t`'s instance is a kernel socket.
+    fn is_socket(&mut self, t: ThreadId, q: ObjId) -> bool {
+        matches!(self.obj(t, q), Obj::Queue { socket: true, .. })
     }
 
     /// Takes lane `l`'s mutex (`queue_t`'s) for a `push` or pop of thread `t`, or blocks on it
     /// while another thread holds it, as `__lll_lock_wait` (the instruction is retried after
     /// the wake-up): false = blocked.
+    /// A socket has no user-level mutex: its `write` or `read` takes the socket's spinlock
+    /// instead (always true).
     fn lane_lock(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize) -> bool {
+        if self.is_socket(t, q) {
+            self.socket_section(k, cpu, t, q, l);
+            return true;
+        }
         let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
         let ln = &mut lanes[l];
         if ln.holder.is_some_and(|h| h != t) {
@@ -683,6 +702,9 @@ impl World<'_> {
     /// Releases lane `l`'s mutex held by `t`; a thread blocked on it wakes and retries (one
     /// futex wake, no hand-off, as glibc's default mutex).
     fn lane_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize) {
+        if self.is_socket(t, q) {
+            return;
+        }
         let Obj::Queue { lanes, .. } = self.obj(t, q) else { unreachable!("checked at parse") };
         let ln = &mut lanes[l];
         debug_assert_eq!(ln.holder, Some(t));
@@ -697,7 +719,14 @@ impl World<'_> {
     /// any wake-up preemption at its return (`exit_to_user_mode_loop`), as `queue_enqueue`
     /// and `queue_dequeue` unlock only after signalling. A woken consumer that runs meanwhile
     /// blocks on the mutex (`__pthread_mutex_cond_lock`).
+    /// On a socket the `write` or `read` wakes its partner from the socket's wait queue,
+    /// holding the wait queue's spinlock across the wake-up (`sk_data_ready` /
+    /// `sk_write_space` → `__wake_up`), with no mutex to keep.
     fn lane_wake_locked(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, (l, on): (usize, LaneWord), w: ThreadId) {
+        if self.is_socket(t, q) {
+            self.wake_path(t, q, word::lane(l, on), vec![w], true);
+            return;
+        }
         self.threads[t as usize].held_lock = Some(HeldLock::Lane(q, l as u32));
         self.futex_wake(k, cpu, t, q, word::lane(l, on), vec![w]);
     }
@@ -829,8 +858,16 @@ impl World<'_> {
                 closed.push((l, ln.pop_waiters.drain(..).collect::<Vec<ThreadId>>()));
             }
         }
+        let socket = self.is_socket(t, q);
         for (l, woken) in closed {
-            self.futex_wake(k, cpu, t, q, word::lane(l, LaneWord::NotEmpty), woken);
+            let w = word::lane(l, LaneWord::NotEmpty);
+            if socket {
+                // The writer's `close`: its readers are woken from the wait queue, under its lock.
+                self.syscall(k, cpu, t);
+                self.wake_path(t, q, w, woken, true);
+            } else {
+                self.futex_wake(k, cpu, t, q, w, woken);
+            }
         }
     }
 

@@ -330,7 +330,7 @@ impl World<'_> {
             On::TlbShootdown => "tlb_shootdown".to_string(),
             On::Membarrier => "membarrier".to_string(),
             On::KernelLock(_, m) => format!("kspinlock '{}'", m.name()),
-            On::FutexBucket(f) => format!("kspinlock 'futex hb->lock' of {}", self.futex_word_name(f)),
+            On::FutexBucket(f) => self.word_lock_name(f),
         };
         // In key order, then largest first (a stable sort keeps key order among ties).
         let mut rows: Vec<WaitChainRow> = self

@@ -60,6 +60,10 @@ pub struct Costs {
     /// the `try_to_wake_up` itself excluded) ≈ 250 cycles ≈ 100 ns (*estimate*;
     /// [`crate::kernel::futex`]).
     pub futex_hb: u64,
+    /// Time under a socket's spinlock per message queued (`write`) or dequeued (`read`) on a
+    /// socket queue (`impl = "socket"`: `unix_state_lock`, `skb_queue_tail` / `skb_unlink`)
+    /// ≈ 500 cycles ≈ 200 ns (*estimate*).
+    pub sock_lock: u64,
     /// A thread context switch on one CPU: 1–2 µs (lmbench-style measurements, *estimate*).
     pub context_switch: u64,
     /// Host switch between vCPU threads: context switch + vcpu_put/vcpu_load + entry,
@@ -152,6 +156,7 @@ impl Default for Costs {
             timer_program: 50,
             syscall_futex: 300,
             futex_hb: 100,
+            sock_lock: 200,
             context_switch: 1_500,
             vcpu_switch: 4_000,
             c1_exit: 2_000,

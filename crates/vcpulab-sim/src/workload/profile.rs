@@ -10,7 +10,8 @@ use toml::Value;
 use super::dist::{parse_duration, Dist};
 use super::heap::{parse_size, HeapParams};
 use super::program::{
-    BarrierImpl, CountExpr, Group, Instr, Lane, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, Share, Times, Workload, MODELS,
+    BarrierImpl, CountExpr, Group, Instr, Lane, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, QueueImpl, Share, Times,
+    Workload, MODELS,
 };
 
 /// A parse error: the path inside the workload table and a message.
@@ -694,6 +695,7 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
         capacity: None,
         lane_threads: None,
         barrier_impl: BarrierImpl::Futex,
+        queue_impl: QueueImpl::Pthread,
         users: Vec::new(),
     };
     match v {
@@ -727,10 +729,18 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
                     },
                 };
             }
-            if let Some(i) = t.get("impl") {
+            if let (Some(i), ObjKind::Queue) = (t.get("impl"), d.kind) {
+                let p = format!("{path}.impl");
+                d.queue_impl = match resolve(params, i, &p)? {
+                    Value::String(s) if s == "pthread" => QueueImpl::Pthread,
+                    Value::String(s) if s == "socket" => QueueImpl::Socket,
+                    Value::String(s) => return err(&p, format!("expected \"pthread\" or \"socket\" (got '{s}')")),
+                    o => return err(&p, format!("expected \"pthread\" or \"socket\" (got {})", type_name(&o))),
+                };
+            } else if let Some(i) = t.get("impl") {
                 let p = format!("{path}.impl");
                 if d.kind != ObjKind::Barrier {
-                    return err(&p, "only blocking barriers have an impl");
+                    return err(&p, "only blocking barriers and queues have an impl");
                 }
                 d.barrier_impl = match resolve(params, i, &p)? {
                     Value::String(s) if s == "futex" => BarrierImpl::Futex,

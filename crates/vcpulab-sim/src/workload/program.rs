@@ -69,6 +69,9 @@ pub struct ObjDecl {
     /// How a blocking barrier is built (`impl`): a futex word (`pthread_barrier_wait`) or a
     /// mutex and a condition variable (PARMACS `BARRIER`).
     pub barrier_impl: BarrierImpl,
+    /// How a queue is built (`impl`): a C-library queue (a mutex and two condition variables)
+    /// or a kernel socket.
+    pub queue_impl: QueueImpl,
     /// Groups whose programs use it.
     pub users: Vec<u32>,
 }
@@ -88,6 +91,21 @@ pub enum BarrierImpl {
     /// after the other through the mutex; how they queue on it depends on the C library's
     /// broadcast (`cond_broadcast` of the kernel spec).
     Condvar,
+}
+
+/// How a queue is built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueImpl {
+    /// A user-level queue guarded by a pthread mutex with "not empty" and "not full" condition
+    /// variables (PARSEC's `queue_t`, pkgs/apps/dedup/src/queue.c): a push or pop takes the
+    /// mutex, and a blocked partner is woken with a futex call while the mutex is held.
+    #[default]
+    Pthread,
+    /// A kernel socket (a Unix-domain stream socket, or a pipe): a push is a `write`, a pop a
+    /// `read`. Each takes the socket's spinlock to queue or dequeue the message, and sleeps on
+    /// or wakes the socket's wait queue, whose spinlock is held across the wake-up
+    /// (`__wake_up` → `try_to_wake_up`) in every kernel version ([`crate::kernel::futex`]).
+    Socket,
 }
 
 /// A thread count that depends on the run's thread parameter n: `max(1, n·mul/div + add)`,

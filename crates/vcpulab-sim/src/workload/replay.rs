@@ -288,6 +288,7 @@ impl<'a> Builder<'a> {
             capacity: None,
             lane_threads: None,
             barrier_impl: Default::default(),
+            queue_impl: Default::default(),
             users: vec![user],
         });
         id

@@ -57,3 +57,41 @@ fn wake_ups_under_the_bucket_lock_hold_it_across_the_ipi_exits() {
         assert_eq!(l.run.instances[0].counters.compute_ns, d.run.instances[0].counters.compute_ns, "same work");
     }
 }
+
+/// A socket queue (`impl = "socket"`) on 2 native CPUs, by hand (default costs): the reader
+/// starts at 1,550 ns and reads an empty socket: the call (300), the socket's lock (200 under
+/// it), then it sleeps on the socket's wait queue (100 under the wait queue's lock): 600. The
+/// writer writes after 1 ms: the call (300), the socket's lock (200), and the wake-up of the
+/// reader under the wait queue's lock (100): 600. The woken reader reads again (300 + 200), gets
+/// the message, works 10 µs and reads once more (300 + 200): the writer has exited meanwhile,
+/// so the socket is closed and empty and the drain ends. Kernel system-call time: 600 + 600 +
+/// 500 + 500 = 2,200 ns; nobody waits on either lock.
+#[test]
+fn a_socket_write_and_read_take_the_sockets_locks_by_hand() {
+    let prog = "objects = { q = { kind = \"queue\", impl = \"socket\" } }\n\
+                [[workloads.w.groups]]\nname = \"writer\"\nthreads = 1\nprogram = [ { compute = \"1ms\" }, { push = \"q\" } ]\n\
+                [[workloads.w.groups]]\nname = \"reader\"\nthreads = 1\nprogram = [ { drain = { queue = \"q\", body = [ { compute = \"10us\" } ] } } ]\n";
+    let r = &run_inline("scenarios = [\"native\"]\nvcpus = [2]\n", prog, &["record.wait_chains=true"])[0];
+    assert_eq!(kernel_ns(r, "syscall"), 2_200, "{:?}", r.run.ledger);
+    assert_eq!(kernel_ns(r, "spin_kernel"), 0);
+    assert!(r.run.wait_chains.as_ref().expect("recorded").is_empty());
+    assert_eq!(r.run.instances[0].counters.blocks, 1, "the reader slept once");
+}
+
+/// hackbench's sockets in a VM of 4 vCPUs on 4 cores (TPDS-4S, 4 groups): the 20 writers of a
+/// group and its reader wait for each other on their socket's lock, and the wait chains name
+/// the lock and the socket (each group's sockets are lanes of the 20 socket queues).
+#[test]
+fn hackbench_spins_on_its_sockets_locks_in_a_vm() {
+    let r = super::run_text(
+        "[experiment]\nworkloads = [\"hackbench\"]\nscenarios = [\"UC\"]\nvcpus = [4]\n[workloads.hackbench.params]\nloops = 10\n",
+        &["record.wait_chains=true"],
+    );
+    let chains = r[0].run.wait_chains.as_ref().expect("recorded");
+    let on = |lock: &str| chains.iter().filter(|w| w.on.starts_with(&format!("kspinlock '{lock}' of lane "))).map(|w| w.ns).sum::<u64>();
+    assert!(on("sk->lock") > 0, "{chains:?}");
+    let lanes: std::collections::BTreeSet<&str> =
+        chains.iter().filter_map(|w| w.on.strip_prefix("kspinlock 'sk->lock' of lane ")).filter_map(|r| r.split(' ').next()).collect();
+    assert!(lanes.len() > 1, "the groups' sockets are distinct: {lanes:?}");
+    assert!(kernel_ns(&r[0], "spin_kernel") > 0);
+}

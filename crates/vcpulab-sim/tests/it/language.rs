@@ -497,7 +497,9 @@ fn a_barrier_impl_is_futex_or_condvar_and_a_condvar_barrier_takes_no_spin_budget
     let e = spec_error(&format!("objects = {{ b = {{ kind = \"barrier\", impl = \"condvar\", spin = \"10us\" }} }}\n{prog}"));
     assert!(e.contains("objects.b.impl") && e.contains("no spin budget"), "{e}");
     let e = spec_error("objects = { m = { kind = \"mutex\", impl = \"condvar\" } }\nprogram = [ { lock = \"m\" }, { unlock = \"m\" } ]");
-    assert!(e.contains("objects.m.impl") && e.contains("only blocking barriers"), "{e}");
+    assert!(e.contains("objects.m.impl") && e.contains("only blocking barriers and queues"), "{e}");
+    let e = spec_error("objects = { q = { kind = \"queue\", impl = \"tcp\" } }\nprogram = [ { push = \"q\" } ]");
+    assert!(e.contains("objects.q.impl") && e.contains("\"pthread\" or \"socket\"") && e.contains("'tcp'"), "{e}");
     // Both kinds of barrier let every thread through every episode, natively and in a VM.
     for imp in ["futex", "condvar"] {
         let w = format!(
