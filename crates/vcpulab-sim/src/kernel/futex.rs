@@ -22,6 +22,13 @@
 //! `futex_q` queued or woken. `FUTEX_CMP_REQUEUE` (glibc's condvar broadcast before 2.25)
 //! takes both words' buckets (`double_lock_hb`); the model takes the condvar's only.
 //!
+//! A socket queue (`impl = "socket"`) uses the same paths with the socket's own spinlocks
+//! (Linux net/unix/af_unix.c, kernel/sched/wait.c): a `write` or `read` takes the socket's
+//! lock (`sock_lock` under it, `World::socket_section`), and sleeps on or wakes the socket's
+//! wait queue behind the wait queue's lock, which `__wake_up` holds across `try_to_wake_up` in
+//! every kernel version. A socket's words are its lanes' "mutex" (the socket lock) and "not
+//! empty" / "not full" words (its wait queue).
+//!
 //! Who waits and who is woken is decided by the user-level operation, as the word's value
 //! decides it in the C library; the path gives the timing. A waker's wake-up lands when its
 //! path reaches it; a waiter sleeps when its path has queued it. A waiter that a waker chose

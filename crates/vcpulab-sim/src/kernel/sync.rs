@@ -714,8 +714,9 @@ impl World<'_> {
         }
     }
 
-    /// Thread `t`, holding lane `l`'s mutex, wakes `w` from the lane's condition `on` (`pthread_cond_signal`, a futex wake)
-    /// and keeps the mutex until its next operation runs: after the system call, and after
+    /// Thread `t`, holding lane `l`'s mutex, wakes `w` from the lane's condition `on`
+    /// (`pthread_cond_signal`, a futex wake) and keeps the mutex until its next operation
+    /// runs: after the system call, and after
     /// any wake-up preemption at its return (`exit_to_user_mode_loop`), as `queue_enqueue`
     /// and `queue_dequeue` unlock only after signalling. A woken consumer that runs meanwhile
     /// blocks on the mutex (`__pthread_mutex_cond_lock`).
