@@ -681,6 +681,7 @@ impl World<'_> {
     /// Takes lane `l`'s mutex (`queue_t`'s) for a `push` or pop of thread `t`, or blocks on it
     /// while another thread holds it, as `__lll_lock_wait` (the instruction is retried after
     /// the wake-up): false = blocked.
+    ///
     /// A socket has no user-level mutex: its `write` or `read` takes the socket's spinlock
     /// instead (always true).
     fn lane_lock(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize) -> bool {
@@ -716,10 +717,11 @@ impl World<'_> {
 
     /// Thread `t`, holding lane `l`'s mutex, wakes `w` from the lane's condition `on`
     /// (`pthread_cond_signal`, a futex wake) and keeps the mutex until its next operation
-    /// runs: after the system call, and after
-    /// any wake-up preemption at its return (`exit_to_user_mode_loop`), as `queue_enqueue`
-    /// and `queue_dequeue` unlock only after signalling. A woken consumer that runs meanwhile
-    /// blocks on the mutex (`__pthread_mutex_cond_lock`).
+    /// runs: after the system call, and after any wake-up preemption at its return
+    /// (`exit_to_user_mode_loop`), as `queue_enqueue` and `queue_dequeue` unlock only after
+    /// signalling. A woken consumer that runs meanwhile blocks on the mutex
+    /// (`__pthread_mutex_cond_lock`).
+    ///
     /// On a socket the `write` or `read` wakes its partner from the socket's wait queue,
     /// holding the wait queue's spinlock across the wake-up (`sk_data_ready` /
     /// `sk_write_space` → `__wake_up`), with no mutex to keep.
