@@ -262,8 +262,9 @@ pub struct Kernel {
     pub last_ilb: SimTime,
     /// The page allocator's locks ([`mm`]).
     pub mm: mm::PageAllocator,
-    /// The futex hash buckets' locks ([`futex`]).
-    pub futex: futex::FutexTable,
+    /// The locks behind the words of synchronisation objects: the futex hash buckets' and the
+    /// sockets' ([`futex`]).
+    pub word_locks: futex::WordLocks,
 }
 
 impl Kernel {
@@ -280,7 +281,7 @@ impl Kernel {
             bandwidth: Vec::new(),
             last_ilb: SimTime::ZERO,
             mm: mm::PageAllocator::default(),
-            futex: futex::FutexTable::default(),
+            word_locks: futex::WordLocks::default(),
         }
     }
 

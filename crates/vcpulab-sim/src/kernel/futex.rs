@@ -18,7 +18,7 @@
 //!
 //! The table has roundup_pow_of_two(256 × possible CPUs) buckets (`futex_init`, v3.13+), so
 //! the few words of one program almost never share one: the model gives every word its own
-//! bucket lock ([`FutexKey`]). The time under the lock is the preset's `futex_hb` per
+//! bucket lock ([`WordKey`]). The time under the lock is the preset's `futex_hb` per
 //! `futex_q` queued or woken. `FUTEX_CMP_REQUEUE` (glibc's condvar broadcast before 2.25)
 //! takes both words' buckets (`double_lock_hb`); the model takes the condvar's only.
 //!
@@ -46,9 +46,11 @@ use super::{KernelId, ThreadId};
 
 use std::collections::BTreeMap;
 
-/// A futex word of a program instance: its object and which of the object's words.
+/// A word of a program instance's synchronisation object (its object and which of the object's
+/// words), which names the kernel lock behind it: a futex word's hash-bucket lock, or a socket
+/// queue's lock or wait-queue lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FutexKey {
+pub struct WordKey {
     /// The instance (its address space).
     pub inst: u32,
     /// The synchronisation object.
@@ -84,21 +86,22 @@ pub mod word {
     }
 }
 
-/// A kernel's futex hash buckets' locks, created on first use.
+/// A kernel's locks behind words: the futex hash buckets' and the sockets', created on first
+/// use.
 #[derive(Debug, Default)]
-pub struct FutexTable {
+pub struct WordLocks {
     /// The bucket lock of each word used so far.
-    pub locks: BTreeMap<FutexKey, TicketLock>,
+    pub locks: BTreeMap<WordKey, TicketLock>,
 }
 
-impl FutexTable {
+impl WordLocks {
     /// The bucket lock of `key`.
-    pub fn lock(&mut self, key: FutexKey) -> &mut TicketLock {
+    pub fn lock(&mut self, key: WordKey) -> &mut TicketLock {
         self.locks.entry(key).or_default()
     }
 
     /// Who a spinner on `key`'s bucket lock waits for.
-    pub fn culprit(&self, key: FutexKey, d: super::spinlock::Discipline) -> Option<ThreadId> {
+    pub fn culprit(&self, key: WordKey, d: super::spinlock::Discipline) -> Option<ThreadId> {
         self.locks.get(&key).and_then(|l| l.culprit(d))
     }
 }
@@ -107,7 +110,7 @@ impl World<'_> {
     /// The kernel lock of word `f` as wait chains name it: "kspinlock 'futex hb->lock' of mutex
     /// 'm'", "... of lane 2's "not empty" condition of queue 'q'"; for a socket queue its lock
     /// ("kspinlock 'sk->lock' of lane 0 of socket 'q'") or its wait queue's ('sk_wq->lock').
-    pub(crate) fn word_lock_name(&self, f: FutexKey) -> String {
+    pub(crate) fn word_lock_name(&self, f: WordKey) -> String {
         let d = &self.insts[f.inst as usize].wl.objects[f.obj as usize];
         if d.queue_impl == QueueImpl::Socket && f.word >= 3 {
             let (lane, which) = ((f.word - 3) / 3, (f.word - 3) % 3);
@@ -128,8 +131,8 @@ impl World<'_> {
     }
 
     /// The key of word `word` of thread `t`'s object `obj`.
-    fn futex_key(&self, t: ThreadId, obj: ObjId, word: u32) -> FutexKey {
-        FutexKey { inst: self.threads[t as usize].inst, obj, word }
+    fn word_key(&self, t: ThreadId, obj: ObjId, word: u32) -> WordKey {
+        WordKey { inst: self.threads[t as usize].inst, obj, word }
     }
 
     /// `futex_wait`: the current thread `t` of (`k`, `cpu`) goes to sleep on `on`, word
@@ -146,7 +149,7 @@ impl World<'_> {
     /// it and sleeps once the rest of its kernel path is done ([`World::futex_wait_path`]).
     pub(crate) fn sleep_on(&mut self, t: ThreadId, on: BlockOn, word: u32) {
         let obj = on.obj().expect("a futex wait is on an object");
-        let key = self.futex_key(t, obj, word);
+        let key = self.word_key(t, obj, word);
         let th = &mut self.threads[t as usize];
         th.act = Act::Fresh;
         th.blocking = Some((on, key));
@@ -156,7 +159,7 @@ impl World<'_> {
     /// socket's spinlock is taken to queue or dequeue the message (`sock_lock` under it).
     pub(crate) fn socket_section(&mut self, k: KernelId, cpu: u32, t: ThreadId, q: ObjId, l: usize) {
         self.syscall(k, cpu, t);
-        let sk = KLockRef::Futex(self.futex_key(t, q, word::lane(l, word::Lane::Mutex)));
+        let sk = KLockRef::Word(self.word_key(t, q, word::lane(l, word::Lane::Mutex)));
         let steps = [KStep::Lock(sk), KStep::Work(self.costs.sock_lock, Cause::Syscall), KStep::Unlock(sk)];
         self.threads[t as usize].kpath.extend(steps);
     }
@@ -166,7 +169,7 @@ impl World<'_> {
     pub(crate) fn futex_wait_path(&mut self, t: ThreadId) -> bool {
         let th = &self.threads[t as usize];
         let Some((_, key)) = th.blocking.filter(|_| th.kpath.is_empty()) else { return false };
-        let hb = KLockRef::Futex(key);
+        let hb = KLockRef::Word(key);
         let steps = [KStep::Lock(hb), KStep::Work(self.costs.futex_hb, Cause::Syscall), KStep::Unlock(hb), KStep::Block];
         self.threads[t as usize].kpath.extend(steps);
         true
@@ -190,7 +193,7 @@ impl World<'_> {
         if woken.is_empty() {
             return;
         }
-        let hb = KLockRef::Futex(self.futex_key(t, obj, word));
+        let hb = KLockRef::Word(self.word_key(t, obj, word));
         let per_waiter = KStep::Work(self.costs.futex_hb, Cause::Syscall);
         let mut steps = Vec::with_capacity(2 + 3 * woken.len());
         steps.push(KStep::Lock(hb));

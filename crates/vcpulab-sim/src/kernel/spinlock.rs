@@ -160,8 +160,9 @@ pub enum KLockRef {
     Obj(ObjId),
     /// A lock of its kernel's page allocator.
     Mm(MmLock),
-    /// The hash-bucket lock of a futex word ([`super::futex`]).
-    Futex(super::futex::FutexKey),
+    /// The kernel lock of a word of one of its synchronisation objects ([`super::futex`]): a
+    /// futex word's hash-bucket lock, a socket's lock or its wait queue's.
+    Word(super::futex::WordKey),
 }
 
 #[cfg(test)]

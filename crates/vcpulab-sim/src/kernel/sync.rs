@@ -378,9 +378,9 @@ impl World<'_> {
                 let k = self.tasks[self.threads[t as usize].task as usize].kernel;
                 self.kernels[k as usize].mm.lock(m)
             }
-            KLockRef::Futex(key) => {
+            KLockRef::Word(key) => {
                 let k = self.tasks[self.threads[t as usize].task as usize].kernel;
-                self.kernels[k as usize].futex.lock(key)
+                self.kernels[k as usize].word_locks.lock(key)
             }
         }
     }

@@ -157,7 +157,7 @@ pub struct Thread {
     pub kpath: std::collections::VecDeque<super::kpath::KStep>,
     /// A futex wait under way: what it will sleep on and its word, until its path puts it to
     /// sleep or a waker chooses it first ([`super::futex`]).
-    pub blocking: Option<(BlockOn, super::futex::FutexKey)>,
+    pub blocking: Option<(BlockOn, super::futex::WordKey)>,
     /// Its random stream.
     pub rng: Stream,
     /// Kernel spinlocks held or waited for (> 0: kernel mode, not preemptible).
@@ -201,7 +201,9 @@ impl Thread {
                 Some(format!("spinning on '{}'", name(o)))
             }
             Act::Spin(SpinOn::KLock(KLockRef::Mm(m))) => Some(format!("spinning on the kernel's {}", m.name())),
-            Act::Spin(SpinOn::KLock(KLockRef::Futex(f))) => Some(format!("spinning on the futex hash-bucket lock of {}", name(f.obj))),
+            Act::Spin(SpinOn::KLock(KLockRef::Word(f))) => {
+                Some(format!("spinning on the kernel lock behind '{}' (a futex bucket or a socket lock)", name(f.obj)))
+            }
             Act::Spin(SpinOn::RemoteCall(_)) => Some("waiting for remote CPUs to acknowledge a TLB shootdown or membarrier".into()),
             _ => None,
         }

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::kernel::futex::FutexKey;
+use crate::kernel::futex::WordKey;
 use crate::kernel::spinlock::{KLockRef, MmLock};
 use crate::kernel::sync::Obj;
 use crate::kernel::thread::{Act, BlockOn, SpinOn};
@@ -60,8 +60,9 @@ pub(crate) enum On {
     Membarrier,
     /// A page-allocator lock of kernel `.0` ([`crate::kernel::mm`]).
     KernelLock(u32, MmLock),
-    /// The hash-bucket lock of a futex word ([`crate::kernel::futex`]).
-    FutexBucket(FutexKey),
+    /// The kernel lock behind a word of a synchronisation object ([`crate::kernel::futex`]):
+    /// a futex hash bucket's, a socket's or its wait queue's.
+    WordLock(WordKey),
 }
 
 /// The culprit's state while the waiter waited.
@@ -131,7 +132,7 @@ impl On {
             On::TlbShootdown => 1 << 62,
             On::Membarrier => 2 << 62,
             On::KernelLock(k, m) => (3 << 62) | (u64::from(k) << 32) | m.index() as u64,
-            On::FutexBucket(f) => (3 << 62) | (1 << 61) | (u64::from(f.inst) << 40) | (u64::from(f.obj) << 16) | u64::from(f.word),
+            On::WordLock(f) => (3 << 62) | (1 << 61) | (u64::from(f.inst) << 40) | (u64::from(f.obj) << 16) | u64::from(f.word),
         }
     }
 }
@@ -230,12 +231,12 @@ impl World<'_> {
                 }
                 On::KernelLock(k, m)
             }
-            SpinOn::KLock(KLockRef::Futex(key)) => {
+            SpinOn::KLock(KLockRef::Word(key)) => {
                 let k = self.insts[inst as usize].kernel;
-                if let Some(h) = self.kernels[k as usize].futex.culprit(key, self.lock_discipline(k)) {
+                if let Some(h) = self.kernels[k as usize].word_locks.culprit(key, self.lock_discipline(k)) {
                     out.push(self.where_thread(h));
                 }
-                On::FutexBucket(key)
+                On::WordLock(key)
             }
             SpinOn::Barrier(o) => {
                 let Obj::Barrier { gen, .. } = objs[o as usize] else { unreachable!("a barrier wait") };
@@ -330,7 +331,7 @@ impl World<'_> {
             On::TlbShootdown => "tlb_shootdown".to_string(),
             On::Membarrier => "membarrier".to_string(),
             On::KernelLock(_, m) => format!("kspinlock '{}'", m.name()),
-            On::FutexBucket(f) => self.word_lock_name(f),
+            On::WordLock(f) => self.word_lock_name(f),
         };
         // In key order, then largest first (a stable sort keeps key order among ties).
         let mut rows: Vec<WaitChainRow> = self
