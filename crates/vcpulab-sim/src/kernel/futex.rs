@@ -74,6 +74,12 @@ pub mod word {
         3 + 3 * l as u32 + which as u32
     }
 
+    /// The inverse of [`lane`]: the lane of word `w` and which of its words it is (as the
+    /// `Lane` discriminant), or None for a word that is not a lane's.
+    pub fn lane_parts(w: u32) -> Option<(u32, u32)> {
+        w.checked_sub(3).map(|x| (x / 3, x % 3))
+    }
+
     /// A word of a queue lane.
     #[derive(Clone, Copy, Debug)]
     pub enum Lane {
@@ -112,20 +118,20 @@ impl World<'_> {
     /// ("kspinlock 'sk->lock' of lane 0 of socket 'q'") or its wait queue's ('sk_wq->lock').
     pub(crate) fn word_lock_name(&self, f: WordKey) -> String {
         let d = &self.insts[f.inst as usize].wl.objects[f.obj as usize];
-        if d.queue_impl == QueueImpl::Socket && f.word >= 3 {
-            let (lane, which) = ((f.word - 3) / 3, (f.word - 3) % 3);
+        let lane = word::lane_parts(f.word);
+        if let (QueueImpl::Socket, Some((lane, which))) = (d.queue_impl, lane) {
             let lock = if which == word::Lane::Mutex as u32 { "sk->lock" } else { "sk_wq->lock" };
             return format!("kspinlock '{lock}' of lane {lane} of socket '{}'", d.name);
         }
         let obj = format!("{} '{}'", d.kind.name(), d.name);
-        let word = match f.word {
-            word::MAIN => obj,
-            word::BARRIER_MUTEX => format!("the mutex of {obj}"),
-            word::JOIN => format!("the completion condition of {obj}"),
-            w => {
-                let (lane, which) = ((w - 3) / 3, ["mutex", "\"not empty\" condition", "\"not full\" condition"][((w - 3) % 3) as usize]);
+        let word = match (f.word, lane) {
+            (_, Some((lane, which))) => {
+                let which = ["mutex", "\"not empty\" condition", "\"not full\" condition"][which as usize];
                 format!("lane {lane}'s {which} of {obj}")
             }
+            (word::BARRIER_MUTEX, _) => format!("the mutex of {obj}"),
+            (word::JOIN, _) => format!("the completion condition of {obj}"),
+            _ => obj,
         };
         format!("kspinlock 'futex hb->lock' of {word}")
     }

@@ -1,8 +1,9 @@
 //! Kernel spinlocks: the lock word, its waiters, and the order in which they get it.
 //!
 //! One object serves a workload's declared `kspinlock`s and the locks the kernel model takes
-//! itself (the page allocator's, [`super::mm`]; the futex hash buckets', [`super::futex`]). Every waiter takes a ticket (its arrival order); the kernel's
-//! spinlock implementation ([`Discipline`], from `spinlock` of `[host]` / `[guest]`) decides who
+//! itself (the page allocator's, [`super::mm`]; the futex hash buckets' and the sockets',
+//! [`super::futex`]). Every waiter takes a ticket (its arrival order); the kernel's spinlock
+//! implementation ([`Discipline`], from `spinlock` of `[host]` / `[guest]`) decides who
 //! gets the lock when it is released:
 //! - **FIFO**: x86 ticket locks, Linux v2.6.25–v4.1 (arch/x86/include/asm/spinlock.h: `xadd`
 //!   takes the next ticket, the waiter spins with PAUSE until `head` reaches it, unlock

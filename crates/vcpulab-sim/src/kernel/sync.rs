@@ -530,10 +530,8 @@ impl World<'_> {
         *gen += 1;
         let released = std::mem::take(waiters);
         // Spinners see the new generation as soon as they run; blocked waiters need a futex wake.
-        let (blocked, spinning): (Vec<ThreadId>, Vec<ThreadId>) = released.into_iter().partition(|&w| {
-            let th = &self.threads[w as usize];
-            matches!(th.act, Act::Blocked(BlockOn::Barrier(_))) || matches!(th.blocking, Some((BlockOn::Barrier(_), _)))
-        });
+        let (blocked, spinning): (Vec<ThreadId>, Vec<ThreadId>) =
+            released.into_iter().partition(|&w| matches!(self.threads[w as usize].futex_wait_on(), Some(BlockOn::Barrier(_))));
         for w in spinning {
             if let Some(core) = self.thread_core(w) {
                 self.touch(core);

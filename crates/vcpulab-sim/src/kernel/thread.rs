@@ -187,6 +187,14 @@ impl Thread {
         self.kdepth > 0
     }
 
+    /// What it waits on in a futex wait: asleep, or on its way to sleep (its path not done).
+    pub fn futex_wait_on(&self) -> Option<BlockOn> {
+        match self.act {
+            Act::Blocked(on) => Some(on),
+            _ => self.blocking.map(|(on, _)| on),
+        }
+    }
+
     /// Describes what a blocked or spinning thread waits on (for deadlock reports).
     pub(crate) fn blocked_on_desc(&self, insts: &[Instance]) -> Option<String> {
         let name = |o: ObjId| insts[self.inst as usize].wl.objects[o as usize].name.clone();

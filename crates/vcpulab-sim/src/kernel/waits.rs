@@ -245,10 +245,9 @@ impl World<'_> {
                     // A spinner of an earlier generation has not noticed the opening yet: it
                     // has not arrived at this one.
                     let arrived = match th.act {
-                        Act::Done | Act::Blocked(BlockOn::Barrier(_)) => true,
-                        _ if matches!(th.blocking, Some((BlockOn::Barrier(_), _))) => true,
+                        Act::Done => true,
                         Act::Spin(SpinOn::Barrier(_)) => th.bgen == gen,
-                        _ => false,
+                        _ => matches!(th.futex_wait_on(), Some(BlockOn::Barrier(_))),
                     };
                     if u != t && !arrived {
                         out.push(self.where_thread(u));
