@@ -92,7 +92,10 @@ class Plan:
         ``TIMELINE_WINDOW_NS``; None: until the run ends), stopping at ``max_events`` (default
         ``TIMELINE_MAX_EVENTS``). Returns (result JSON text — the same as ``run_cell``'s —,
         the timeline as Trace Event Format JSON bytes, its event count, the virtual ns where
-        the cap stopped recording or None). ValueError for a bad window."""
+        the cap stopped recording or None). ValueError for a bad window. A failed simulation
+        (run limit, deadlock) raises SimulationError with the timeline up to the failure in
+        its attributes ``timeline`` (bytes), ``timeline_events`` and
+        ``timeline_truncated_at``."""
     def spec_toml(self) -> str:
         """The fully materialised spec, after overrides."""
     def cell_jobs(self, i: int) -> str:

@@ -891,6 +891,17 @@ def _run_with_timeline(
             done(render.cell_label(cells[i]))
     except KeyboardInterrupt as e:
         raise CliError(*_interrupted(e)) from None
+    except SimulationError as e:
+        # A run limit or a deadlock: what led to it is in the timeline recorded so far.
+        partial = getattr(e, "timeline", None)
+        if partial is not None:
+            write_bytes_atomic(args.timeline, partial)
+            n = int(getattr(e, "timeline_events", 0))
+            sys.stderr.write(
+                f"vcpulab: wrote timeline {args.timeline} up to the failure below "
+                f"({n:,} events; open in https://ui.perfetto.dev)\n"
+            )
+        raise
     write_bytes_atomic(args.timeline, trace)
     # The same object (key order included) a stored result gives back.
     raw = json.loads(result_json)

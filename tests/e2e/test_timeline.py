@@ -231,11 +231,35 @@ def test_bad_paths_and_conflicts_are_one_line(cli: RunCli, tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"]
 
 
-def test_a_failed_run_writes_no_file(cli: RunCli, tmp_path: Path) -> None:
+def test_a_run_that_fails_writes_its_timeline_up_to_the_failure(cli: RunCli, tmp_path: Path) -> None:
+    # A run limit: the timeline shows what led to it (a valid, complete file up to the
+    # failure), then the run fails as it does without --timeline.
     r = cli(*SMALL, "--timeline", "t.json", "--set", 'limits.max_virtual_time="1ms"')
     assert r.code == 3
-    assert "run limit reached" in r.err and r.err.count("\n") == 1
-    assert list(tmp_path.iterdir()) == []
+    note, error = r.err.splitlines()
+    assert re.fullmatch(r"vcpulab: wrote timeline t\.json up to the failure below \([0-9,]+ events; open in .*\)", note), r.err
+    assert error.startswith("vcpulab: error: ") and "run limit reached" in error, r.err
+    trace = json.loads((tmp_path / "t.json").read_text())
+    validate_shapes(trace)
+    ends = [ns(e["ts"]) + ns(e.get("dur", 0)) for e in trace["traceEvents"] if e["ph"] != "M"]
+    # The limit is checked when the next event is due, past 1 ms.
+    assert ends and 900_000 < max(ends) < 1_200_000, max(ends)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+    # A failure before anything is recorded (a bad window) still writes nothing.
+    r = cli(*SMALL, "--timeline", "u.json", "--timeline-window", "20ms:10ms")
+    assert r.code == 2 and not (tmp_path / "u.json").exists()
+
+
+def test_python_api_failed_run_carries_the_timeline() -> None:
+    plan = vcpulab.plan(
+        {"experiment": {"workloads": ["lock"], "scenarios": ["UC"], "vcpus": [2]}, "limits": {"max_events": 5000}}
+    )
+    with pytest.raises(vcpulab.SimulationError, match="limits.max_events") as info:
+        plan.run_cell_with_timeline(0, 0, None, 100_000)
+    doc = json.loads(info.value.timeline)  # type: ignore[attr-defined]
+    validate_shapes(doc)
+    assert doc["otherData"]["events"] == info.value.timeline_events > 0  # type: ignore[attr-defined]
+    assert info.value.timeline_truncated_at is None  # type: ignore[attr-defined]
 
 
 def test_python_api() -> None:

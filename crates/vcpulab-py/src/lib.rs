@@ -77,7 +77,9 @@ impl Plan {
     /// Runs cell `i` recording a timeline of its own simulation in the virtual-time window
     /// [`from_ns`, `to_ns`) (`to_ns` None: until the run ends), stopping at `max_events`.
     /// Returns (result JSON text, timeline JSON bytes, events, ns where the cap stopped
-    /// recording or None). ValueError for a bad window.
+    /// recording or None). ValueError for a bad window. When the simulation fails (a run
+    /// limit, a deadlock), the SimulationError carries the timeline up to the failure as
+    /// attributes `timeline` (bytes), `timeline_events` and `timeline_truncated_at`.
     #[pyo3(signature = (i, from_ns=0, to_ns=Some(DEFAULT_WINDOW_NS), max_events=DEFAULT_MAX_EVENTS))]
     fn run_cell_with_timeline<'py>(
         &mut self,
@@ -91,7 +93,24 @@ impl Plan {
         let opts = TimelineOptions { from_ns, to_ns, max_events };
         opts.check().map_err(pyo3::exceptions::PyValueError::new_err)?;
         let inner = &mut self.inner;
-        let r = interruptible(py, |check| inner.run_cell_with_timeline_checked(i, opts, check))?;
+        let mut partial = None;
+        let r = interruptible(py, |check| {
+            inner.run_cell_with_timeline_checked(i, opts, check).map_err(|e| {
+                partial = e.partial;
+                e.error
+            })
+        });
+        let r = match (r, partial) {
+            (Ok(r), _) => r,
+            (Err(e), Some(p)) if e.is_instance_of::<SimulationError>(py) => {
+                let v = e.value(py);
+                v.setattr("timeline", PyBytes::new(py, p.json.as_bytes()))?;
+                v.setattr("timeline_events", p.events)?;
+                v.setattr("timeline_truncated_at", p.truncated_at_ns)?;
+                return Err(e);
+            }
+            (Err(e), _) => return Err(e),
+        };
         let result = serde_json::to_string(&r.result).map_err(|e| VcpulabError::new_err(e.to_string()))?;
         Ok((result, PyBytes::new(py, r.json.as_bytes()), r.events, r.truncated_at_ns))
     }

@@ -19,7 +19,7 @@ use crate::world::RunError;
 mod jobs;
 mod timeline;
 pub use jobs::{CellJobs, JobRef, RunSummary};
-pub use timeline::TimelineRun;
+pub use timeline::{PartialTimeline, TimelineError, TimelineRun};
 
 /// One cell of the experiment matrix.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]

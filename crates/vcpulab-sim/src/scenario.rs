@@ -125,15 +125,24 @@ pub fn simulate_run(cfg: &RunConfig) -> Result<RunRecord, RunError> {
     simulate_run_checked(cfg, &mut || false)
 }
 
-/// Runs one simulation recording its timeline ([`crate::account::Timeline`]).
+/// A failed simulation with the timeline recorded up to the failure (if one was recorded).
+pub type FailedWithTimeline = (RunError, Option<Box<crate::account::Timeline>>);
+
+/// Runs one simulation recording its timeline ([`crate::account::Timeline`]). A run that
+/// fails (a run limit, a deadlock; not an interruption) returns the timeline recorded up to
+/// the failure with its error.
 pub fn simulate_run_with_timeline(
     cfg: &RunConfig,
     opts: crate::account::TimelineOptions,
     interrupted: &mut dyn FnMut() -> bool,
-) -> Result<(RunRecord, crate::account::Timeline), RunError> {
+) -> Result<(RunRecord, crate::account::Timeline), FailedWithTimeline> {
     let mut w = World::new(cfg);
     w.enable_timeline(opts);
-    let end: SimTime = w.run_checked(interrupted)?;
+    let end: SimTime = match w.run_checked(interrupted) {
+        Ok(end) => end,
+        Err(RunError::Interrupted) => return Err((RunError::Interrupted, None)),
+        Err(e) => return Err((e, w.take_partial_timeline().map(Box::new))),
+    };
     let rec = RunRecord::from_world(&w, end, cfg);
     let tl = w.take_timeline(end).expect("enabled above");
     Ok((rec, tl))

@@ -43,6 +43,17 @@ impl World<'_> {
         Some(*tl)
     }
 
+    /// The timeline of a run that failed (a run limit, a deadlock) at the current virtual
+    /// time: every core's interval so far is closed first, so the tracks reach the failure.
+    /// None if none was enabled.
+    pub fn take_partial_timeline(&mut self) -> Option<Timeline> {
+        self.timeline.as_ref()?;
+        for c in 0..self.cores.len() {
+            self.sync(c);
+        }
+        self.take_timeline(self.now)
+    }
+
     /// `core` executed its leaf for the last `elapsed` ns: a slice on its pCPU track, on its
     /// vCPU's track while that vCPU is current there, and on its thread's track (host-kernel
     /// threads).

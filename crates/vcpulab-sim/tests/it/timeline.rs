@@ -170,7 +170,24 @@ fn the_same_seed_gives_the_same_bytes() {
 fn a_bad_window_is_an_error() {
     let mut plan = Plan::new(&spec("ep", "UC", 2), "t.toml", &[]).unwrap();
     let e = plan.run_cell_with_timeline(0, opts(5, Some(5), 10)).unwrap_err();
-    assert!(e.message.contains("must be after its start"), "{e}");
+    assert!(e.error.message.contains("must be after its start") && e.partial.is_none(), "{e}");
     let e = plan.run_cell_with_timeline(0, opts(0, None, 0)).unwrap_err();
-    assert!(e.message.contains("max_events"), "{e}");
+    assert!(e.error.message.contains("max_events") && e.partial.is_none(), "{e}");
+}
+
+#[test]
+fn a_run_limit_returns_the_timeline_up_to_the_failure() {
+    // The limit fires when the first event after 3 ms is due; the timeline (window 0 until
+    // the run ends) then covers every core exactly up to that instant.
+    let text = spec("lock", "OC", 2) + "[limits]\nmax_virtual_time = \"3ms\"\n";
+    let mut plan = Plan::new(&text, "t.toml", &[]).unwrap();
+    let e = plan.run_cell_with_timeline(0, opts(0, None, 1_000_000)).unwrap_err();
+    assert!(e.error.message.contains("limits.max_virtual_time") && !e.error.interrupted, "{e}");
+    let p = e.partial.expect("the timeline up to the failure");
+    let v: Value = serde_json::from_str(&p.json).expect("valid JSON");
+    assert_eq!(v["otherData"]["events"].as_u64(), Some(p.events));
+    assert!(p.events > 0 && p.truncated_at_ns.is_none());
+    let (from, to) = check_tracks(&v, 2);
+    assert_eq!(from, 0);
+    assert!((2_000_000..=3_000_000).contains(&to), "the window ends at the failure: {to}");
 }
