@@ -18,6 +18,7 @@ pub mod futex;
 pub mod group;
 pub mod kpath;
 pub mod mm;
+pub mod rwsem;
 pub mod sched;
 pub mod spinlock;
 pub mod sync;

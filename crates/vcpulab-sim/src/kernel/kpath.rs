@@ -15,6 +15,7 @@ use crate::account::{Attr, Cause, Layer};
 use crate::world::World;
 
 use super::mm::SWAP_CLUSTER_MAX;
+use super::rwsem::Mode;
 use super::spinlock::{KLockRef, MmLock};
 use super::thread::{Act, Flow};
 use super::{KernelId, ThreadId, HOST};
@@ -22,8 +23,24 @@ use super::{KernelId, ThreadId, HOST};
 /// One step of a kernel path still to run on behalf of a thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KStep {
-    /// Anonymous page faults still to take (allocate, zero, map, add to the LRU).
+    /// Anonymous page faults still to take (allocate, zero, map, add to the LRU), each
+    /// pagevec's worth under the process's `mmap_sem` held for reading (`__do_page_fault`).
     Faults(u64),
+    /// Page faults of one pagevec's worth at most, `mmap_sem` held for reading; then
+    /// `up_read` and the rest.
+    FaultChunk(u64),
+    /// `down_read` / `down_write` of the process's `mmap_sem` ([`super::rwsem`]).
+    Down(Mode),
+    /// `up_read` / `up_write` of the process's `mmap_sem`.
+    Up,
+    /// The zap of `munmap`, `madvise(MADV_DONTNEED)` or `mprotect`: the system call's work and
+    /// the TLB shootdown, then (`release`) the pages go.
+    Zap {
+        /// Pages of the range.
+        pages: u64,
+        /// Whether the pages are freed (not for `mprotect`).
+        release: bool,
+    },
     /// A zap's pages (after its TLB flush): `left` of its `total` still to take off the LRU;
     /// then all `total` are freed.
     Release {
@@ -72,7 +89,10 @@ impl World<'_> {
                 }
                 return Flow::Continue;
             };
-            let ordered = matches!(step, KStep::Lock(_) | KStep::Unlock(_) | KStep::Wake(_) | KStep::Block | KStep::Exit);
+            let ordered = matches!(
+                step,
+                KStep::Lock(_) | KStep::Unlock(_) | KStep::Wake(_) | KStep::Block | KStep::Exit | KStep::Down(_) | KStep::Up
+            );
             if ordered && !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() {
                 // The work queued before it runs first.
                 return Flow::Stop;
@@ -117,8 +137,37 @@ impl World<'_> {
                     return Flow::Stop;
                 }
                 KStep::Faults(n) => {
+                    self.threads[t as usize].kpath.pop_front();
+                    if n > 0 {
+                        self.kpath_push_front(t, vec![KStep::Down(Mode::Read), KStep::FaultChunk(n)]);
+                    }
+                }
+                KStep::FaultChunk(n) => {
                     let attr = Attr { owner, layer: Layer::Kernel, cause: Cause::MemoryOp };
                     self.expand_faults(k, cpu, t, n, attr);
+                }
+                KStep::Down(mode) => {
+                    self.threads[t as usize].kpath.pop_front();
+                    if let Flow::Stop = self.rwsem_down(k, cpu, t, mode) {
+                        return Flow::Stop;
+                    }
+                }
+                KStep::Up => {
+                    self.threads[t as usize].kpath.pop_front();
+                    if let Flow::Stop = self.rwsem_up(k, cpu, t) {
+                        return Flow::Stop;
+                    }
+                }
+                KStep::Zap { pages, release } => {
+                    self.threads[t as usize].kpath.pop_front();
+                    self.push_work(k, cpu, Attr { owner, layer: Layer::Kernel, cause: Cause::MemoryOp }, self.costs.syscall_mm);
+                    if release {
+                        // tlb_finish_mmu: the flush, then the pages go (release_pages).
+                        self.kpath_push_front(t, vec![KStep::Release { left: pages, total: pages }]);
+                    }
+                    if let Flow::Stop = self.tlb_shootdown(k, cpu, t, pages) {
+                        return Flow::Stop;
+                    }
                 }
                 KStep::Release { left, total } => {
                     self.threads[t as usize].kpath.pop_front();

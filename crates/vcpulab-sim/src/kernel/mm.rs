@@ -103,7 +103,10 @@ impl World<'_> {
             pcp.count = PCP_BATCH;
             let zone = KLockRef::Mm(MmLock::Zone(node));
             let hold = u64::from(PCP_BATCH) * self.costs.zone_page;
-            self.kpath_push_front(t, vec![KStep::Lock(zone), KStep::Work(hold, Cause::MemoryOp), KStep::Unlock(zone), KStep::Faults(n)]);
+            self.kpath_push_front(
+                t,
+                vec![KStep::Lock(zone), KStep::Work(hold, Cause::MemoryOp), KStep::Unlock(zone), KStep::FaultChunk(n)],
+            );
             return;
         }
         let m = n.min(u64::from(pcp.count)).min(u64::from(PAGEVEC_SIZE - pcp.lru_add));
@@ -124,6 +127,8 @@ impl World<'_> {
                 KStep::Unlock(lru),
             ]);
         }
+        // up_read: the next pagevec's worth takes mmap_sem again.
+        front.push(KStep::Up);
         if n > m {
             front.push(KStep::Faults(n - m));
         }

@@ -174,6 +174,9 @@ pub struct Instance {
     pub n: u32,
     /// Response times recorded by `respond` (ns).
     pub responses: Vec<u64>,
+    /// Its process's `mmap_sem` ([`super::rwsem`]): the threads of an instance share one
+    /// address space.
+    pub mmap_sem: super::rwsem::Rwsem,
     /// The work pools of dynamic loops, by (pc of the `LoopStart`, episode): the k-th
     /// time the threads of a group reach the loop they share pool k.
     pub pools: BTreeMap<(u32, u64), WorkPool>,
@@ -327,7 +330,7 @@ impl World<'_> {
                 self.futex_wait(k, cpu, t, BlockOn::Mutex(m), word::MAIN);
             }
             SpinOn::Barrier(b) => self.futex_wait(k, cpu, t, BlockOn::Barrier(b), word::MAIN),
-            SpinOn::ULock(_) | SpinOn::KLock(_) | SpinOn::RemoteCall(_) => unreachable!("no budget"),
+            SpinOn::ULock(_) | SpinOn::KLock(_) | SpinOn::RemoteCall(_) | SpinOn::Rwsem => unreachable!("no budget"),
         }
     }
 
@@ -948,6 +951,7 @@ impl World<'_> {
                 }
             }
             SpinOn::RemoteCall(sd) => self.remote_call_finished(t, sd),
+            SpinOn::Rwsem => unreachable!("stepped by rwsem_spin_step"),
         }
     }
 }

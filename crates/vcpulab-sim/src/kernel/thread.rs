@@ -32,6 +32,9 @@ pub enum SpinOn {
     /// Every target of remote call `sd` (a TLB shootdown or a membarrier) to acknowledge
     /// (CPL 0, PAUSE).
     RemoteCall(u32),
+    /// Its process's `mmap_sem` to become free (a writer's optimistic spinning, CPL 0,
+    /// PAUSE; [`super::rwsem`]).
+    Rwsem,
 }
 
 /// What a blocked thread waits for.
@@ -50,6 +53,9 @@ pub enum BlockOn {
     Queue(ObjId),
     /// A timer (sleep).
     Sleep,
+    /// Its process's `mmap_sem` ([`super::rwsem`]), asleep in `rwsem_down_read_failed` or
+    /// `rwsem_down_write_failed` until a release hands it over.
+    Rwsem,
 }
 
 impl BlockOn {
@@ -57,7 +63,7 @@ impl BlockOn {
     pub fn obj(self) -> Option<ObjId> {
         match self {
             BlockOn::Mutex(o) | BlockOn::Barrier(o) | BlockOn::BarrierLock(o) | BlockOn::Cond(o) | BlockOn::Queue(o) => Some(o),
-            BlockOn::Sleep => None,
+            BlockOn::Sleep | BlockOn::Rwsem => None,
         }
     }
 }
@@ -205,6 +211,8 @@ impl Thread {
             Act::Blocked(BlockOn::Cond(o)) => Some(format!("blocked on condvar '{}'", name(o))),
             Act::Blocked(BlockOn::Queue(o)) => Some(format!("blocked on queue '{}'", name(o))),
             Act::Blocked(BlockOn::Sleep) => Some("sleeping".into()),
+            Act::Blocked(BlockOn::Rwsem) => Some("blocked on its process's mmap_sem".into()),
+            Act::Spin(SpinOn::Rwsem) => Some("spinning on its process's mmap_sem".into()),
             Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(KLockRef::Obj(o)) | SpinOn::Barrier(o) | SpinOn::Mutex(o)) => {
                 Some(format!("spinning on '{}'", name(o)))
             }
@@ -268,14 +276,18 @@ impl World<'_> {
                 Step::Leaf(Leaf { attr, rem: Rem::Compute(t), thread: Some(t) })
             }
             Act::Spin(on) => {
-                if self.try_finish_spin(t, on) {
+                if on == SpinOn::Rwsem {
+                    if let Some(s) = self.rwsem_spin_step(k, cpu, t) {
+                        return s;
+                    }
+                } else if self.try_finish_spin(t, on) {
                     self.threads[t as usize].act = Act::Fresh;
                     self.threads[t as usize].spin_budget = u64::MAX;
                     return Step::Again;
                 }
                 let owner = self.leaf_owner(k, cpu, t);
                 let attr = match on {
-                    SpinOn::KLock(_) => Attr { owner, layer: Layer::Kernel, cause: Cause::SpinKernel },
+                    SpinOn::KLock(_) | SpinOn::Rwsem => Attr { owner, layer: Layer::Kernel, cause: Cause::SpinKernel },
                     SpinOn::RemoteCall(sd) => Attr { owner, layer: Layer::Kernel, cause: self.remote_calls[sd as usize].kind.wait_cause() },
                     SpinOn::ULock(_) | SpinOn::Barrier(_) | SpinOn::Mutex(_) => Attr { owner, layer: Layer::User, cause: Cause::SpinUser },
                 };
@@ -596,21 +608,18 @@ impl World<'_> {
                 return Flow::Stop;
             }
             let Some(op) = self.threads[t as usize].mm_queue.pop_front() else { return Flow::Continue };
-            let attr = Attr { owner: self.leaf_owner(k, cpu, t), layer: Layer::Kernel, cause: Cause::MemoryOp };
-            match op {
-                MmOp::Mmap(_) | MmOp::Grow(_) => self.push_work(k, cpu, attr, self.costs.syscall_mm),
-                MmOp::Faults(n) => self.threads[t as usize].kpath.push_back(KStep::Faults(n)),
-                MmOp::Munmap(pages) | MmOp::Trim(pages) | MmOp::Protect(pages) => {
-                    self.push_work(k, cpu, attr, self.costs.syscall_mm);
-                    if !matches!(op, MmOp::Protect(_)) {
-                        // tlb_finish_mmu: the flush, then the pages go (release_pages).
-                        self.threads[t as usize].kpath.push_back(KStep::Release { left: pages, total: pages });
-                    }
-                    if let Flow::Stop = self.tlb_shootdown(k, cpu, t, pages) {
-                        return Flow::Stop;
-                    }
-                }
-            }
+            // Each call under the process's mmap_sem ([`super::rwsem`]): for writing in mmap,
+            // mprotect (glibc's heap growth included) and munmap; for reading in
+            // madvise(MADV_DONTNEED) (`madvise_need_mmap_write`) and the page faults.
+            use super::rwsem::Mode::{Read, Write};
+            let steps = match op {
+                MmOp::Mmap(_) | MmOp::Grow(_) => vec![KStep::Down(Write), KStep::Work(self.costs.syscall_mm, Cause::MemoryOp), KStep::Up],
+                MmOp::Faults(n) => vec![KStep::Faults(n)],
+                MmOp::Munmap(pages) => vec![KStep::Down(Write), KStep::Zap { pages, release: true }, KStep::Up],
+                MmOp::Trim(pages) => vec![KStep::Down(Read), KStep::Zap { pages, release: true }, KStep::Up],
+                MmOp::Protect(pages) => vec![KStep::Down(Write), KStep::Zap { pages, release: false }, KStep::Up],
+            };
+            self.threads[t as usize].kpath.extend(steps);
         }
     }
 

@@ -11,6 +11,7 @@
 //! | a kernel ticket lock | the holder; with none, the waiter whose ticket is served (lock-waiter preemption) |
 //! | a barrier | the threads of the instance that have not arrived |
 //! | a remote call (TLB shootdown, membarrier) | the target CPUs that have not acknowledged |
+//! | a process's `mmap_sem` (a writer's optimistic spinning) | the writer holding it, or the readers |
 //!
 //! Each culprit is classified: `running` (on a core: the wait is plain contention or
 //! imbalance), `vcpu_preempted` (its vCPU is runnable but descheduled by the host: the double
@@ -63,6 +64,8 @@ pub(crate) enum On {
     /// The kernel lock behind a word of a synchronisation object ([`crate::kernel::futex`]):
     /// a futex hash bucket's, a socket's or its wait queue's.
     WordLock(WordKey),
+    /// The `mmap_sem` of instance `.0` ([`crate::kernel::rwsem`]).
+    MmapSem(u32),
 }
 
 /// The culprit's state while the waiter waited.
@@ -133,6 +136,7 @@ impl On {
             On::Membarrier => 2 << 62,
             On::KernelLock(k, m) => (3 << 62) | (u64::from(k) << 32) | m.index() as u64,
             On::WordLock(f) => (3 << 62) | (1 << 61) | (u64::from(f.inst) << 40) | (u64::from(f.obj) << 16) | u64::from(f.word),
+            On::MmapSem(i) => (3 << 62) | (1 << 60) | u64::from(i),
         }
     }
 }
@@ -255,6 +259,12 @@ impl World<'_> {
                 }
                 On::Obj(inst, o)
             }
+            SpinOn::Rwsem => {
+                for h in self.insts[inst as usize].mmap_sem.holders() {
+                    out.push(self.where_thread(h));
+                }
+                On::MmapSem(inst)
+            }
             SpinOn::RemoteCall(sd) => {
                 let k = self.insts[inst as usize].kernel;
                 // Targets that have not run the handler yet, or are running it.
@@ -331,6 +341,7 @@ impl World<'_> {
             On::Membarrier => "membarrier".to_string(),
             On::KernelLock(_, m) => format!("kspinlock '{}'", m.name()),
             On::WordLock(f) => self.word_lock_name(f),
+            On::MmapSem(i) => format!("rwsem 'mmap_sem' of {}", self.insts[i as usize].name),
         };
         // In key order, then largest first (a stable sort keeps key order among ties).
         let mut rows: Vec<WaitChainRow> = self

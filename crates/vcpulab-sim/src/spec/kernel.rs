@@ -174,6 +174,10 @@ pub struct KernelSpec {
     pub spinlock: SpinlockImpl,
     /// Where `futex_wake` wakes its waiters ([`FutexWake`]).
     pub futex_wake: FutexWake,
+    /// When a writer that finds a process's `mmap_sem` taken spins before it sleeps
+    /// ([`crate::kernel::rwsem::SpinRule`]): `none` (before v3.16), `owner_on_cpu` (v3.16–v4.9)
+    /// or `vcpu_aware` (v4.10 and later, the default).
+    pub rwsem_spin: crate::kernel::rwsem::SpinRule,
     /// CFS task groups of the host's threads ([`Cgroups`]); a guest runs no VMs, so in
     /// `[guest]` it has no effect.
     pub cgroups: Cgroups,
@@ -369,6 +373,7 @@ impl Default for KernelSpec {
             arena_trim: ArenaTrim::Threshold,
             spinlock: SpinlockImpl::Qspinlock,
             futex_wake: FutexWake::Deferred,
+            rwsem_spin: crate::kernel::rwsem::SpinRule::VcpuAware,
             cgroups: Cgroups::Libvirt,
             native_groups: false,
             pin_threads: false,
@@ -406,6 +411,8 @@ pub struct KernelParams {
     pub spinlock: SpinlockImpl,
     /// Where `futex_wake` wakes its waiters.
     pub futex_wake: FutexWake,
+    /// When a writer spins on a taken `mmap_sem`.
+    pub rwsem_spin: crate::kernel::rwsem::SpinRule,
 }
 
 impl KernelSpec {
@@ -451,6 +458,7 @@ impl KernelSpec {
             cond_broadcast: self.cond_broadcast,
             spinlock: self.spinlock,
             futex_wake: self.futex_wake,
+            rwsem_spin: self.rwsem_spin,
         }
     }
 }

@@ -95,6 +95,8 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["guest.spinlock=\"mcs\""], "guest.spinlock", "expected one of qspinlock, ticket, byte, pmt"),
         (MIN, &["host.spinlock=\"pmt\""], "host.spinlock", "pmt) are a guest policy"),
         (MIN, &["guest.futex_wake=\"early\""], "guest.futex_wake", "expected one of deferred, locked"),
+        (MIN, &["guest.rwsem_spin=\"always\""], "guest.rwsem_spin", "expected one of none, owner_on_cpu, vcpu_aware"),
+        (MIN, &["host.rwsem_spin=1"], "host.rwsem_spin", "expected a name (a string) such as \"vcpu_aware\""),
         (MIN, &["machine.costs.futex_hb=-1"], "machine.costs.futex_hb", "expected a non-negative integer"),
         (MIN, &["machine.costs.sock_lock=\"fast\""], "machine.costs.sock_lock", "expected a non-negative integer"),
         (MIN, &["host.cgroups=\"v2\""], "host.cgroups", "expected one of libvirt, none"),

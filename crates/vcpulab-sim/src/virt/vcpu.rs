@@ -497,6 +497,7 @@ impl World<'_> {
         if self.timeline.is_some() {
             self.tl_vcpu_off(v, runnable);
         }
+        self.rwsem_vcpu_moved(self.vcpus[v as usize].kernel);
     }
 
     /// `kvm_sched_in` + `vcpu_load`: vCPU `v`'s thread runs again on `core`.
@@ -525,6 +526,7 @@ impl World<'_> {
             self.vcpus[v as usize].ple.window_shrinks += 1;
         }
         self.vms[vm].policies.yielder.on_sched_in(idx, now);
+        self.rwsem_vcpu_moved(self.vcpus[v as usize].kernel);
         if migrated {
             self.vcpu_host_work(v, Cause::VcpuSwitch, self.costs.vcpu_migration);
         }

@@ -389,6 +389,7 @@ impl World<'_> {
             n,
             responses: Vec::new(),
             pools: BTreeMap::new(),
+            mmap_sem: Default::default(),
         });
     }
 }
