@@ -157,6 +157,10 @@ impl World<'_> {
             Mode::Write => self.mmap_sem(t).try_write(t),
         };
         if taken {
+            if mode == Mode::Read {
+                // Readers own it now: spinners that stop for readers look again.
+                self.rwsem_touch_spinners(self.threads[t as usize].inst);
+            }
             return Flow::Continue;
         }
         if mode == Mode::Write && self.rwsem_may_spin(k, cpu, t, true) {

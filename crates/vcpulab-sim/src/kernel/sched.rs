@@ -312,6 +312,14 @@ impl World<'_> {
             self.sync_group(k, cpu, g, next);
         }
         if next != prev {
+            if let Some(TaskKind::Thread(th)) = prev.map(|p| self.tasks[p as usize].kind) {
+                // An mmap_sem writer leaves its CPU (`owner->on_cpu` turns false): its
+                // spinners look again.
+                let inst = self.threads[th as usize].inst;
+                if self.insts[inst as usize].mmap_sem.writer == Some(th) {
+                    self.rwsem_touch_spinners(inst);
+                }
+            }
             self.charge_switch(k, cpu, prev, next);
             if let Some(TaskKind::Vcpu(v)) = next.map(|n| self.tasks[n as usize].kind) {
                 self.vcpu_sched_in(v);
