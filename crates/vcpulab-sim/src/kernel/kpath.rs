@@ -8,8 +8,8 @@
 //! blocked thread (`try_to_wake_up`, with the IPI it may send), and, last, going to sleep
 //! (`schedule()` of a futex wait). A lock, unlock, wake-up or sleep waits for the work queued
 //! before it, so each happens at the instant the kernel reaches it. The memory paths
-//! ([`super::mm`]: page faults, the pages a zap frees) and the futex paths
-//! ([`super::futex`]) are written in these steps.
+//! ([`super::mm`]: page faults, the pages a zap frees, each under the process's `mmap_sem`,
+//! [`super::rwsem`]) and the futex paths ([`super::futex`]) are written in these steps.
 
 use crate::account::{Attr, Cause, Layer};
 use crate::world::World;
