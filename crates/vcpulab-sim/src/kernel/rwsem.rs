@@ -143,6 +143,12 @@ impl Rwsem {
 }
 
 impl World<'_> {
+    /// Whether thread `t` is a process of its own (a workload of `processes`): its
+    /// `mmap_sem` is never contended, so the model does not keep one.
+    fn own_address_space(&self, t: ThreadId) -> bool {
+        self.insts[self.threads[t as usize].inst as usize].wl.processes
+    }
+
     /// The `mmap_sem` of thread `t`'s process.
     fn mmap_sem(&mut self, t: ThreadId) -> &mut Rwsem {
         let inst = self.threads[t as usize].inst;
@@ -152,6 +158,9 @@ impl World<'_> {
     /// `down_read` / `down_write` by thread `t`, current on (`k`, `cpu`): Continue when it
     /// holds the semaphore; Stop when it spins for it (a writer) or sleeps.
     pub(crate) fn rwsem_down(&mut self, k: KernelId, cpu: u32, t: ThreadId, mode: Mode) -> Flow {
+        if self.own_address_space(t) {
+            return Flow::Continue;
+        }
         let taken = match mode {
             Mode::Read => self.mmap_sem(t).try_read(t),
             Mode::Write => self.mmap_sem(t).try_write(t),
@@ -192,6 +201,9 @@ impl World<'_> {
     /// semaphore to are woken, and its spinners look again. Stop when a wake-up's IPI made
     /// the vCPU exit (the path goes on after re-entry).
     pub(crate) fn rwsem_up(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
+        if self.own_address_space(t) {
+            return Flow::Continue;
+        }
         let woken = self.mmap_sem(t).release(t);
         self.rwsem_touch_spinners(self.threads[t as usize].inst);
         for w in woken {

@@ -53,9 +53,10 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     if t.contains_key("trace") {
         return parse_trace_workload(name, t);
     }
-    const KEYS: [&str; 17] = [
+    const KEYS: [&str; 18] = [
         "description",
         "model",
+        "processes",
         "threads",
         "params",
         "objects",
@@ -152,6 +153,11 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         None => HeapParams::default(),
         Some(Value::Table(h)) => parse_heap(params, h)?,
         Some(o) => return err("heap", format!("expected a table like {{ trim_threshold = \"128KiB\" }} (got {})", type_name(o))),
+    };
+    let processes = match t.get("processes") {
+        None => false,
+        Some(Value::Boolean(b)) => *b,
+        Some(o) => return err("processes", format!("expected a boolean (got {})", type_name(o))),
     };
     let memory = match t.get("memory") {
         None => Memory::default(),
@@ -265,6 +271,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         qos,
         stochastic: ctx.stochastic,
         heap,
+        processes,
     })
 }
 
@@ -1170,5 +1177,22 @@ mod tests {
         assert!(e.1.contains("unknown size unit"), "{}", e.1);
         let e = parse(r#"program = [ { fault = true } ]"#).unwrap_err();
         assert!(e.1.contains("expected a size"), "{}", e.1);
+        let e = parse(
+            r#"program = [ { compute = "1ms" } ]
+            processes = "yes""#,
+        )
+        .unwrap_err();
+        assert_eq!((e.0.as_str(), e.1.as_str()), ("processes", "expected a boolean (got string)"));
+    }
+
+    #[test]
+    fn processes_default_to_threads_of_one_process() {
+        assert!(!parse(r#"program = [ { compute = "1ms" } ]"#).unwrap().processes);
+        let w = parse(
+            r#"program = [ { compute = "1ms" } ]
+            processes = true"#,
+        )
+        .unwrap();
+        assert!(w.processes);
     }
 }

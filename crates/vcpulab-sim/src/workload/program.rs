@@ -441,6 +441,10 @@ pub struct Workload {
     pub stochastic: bool,
     /// Allocator parameters of its threads' arenas.
     pub heap: super::heap::HeapParams,
+    /// Its threads stand for separate single-threaded processes (forked clients, a build's
+    /// compiler processes): they share no address space, so no `mmap_sem`
+    /// ([`crate::kernel::rwsem`]) is taken by two of them.
+    pub processes: bool,
 }
 
 /// Descriptive metadata of a workload profile (`docs/profiles.md`).

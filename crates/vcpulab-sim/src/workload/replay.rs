@@ -162,6 +162,7 @@ pub fn from_trace(name: &str, trace: &Trace, opts: &Options) -> Result<(Workload
         qos: None,
         stochastic: false,
         heap: opts.heap,
+        processes: false,
     };
     Ok((workload, stats))
 }

@@ -287,6 +287,7 @@ fn daemon_workload(name: &str, description: &str, d: &crate::spec::kernel::Daemo
         qos: None,
         stochastic: true,
         heap: Default::default(),
+        processes: true,
     }
 }
 

@@ -160,6 +160,7 @@ fn lock_waiter_preemption_stalls_fifo_locks_but_not_pmt_or_test_and_set() {
 /// - Linux 4.10+ (`vcpu_aware`): `vcpu_is_preempted` stops that spinning, so writers spin on a
 ///   preempted owner only until they look again: far less.
 /// - Before 3.16 (`none`): writers never spin; they sleep.
+/// - Separate processes (`processes = true`) share no mmap_sem.
 #[test]
 fn mmap_sem_writers_spin_on_a_preempted_owner_only_before_linux_4_10() {
     let prog =
@@ -186,4 +187,10 @@ fn mmap_sem_writers_spin_on_a_preempted_owner_only_before_linux_4_10() {
     assert!(new_all < old_all);
     assert_eq!((none_pre, none_all), (0, 0), "no optimistic spinning before 3.16");
     assert!(none_blocks > 0, "writers sleep instead");
+    // The same threads as separate processes (`processes = true`): no shared mmap_sem.
+    let procs = format!("processes = true\n{prog}");
+    let r = &run_inline(exp, &procs, &["vm.ple.enabled=false", "record.wait_chains=true", "guest.rwsem_spin=\"owner_on_cpu\""])[0];
+    let chains = r.run.wait_chains.as_ref().expect("recorded");
+    assert!(chains.iter().all(|w| !w.on.starts_with("rwsem")), "{chains:?}");
+    assert_eq!(r.run.instances[0].counters.blocks, 0, "nobody sleeps on another process's mmap_sem");
 }
