@@ -228,6 +228,8 @@ impl<'i> World<'i> {
                 )));
             };
             if t > self.limits.max_time {
+                // The cores ran their leaves up to the limit (a partial timeline ends there).
+                self.now = self.now.max(self.limits.max_time);
                 return Err(RunError::Limit(format!(
                     "virtual time passed {} (limits.max_virtual_time) with {} of {} instances unfinished ({})",
                     self.limits.max_time,
@@ -241,6 +243,7 @@ impl<'i> World<'i> {
                 return Err(RunError::Interrupted);
             }
             if self.events > self.limits.max_events {
+                self.now = t;
                 return Err(RunError::Limit(format!(
                     "more than {} events (limits.max_events) at virtual time {} ({})",
                     self.limits.max_events,
