@@ -81,20 +81,18 @@ impl Plan {
         let start = Instant::now();
         let (rec, tl) = simulate_run_with_timeline(&cfg, opts, check).map_err(|(e, tl)| TimelineError {
             error: cell_error(&cell, layout, e),
-            partial: tl.map(|tl| PartialTimeline {
-                json: tl.to_json(Self::timeline_labels(&cell, layout)),
-                events: tl.events(),
-                truncated_at_ns: tl.truncated_at(),
-            }),
+            partial: tl.map(|tl| Self::recorded(&tl, &cell, layout)),
         })?;
         let main = self.remember(key, rec, start.elapsed().as_secs_f64());
         let result = self.pair(&cell, &main, check)?;
-        Ok(TimelineRun {
-            json: tl.to_json(Self::timeline_labels(&cell, layout)),
-            events: tl.events(),
-            truncated_at_ns: tl.truncated_at(),
-            result,
-        })
+        let PartialTimeline { json, events, truncated_at_ns } = Self::recorded(&tl, &cell, layout);
+        Ok(TimelineRun { json, events, truncated_at_ns, result })
+    }
+
+    /// Timeline `tl` of `cell` as written out: its JSON, with the run's labels in its
+    /// metadata, and its counts.
+    fn recorded(tl: &crate::account::Timeline, cell: &super::Cell, layout: Layout) -> PartialTimeline {
+        PartialTimeline { json: tl.to_json(Self::timeline_labels(cell, layout)), events: tl.events(), truncated_at_ns: tl.truncated_at() }
     }
 
     /// The run's labels in the timeline's metadata.

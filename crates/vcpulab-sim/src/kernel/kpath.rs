@@ -17,7 +17,7 @@ use crate::world::World;
 use super::mm::SWAP_CLUSTER_MAX;
 use super::rwsem::Mode;
 use super::spinlock::{KLockRef, MmLock};
-use super::thread::{Act, Flow};
+use super::thread::Flow;
 use super::{KernelId, ThreadId, HOST};
 
 /// One step of a kernel path still to run on behalf of a thread.
@@ -122,11 +122,8 @@ impl World<'_> {
                 }
                 KStep::Block => {
                     self.threads[t as usize].kpath.pop_front();
-                    let th = &mut self.threads[t as usize];
-                    if let Some((on, _)) = th.blocking.take() {
-                        th.act = Act::Blocked(on);
-                        th.stats.blocks += 1;
-                        self.block_curr(k, cpu, false);
+                    if let Some((on, _)) = self.threads[t as usize].blocking.take() {
+                        self.block_thread(k, cpu, t, on);
                         return Flow::Stop;
                     }
                     // Woken while on its way to sleep: futex_wait returns at once.

@@ -191,10 +191,7 @@ impl World<'_> {
     /// Thread `t` sleeps on its process's `mmap_sem` until a release hands it over.
     fn rwsem_sleep(&mut self, k: KernelId, cpu: u32, t: ThreadId, mode: Mode) {
         self.mmap_sem(t).sleep(t, mode);
-        let th = &mut self.threads[t as usize];
-        th.act = Act::Blocked(BlockOn::Rwsem);
-        th.stats.blocks += 1;
-        self.block_curr(k, cpu, false);
+        self.block_thread(k, cpu, t, BlockOn::Rwsem);
     }
 
     /// `up_read` / `up_write` by thread `t` on (`k`, `cpu`): the sleepers it hands the

@@ -628,8 +628,13 @@ impl World<'_> {
     pub(crate) fn block_sleep(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
         let attr = self.ctx_attr_thread(k, cpu, t, Cause::Syscall);
         self.push_work(k, cpu, attr, self.costs.syscall_futex);
+        self.block_thread(k, cpu, t, BlockOn::Sleep);
+    }
+
+    /// Thread `t`, current on (`k`, `cpu`), goes to sleep on `on` (a voluntary switch).
+    pub(crate) fn block_thread(&mut self, k: KernelId, cpu: u32, t: ThreadId, on: BlockOn) {
         let th = &mut self.threads[t as usize];
-        th.act = Act::Blocked(BlockOn::Sleep);
+        th.act = Act::Blocked(on);
         th.stats.blocks += 1;
         self.block_curr(k, cpu, false);
     }

@@ -154,11 +154,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         Some(Value::Table(h)) => parse_heap(params, h)?,
         Some(o) => return err("heap", format!("expected a table like {{ trim_threshold = \"128KiB\" }} (got {})", type_name(o))),
     };
-    let processes = match t.get("processes") {
-        None => false,
-        Some(Value::Boolean(b)) => *b,
-        Some(o) => return err("processes", format!("expected a boolean (got {})", type_name(o))),
-    };
+    let processes = t.get("processes").map(|v| flag(v, "processes")).transpose()?.unwrap_or(false);
     let memory = match t.get("memory") {
         None => Memory::default(),
         Some(Value::Table(m)) => parse_memory(params, m)?,
@@ -1182,7 +1178,7 @@ mod tests {
             processes = "yes""#,
         )
         .unwrap_err();
-        assert_eq!((e.0.as_str(), e.1.as_str()), ("processes", "expected a boolean (got string)"));
+        assert_eq!((e.0.as_str(), e.1.as_str()), ("processes", "expected true or false (got string)"));
     }
 
     #[test]
