@@ -97,6 +97,13 @@ def test_metric_value() -> None:
         ({"host.ple_window": 4096}, False),  # neither varied nor in the spec
         ({"variant": "vm.tlb=pv;vm.halt_poll_ns=200000"}, True),
         ({"variant": "vm.tlb=pv"}, False),
+        # a list matches any of its values
+        ({"vm.tlb": ["ipi", "pv"]}, True),
+        ({"vm.tlb": ["ipi", "shoot4u"]}, False),
+        ({"workload": ["lock", "ep"], "vcpus": [4, 8]}, True),
+        ({"workload": ["lock", "ep"], "vcpus": [4, 16]}, False),
+        ({"variant": ["x", "vm.tlb=pv;vm.halt_poll_ns=200000"]}, True),
+        ({"vm.tlb": []}, False),
     ],
 )
 def test_cell_matches(where: dict[str, Any], expected: bool) -> None:
@@ -121,6 +128,9 @@ def test_where_text() -> None:
         "scenario=UC, vm.tlb=pv, vcpus=8, x=true"
     )
     assert report.where_text({}) == ""
+    assert report.where_text({"variant": ["fixed 512", "fixed 1024"], "vcpus": [4, 8]}) == (
+        "variant=(fixed 512 | fixed 1024), vcpus=(4 | 8)"
+    )
 
 
 def test_compare_published_means_over_seeds() -> None:

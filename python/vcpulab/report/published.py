@@ -115,8 +115,13 @@ def shown(value: Any) -> str:
 
 
 def where_text(where: Mapping[str, Any]) -> str:
-    """``{"scenario": "UC", "vm.tlb": "pv"}`` → ``scenario=UC, vm.tlb=pv``."""
-    return ", ".join(f"{key}={shown(value)}" for key, value in where.items())
+    """``{"scenario": "UC", "vm.tlb": "pv"}`` → ``scenario=UC, vm.tlb=pv``; a list of values
+    (any of them) as ``vm.tlb=(pv | shoot4u)``."""
+
+    def one(value: Any) -> str:
+        return f"({' | '.join(shown(v) for v in value)})" if isinstance(value, list) else shown(value)
+
+    return ", ".join(f"{key}={one(value)}" for key, value in where.items())
 
 
 def _setting(settings: Mapping[str, Any] | None, dotted: str) -> Any:
@@ -136,9 +141,14 @@ def cell_matches(cell: Mapping[str, Any], where: Mapping[str, Any], settings: Ma
     compares with that field (``scenario`` case-insensitively). Any other key is a setting such
     as ``vm.tlb``: it matches when the cell's variant label has ``key=value``; when the label
     does not mention the key at all, the materialised spec (``settings``) decides if given.
+    A list of values matches any of them (``variant = ["fixed 512", "fixed 1024"]``).
     """
     label = f";{cell.get('variant') or ''};"
     for key, wanted in where.items():
+        if isinstance(wanted, list):
+            if not any(cell_matches(cell, {key: one}, settings) for one in wanted):
+                return False
+            continue
         if key in CELL_FIELDS:
             if key not in cell:
                 return False
