@@ -146,6 +146,8 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
         (MIN, &["experiment.corunner_threads=0"], "experiment.corunner_threads", "1..=4096"),
         (MIN, &["workloads.lock.heap.trim_thresh=\"1MiB\""], "workloads.lock.heap.trim_thresh", "unknown field"),
         (MIN, &["workloads.lock.heap.top_pad=\"3 parsecs\""], "workloads.lock.heap.top_pad", "unknown size unit"),
+        (MIN, &["workloads.lock.heap.mprotect_size=-4096"], "workloads.lock.heap.mprotect_size", "expected a size like"),
+        (MIN, &["workloads.lock.heap.mprotect_sz=4096"], "workloads.lock.heap.mprotect_sz", "or mprotect_size"),
         (MIN, &["record.ple_window_interval=\"0s\""], "record.ple_window_interval", "positive duration"),
         (MIN, &["record.ple_window_interval=\"soon\""], "record.ple_window_interval", "unknown time unit"),
         (MIN, &["record.wait_chains=\"yes\""], "record.wait_chains", "expected a boolean"),

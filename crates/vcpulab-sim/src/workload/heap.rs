@@ -46,11 +46,23 @@ pub struct HeapParams {
     /// c26efef979, BZ #17195, first in 2.22, applies the threshold). Set from the C library
     /// of the kernel the thread runs on (`arena_trim = "always"`, docs/spec.md).
     pub trim_always: bool,
+    /// Bytes of the heap already made read-write when the thread starts (`h->mprotect_size`,
+    /// page-rounded): growing up to it makes no `mprotect`. 0 is a fresh arena. A profile that
+    /// starts in its steady state sets what its first allocations left (not a glibc tunable:
+    /// it does not turn the dynamic thresholds off).
+    pub mprotect_size: u64,
 }
 
 impl Default for HeapParams {
     fn default() -> Self {
-        HeapParams { trim_threshold: 128 << 10, top_pad: 128 << 10, mmap_threshold: 128 << 10, dynamic: true, trim_always: false }
+        HeapParams {
+            trim_threshold: 128 << 10,
+            top_pad: 128 << 10,
+            mmap_threshold: 128 << 10,
+            dynamic: true,
+            trim_always: false,
+            mprotect_size: 0,
+        }
     }
 }
 
@@ -98,7 +110,7 @@ fn pages_up(b: u64) -> u64 {
 impl Arena {
     /// An empty arena.
     pub fn new(params: HeapParams) -> Arena {
-        Arena { params, ..Default::default() }
+        Arena { params, prot: pages_up(params.mprotect_size) * PAGE, ..Default::default() }
     }
 
     /// Current parameters (they change with the dynamic threshold).
@@ -283,6 +295,20 @@ mod tests {
         ops.clear();
         b.free(1, &mut ops);
         assert!(ops.is_empty(), "{ops:?}");
+    }
+
+    #[test]
+    fn a_heap_started_in_its_steady_state_grows_without_mprotect() {
+        // ebizzy after its first record: 512 KiB + top_pad already read-write.
+        let params = HeapParams { mmap_threshold: 516 << 10, dynamic: false, mprotect_size: 640 << 10, ..HeapParams::default() };
+        let mut a = Arena::new(params);
+        let mut ops = Vec::new();
+        a.malloc(512 << 10, &mut ops);
+        assert_eq!(ops, vec![MmOp::Faults(128)], "within mprotect_size: faults only");
+        // Beyond it, only the difference is made read-write.
+        ops.clear();
+        a.malloc(200 << 10, &mut ops);
+        assert_eq!(ops, vec![MmOp::Grow(50), MmOp::Faults(50)], "{ops:?}");
     }
 
     #[test]

@@ -525,7 +525,12 @@ fn parse_heap(params: &toml::Table, h: &toml::Table) -> Result<HeapParams, Parse
             "trim_threshold" => p.trim_threshold = bytes,
             "top_pad" => p.top_pad = bytes,
             "mmap_threshold" => p.mmap_threshold = bytes.max(1),
-            _ => return err(&path, format!("unknown field '{k}' (expected trim_threshold, top_pad or mmap_threshold)")),
+            // Where the heap starts, not a tunable: the thresholds stay dynamic.
+            "mprotect_size" => {
+                p.mprotect_size = bytes;
+                continue;
+            }
+            _ => return err(&path, format!("unknown field '{k}' (expected trim_threshold, top_pad, mmap_threshold or mprotect_size)")),
         }
         p.dynamic = false;
     }
