@@ -281,6 +281,7 @@ impl Spec {
         materialize_builtins(&mut doc, &|path: &str| overrides::blame(&sets, source, path))?;
         overrides::apply_all(&mut doc, &sets)?;
         fold_suite_tables(&mut doc);
+        drop_params_unused_after_patches(&mut doc);
         let materialized = toml::to_string(&doc).unwrap_or_default();
         let blame = |path: String| overrides::blame(&sets, source, &path);
         check_workload_tables(&doc).map_err(|(path, m)| {
@@ -644,6 +645,20 @@ fn fold_suite_tables(doc: &mut toml::Table) {
             _ => {
                 w.insert(name.clone(), toml::Value::Table(nested));
             }
+        }
+    }
+}
+
+/// Built-in workloads patched by the spec or by `--set` lose the parameters the patches left
+/// unused ([`crate::workload::profile::drop_params_unused_after_patch`]).
+fn drop_params_unused_after_patches(doc: &mut toml::Table) {
+    let Some(toml::Value::Table(w)) = doc.get_mut("workloads") else { return };
+    for (name, v) in w.iter_mut() {
+        let (Some(text), toml::Value::Table(table)) = (builtin_text(name), v) else { continue };
+        let builtin: toml::Table = toml::from_str(text).expect("built-in workloads are valid TOML (tested)");
+        // A program of the user's under a built-in's name is a definition of its own.
+        if ["program", "groups"].iter().all(|k| table.get(*k) == builtin.get(*k)) {
+            crate::workload::profile::drop_params_unused_after_patch(table, &builtin);
         }
     }
 }

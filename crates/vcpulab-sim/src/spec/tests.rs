@@ -198,6 +198,27 @@ fn mechanism_settings_reject_bad_input_with_the_field() {
     assert!(e.field.contains("malloc") && e.message.contains("size unit"), "{e}");
 }
 
+/// Overriding a built-in's field that read a parameter leaves that parameter unused: the
+/// profile's, not a misspelling of the user's (ebizzy's documented mmap mode).
+#[test]
+fn overriding_a_field_that_read_a_parameter_is_no_error() {
+    const EBIZZY: &str = "[experiment]\nworkloads = [\"ebizzy\"]\n";
+    let s = parse(EBIZZY, &["workloads.ebizzy.heap.mmap_threshold=\"128KiB\"", "workloads.ebizzy.params.mm_sections=1"]).unwrap();
+    let doc: toml::Table = toml::from_str(&s.materialized).unwrap();
+    let w = &doc["workloads"]["ebizzy"];
+    assert_eq!(w["heap"]["mmap_threshold"].as_str(), Some("128KiB"));
+    assert!(w["params"].get("mmap_threshold").is_none(), "the unused parameter is dropped: {w}");
+    assert!(w["params"].get("trim_threshold").is_some(), "the others stay");
+    // A parameter the user sets is still checked.
+    let e = parse(EBIZZY, &["workloads.ebizzy.heap.mmap_threshold=\"128KiB\"", "workloads.ebizzy.params.recrds=5"]).unwrap_err();
+    assert_eq!(e.field, "workloads.ebizzy.params.recrds", "{e}");
+    assert!(e.message.contains("did you mean 'records'?"), "{e}");
+    // So is one the user sets to replace the one the override made unused.
+    let e =
+        parse(EBIZZY, &["workloads.ebizzy.heap.mmap_threshold=\"128KiB\"", "workloads.ebizzy.params.mmap_threshold=\"1MiB\""]).unwrap_err();
+    assert_eq!(e.field, "workloads.ebizzy.params.mmap_threshold", "{e}");
+}
+
 /// Issue 21 item 4: a misspelt key anywhere is an error naming it and the closest valid name.
 #[test]
 fn misspelt_overrides_and_tables_are_errors_with_a_suggestion() {

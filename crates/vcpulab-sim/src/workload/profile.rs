@@ -551,6 +551,26 @@ fn size(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> 
 }
 
 /// Adds every parameter name referred to (`"$NAME"`) anywhere in `v` to `out`.
+/// Drops the parameters of a built-in profile that a spec's patches (`[workloads.NAME]`
+/// without a program, `--set workloads.NAME...`) left unused: setting
+/// `workloads.ebizzy.heap.mmap_threshold` replaces the `"$mmap_threshold"` that read
+/// `params.mmap_threshold`, which is then no misspelling of the user's. `table` is the patched
+/// profile, `builtin` the built-in's own. A parameter with a value of the user's (absent from
+/// the built-in or different) stays, so [`parse_workload`] still reports a misspelt one.
+pub(crate) fn drop_params_unused_after_patch(table: &mut toml::Table, builtin: &toml::Table) {
+    let mut used = std::collections::BTreeSet::new();
+    for (k, v) in table.iter() {
+        if k != "params" {
+            collect_refs(v, &mut used);
+        }
+    }
+    let used: std::collections::BTreeSet<String> = used.into_iter().map(String::from).collect();
+    let own = builtin.get("params").and_then(Value::as_table);
+    if let Some(Value::Table(params)) = table.get_mut("params") {
+        params.retain(|k, v| used.contains(k) || own.and_then(|o| o.get(k)) != Some(v));
+    }
+}
+
 fn collect_refs<'a>(v: &'a Value, out: &mut std::collections::BTreeSet<&'a str>) {
     match v {
         Value::Array(a) => a.iter().for_each(|x| collect_refs(x, out)),
