@@ -60,6 +60,21 @@ def test_a_misspelt_suite_workload_and_the_quoted_form(cli: RunCli, tmp_path: Pa
     assert fragments == 68 or fragments.get("value") == 68, fragments
 
 
+def test_overriding_a_field_that_read_a_parameter(cli: RunCli, tmp_path: Path) -> None:
+    """ebizzy's documented mmap mode replaces the field that read params.mmap_threshold; the
+    built-in's parameter is dropped, not reported as the user's misspelling."""
+    spec = tmp_path / "s.toml"
+    spec.write_text('[experiment]\nworkloads = ["ebizzy"]\nscenarios = ["native"]\nvcpus = [2]\n')
+    mmap_mode = ["--set", 'workloads.ebizzy.heap.mmap_threshold="128KiB"', "--set", "workloads.ebizzy.params.mm_sections=1"]
+    r = cli("validate", spec, "--print-spec", *mmap_mode)
+    assert r.code == 0, r.err
+    ebizzy = tomllib.loads(r.out)["workloads"]["ebizzy"]
+    assert ebizzy["heap"]["mmap_threshold"] == "128KiB"
+    assert "mmap_threshold" not in ebizzy["params"] and "trim_threshold" in ebizzy["params"], ebizzy["params"]
+    line = one_line_error(cli("validate", spec, *mmap_mode, "--set", "workloads.ebizzy.params.recrds=5"))
+    assert "workloads.ebizzy.params.recrds" in line and "did you mean 'records'?" in line, line
+
+
 def test_type_errors_speak_the_users_words(cli: RunCli, tmp_path: Path) -> None:
     spec = tmp_path / "s.toml"
     spec.write_text(QUICK)
