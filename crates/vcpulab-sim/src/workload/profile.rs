@@ -550,7 +550,6 @@ fn size(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> 
     )
 }
 
-/// Adds every parameter name referred to (`"$NAME"`) anywhere in `v` to `out`.
 /// Drops the parameters of a built-in profile that a spec's patches (`[workloads.NAME]`
 /// without a program, `--set workloads.NAME...`) left unused: setting
 /// `workloads.ebizzy.heap.mmap_threshold` replaces the `"$mmap_threshold"` that read
@@ -571,6 +570,7 @@ pub(crate) fn drop_params_unused_after_patch(table: &mut toml::Table, builtin: &
     }
 }
 
+/// Adds every parameter name referred to (`"$NAME"`) anywhere in `v` to `out`.
 fn collect_refs<'a>(v: &'a Value, out: &mut std::collections::BTreeSet<&'a str>) {
     match v {
         Value::Array(a) => a.iter().for_each(|x| collect_refs(x, out)),
