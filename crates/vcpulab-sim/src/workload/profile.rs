@@ -112,12 +112,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
     }
     // A parameter nothing refers to is a misspelling (`params.iteratons`): it would be
     // silently ignored.
-    let mut used = std::collections::BTreeSet::new();
-    for (k, v) in t {
-        if k != "params" {
-            collect_refs(v, &mut used);
-        }
-    }
+    let used = params_used(t);
     for k in params.keys() {
         if !used.contains(k.as_str()) {
             let others: Vec<&str> = params.keys().map(String::as_str).filter(|p| used.contains(p)).collect();
@@ -557,17 +552,22 @@ fn size(params: &toml::Table, v: &Value, path: &str) -> Result<u64, ParseError> 
 /// profile, `builtin` the built-in's own. A parameter with a value of the user's (absent from
 /// the built-in or different) stays, so [`parse_workload`] still reports a misspelt one.
 pub(crate) fn drop_params_unused_after_patch(table: &mut toml::Table, builtin: &toml::Table) {
-    let mut used = std::collections::BTreeSet::new();
-    for (k, v) in table.iter() {
-        if k != "params" {
-            collect_refs(v, &mut used);
-        }
-    }
-    let used: std::collections::BTreeSet<String> = used.into_iter().map(String::from).collect();
+    let used: std::collections::BTreeSet<String> = params_used(table).into_iter().map(String::from).collect();
     let own = builtin.get("params").and_then(Value::as_table);
     if let Some(Value::Table(params)) = table.get_mut("params") {
         params.retain(|k, v| used.contains(k) || own.and_then(|o| o.get(k)) != Some(v));
     }
+}
+
+/// The parameters a profile refers to (`"$NAME"`) outside its `params` table.
+fn params_used(t: &toml::Table) -> std::collections::BTreeSet<&str> {
+    let mut used = std::collections::BTreeSet::new();
+    for (k, v) in t {
+        if k != "params" {
+            collect_refs(v, &mut used);
+        }
+    }
+    used
 }
 
 /// Adds every parameter name referred to (`"$NAME"`) anywhere in `v` to `out`.
