@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use crate::engine::{SimTime, Stream};
 use crate::spec::kernel::{CondBroadcast, SpinlockImpl};
-use crate::workload::program::{BarrierImpl, Lane, ObjDecl, ObjId, ObjKind, QueueImpl};
+use crate::workload::program::{BarrierImpl, KSpinImpl, Lane, ObjDecl, ObjId, ObjKind, QueueImpl};
 use crate::workload::Workload;
 use crate::world::World;
 
@@ -78,8 +78,8 @@ pub enum Obj {
         /// Chooses among running spinners on release.
         rng: Box<Stream>,
     },
-    /// Kernel spinlock.
-    KSpin(TicketLock),
+    /// Kernel spinlock, and how it is built (a `spinlock_t` or a bit spinlock).
+    KSpin(TicketLock, KSpinImpl),
     /// Barrier (blocking or spin).
     Barrier {
         /// Threads that must arrive.
@@ -221,7 +221,7 @@ impl Obj {
         match d.kind {
             ObjKind::Mutex => Obj::Mutex { holder: None, waiters: VecDeque::new(), spin: d.spin, spinners: Vec::new() },
             ObjKind::SpinLock => Obj::SpinLock { holder: None, spinners: Vec::new(), rng: Box::new(rng) },
-            ObjKind::KSpinLock => Obj::KSpin(TicketLock::default()),
+            ObjKind::KSpinLock => Obj::KSpin(TicketLock::default(), d.kspin_impl),
             ObjKind::Barrier | ObjKind::SpinBarrier => {
                 let spin = if d.kind == ObjKind::SpinBarrier { Some(u64::MAX) } else { d.spin };
                 let lock = (d.barrier_impl == BarrierImpl::Condvar).then(BarrierMutex::default);
@@ -374,7 +374,7 @@ impl World<'_> {
     pub(crate) fn klock(&mut self, t: ThreadId, r: KLockRef) -> &mut TicketLock {
         match r {
             KLockRef::Obj(o) => {
-                let Obj::KSpin(l) = self.obj(t, o) else { unreachable!("checked at parse") };
+                let Obj::KSpin(l, _) = self.obj(t, o) else { unreachable!("checked at parse") };
                 l
             }
             KLockRef::Mm(m) => {
@@ -408,8 +408,15 @@ impl World<'_> {
         }
     }
 
-    /// The lock discipline of the kernel thread `t` runs in.
-    fn thread_lock_discipline(&self, t: ThreadId) -> Discipline {
+    /// How thread `t`'s kernel spinlock `r` hands the lock over: test-and-set for a declared
+    /// bit spinlock in every kernel, else the discipline of the kernel `t` runs in.
+    pub(crate) fn klock_discipline(&self, t: ThreadId, r: KLockRef) -> Discipline {
+        if let KLockRef::Obj(o) = r {
+            let inst = self.threads[t as usize].inst;
+            if let Obj::KSpin(_, KSpinImpl::Bit) = self.insts[inst as usize].objs[o as usize] {
+                return Discipline::TestAndSet;
+            }
+        }
         self.lock_discipline(self.tasks[self.threads[t as usize].task as usize].kernel)
     }
 
@@ -422,7 +429,7 @@ impl World<'_> {
                 return self.misuse(t, o, "locks again the kernel spinlock it holds");
             }
         }
-        let d = self.thread_lock_discipline(t);
+        let d = self.klock_discipline(t, r);
         let serving = self.klock(t, r).serving;
         let taken = self.klock(t, r).lock(t, d);
         let th = &mut self.threads[t as usize];
@@ -443,7 +450,7 @@ impl World<'_> {
 
     /// A kernel-lock spinner looks at the lock word: true = it took the lock.
     pub(crate) fn kspin_try(&mut self, t: ThreadId, r: KLockRef) -> bool {
-        let d = self.thread_lock_discipline(t);
+        let d = self.klock_discipline(t, r);
         let ticket = self.threads[t as usize].ticket;
         let head = self.klock(t, r).serving;
         let racing = match d {
@@ -475,7 +482,7 @@ impl World<'_> {
             }
         }
         debug_assert_eq!(self.klock(t, r).holder, Some(t), "the kernel releases what it holds");
-        let d = self.thread_lock_discipline(t);
+        let d = self.klock_discipline(t, r);
         // The waiters' spins so far waited for this holder: charge them before the hand-off
         // (a wait chain would otherwise name the waiter whose turn it now is, itself).
         for w in self.klock(t, r).due_on_release(d) {

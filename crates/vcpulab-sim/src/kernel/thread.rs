@@ -324,7 +324,7 @@ impl World<'_> {
         let ple = self.ple_window_ns(v);
         // PV spinlocks halt FIFO waiters (PV ticket locks, PV qspinlock); test-and-set and PMT
         // waiters never halt.
-        let pv = matches!(on, SpinOn::KLock(_)) && self.vspec(v).pv.spinlocks && self.lock_discipline(k) == Discipline::Fifo;
+        let pv = matches!(on, SpinOn::KLock(r) if self.vspec(v).pv.spinlocks && self.klock_discipline(t, r) == Discipline::Fifo);
         let pv_spin = self.vspec(v).pv.spin_threshold.saturating_mul(self.costs.pause);
         let epoch = self.vcpus[v as usize].ple_epoch;
         let th = &mut self.threads[t as usize];

@@ -221,8 +221,8 @@ impl World<'_> {
                 On::Obj(inst, o)
             }
             SpinOn::KLock(KLockRef::Obj(o)) => {
-                if let Obj::KSpin(l) = &objs[o as usize] {
-                    if let Some(h) = l.culprit(self.lock_discipline(self.insts[inst as usize].kernel)) {
+                if let Obj::KSpin(l, _) = &objs[o as usize] {
+                    if let Some(h) = l.culprit(self.klock_discipline(t, KLockRef::Obj(o))) {
                         out.push(self.where_thread(h));
                     }
                 }

@@ -10,8 +10,8 @@ use toml::Value;
 use super::dist::{parse_duration, Dist};
 use super::heap::{parse_size, HeapParams};
 use super::program::{
-    BarrierImpl, CountExpr, Group, Instr, Lane, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, QueueImpl, Share, Times,
-    Workload, MODELS,
+    BarrierImpl, CountExpr, Group, Instr, KSpinImpl, Lane, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Qos, QueueImpl, Share,
+    Times, Workload, MODELS,
 };
 
 /// A parse error: the path inside the workload table and a message.
@@ -724,6 +724,7 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
         lane_threads: None,
         barrier_impl: BarrierImpl::Futex,
         queue_impl: QueueImpl::Pthread,
+        kspin_impl: KSpinImpl::Spinlock,
         users: Vec::new(),
     };
     match v {
@@ -765,10 +766,18 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
                     Value::String(s) => return err(&p, format!("expected \"pthread\" or \"socket\" (got '{s}')")),
                     o => return err(&p, format!("expected \"pthread\" or \"socket\" (got {})", type_name(&o))),
                 };
+            } else if let (Some(i), ObjKind::KSpinLock) = (t.get("impl"), d.kind) {
+                let p = format!("{path}.impl");
+                d.kspin_impl = match resolve(params, i, &p)? {
+                    Value::String(s) if s == "spinlock" => KSpinImpl::Spinlock,
+                    Value::String(s) if s == "bit" => KSpinImpl::Bit,
+                    Value::String(s) => return err(&p, format!("expected \"spinlock\" or \"bit\" (got '{s}')")),
+                    o => return err(&p, format!("expected \"spinlock\" or \"bit\" (got {})", type_name(&o))),
+                };
             } else if let Some(i) = t.get("impl") {
                 let p = format!("{path}.impl");
                 if d.kind != ObjKind::Barrier {
-                    return err(&p, "only blocking barriers and queues have an impl");
+                    return err(&p, "only blocking barriers, queues and kernel spinlocks have an impl");
                 }
                 d.barrier_impl = match resolve(params, i, &p)? {
                     Value::String(s) if s == "futex" => BarrierImpl::Futex,

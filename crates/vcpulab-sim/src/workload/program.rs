@@ -14,7 +14,8 @@ pub enum ObjKind {
     Mutex,
     /// A user-level test-and-set spinlock (`pthread_spin_lock`, custom spin locks).
     SpinLock,
-    /// A kernel ticket spinlock (taken inside system calls; spins with PAUSE at CPL 0).
+    /// A kernel spinlock (taken inside system calls; spins with PAUSE at CPL 0): a
+    /// `spinlock_t` of the kernel's implementation, or a bit spinlock ([`KSpinImpl`]).
     KSpinLock,
     /// A blocking barrier (futex-based, like `pthread_barrier_t`).
     Barrier,
@@ -72,6 +73,8 @@ pub struct ObjDecl {
     /// How a queue is built (`impl`): a C-library queue (a mutex and two condition variables)
     /// or a kernel socket.
     pub queue_impl: QueueImpl,
+    /// How a kernel spinlock is built (`impl`): a `spinlock_t` or a bit spinlock.
+    pub kspin_impl: KSpinImpl,
     /// Groups whose programs use it.
     pub users: Vec<u32>,
 }
@@ -91,6 +94,23 @@ pub enum BarrierImpl {
     /// after the other through the mutex; how they queue on it depends on the C library's
     /// broadcast (`cond_broadcast` of the kernel spec).
     Condvar,
+}
+
+/// How a declared kernel spinlock is built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KSpinImpl {
+    /// A `spinlock_t`: the kernel's spinlock implementation decides who gets it on release
+    /// (`spinlock` of `[host]` / `[guest]`: ticket, queued, byte or PMT;
+    /// [`crate::kernel::spinlock`]).
+    #[default]
+    Spinlock,
+    /// A bit spinlock: one bit of a word taken with `test_and_set_bit_lock`, its waiters
+    /// spinning with `cpu_relax` (PAUSE) until the bit clears (include/linux/bit_spinlock.h,
+    /// the same from v2.6 to v6.x). Test-and-set in every kernel version and never
+    /// paravirtualised, so a waiter whose vCPU is preempted is passed (no lock-waiter
+    /// preemption) and PV spinlocks do not halt its waiters. jbd2's per-buffer
+    /// `jbd_lock_bh_state` and the dcache's hash-bucket locks are bit spinlocks.
+    Bit,
 }
 
 /// How a queue is built.

@@ -290,6 +290,7 @@ impl<'a> Builder<'a> {
             lane_threads: None,
             barrier_impl: Default::default(),
             queue_impl: Default::default(),
+            kspin_impl: Default::default(),
             users: vec![user],
         });
         id

@@ -13,6 +13,11 @@ fn program() -> impl Strategy<Value = String> {
         (1u32..50).prop_map(|us| format!("{{ lock = \"m\" }}, {{ compute = \"{us}us\" }}, {{ unlock = \"m\" }}")),
         (1u32..20).prop_map(|us| format!("{{ spin_lock = \"s\" }}, {{ compute = \"{us}us\" }}, {{ spin_unlock = \"s\" }}")),
         (1u32..20).prop_map(|us| format!("{{ kspin_lock = \"k\" }}, {{ compute = \"{us}us\" }}, {{ kspin_unlock = \"k\" }}")),
+        // A bit spinlock (test-and-set in every kernel), nested inside the ticket lock or alone.
+        (1u32..20).prop_map(|us| format!("{{ kspin_lock = \"kb\" }}, {{ compute = \"{us}us\" }}, {{ kspin_unlock = \"kb\" }}")),
+        (1u32..10).prop_map(|us| {
+            format!("{{ kspin_lock = \"k\" }}, {{ kspin_lock = \"kb\" }}, {{ compute = \"{us}us\" }}, {{ kspin_unlock = \"kb\" }}, {{ kspin_unlock = \"k\" }}")
+        }),
         Just("{ barrier = \"b\" }".to_string()),
         Just("{ barrier = \"sb\" }".to_string()),
         Just("{ barrier = \"cb\" }".to_string()),
@@ -37,7 +42,7 @@ fn program() -> impl Strategy<Value = String> {
     });
     (proptest::collection::vec(op, 1..6), 1u32..8, memory).prop_map(|(ops, times, memory)| {
         format!(
-            "objects = {{ m = \"mutex\", s = \"spinlock\", k = \"kspinlock\", b = \"barrier\", sb = \"spin_barrier\", cb = {{ kind = \"barrier\", impl = \"condvar\" }} }}\n\
+            "objects = {{ m = \"mutex\", s = \"spinlock\", k = \"kspinlock\", kb = {{ kind = \"kspinlock\", impl = \"bit\" }}, b = \"barrier\", sb = \"spin_barrier\", cb = {{ kind = \"barrier\", impl = \"condvar\" }} }}\n\
              {memory}program = [ {{ repeat = {{ times = {times}, body = [ {} ] }} }} ]\n",
             ops.join(", ")
         )

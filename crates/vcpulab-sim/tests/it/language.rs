@@ -490,14 +490,18 @@ fn native_blocks(vcpus: u32, w: &str) -> Vec<u64> {
 }
 
 #[test]
-fn a_barrier_impl_is_futex_or_condvar_and_a_condvar_barrier_takes_no_spin_budget() {
+fn an_impl_is_futex_or_condvar_for_barriers_pthread_or_socket_for_queues_spinlock_or_bit_for_kernel_spinlocks() {
     let prog = "program = [ { barrier = \"b\" } ]";
     let e = spec_error(&format!("objects = {{ b = {{ kind = \"barrier\", impl = \"ticket\" }} }}\n{prog}"));
     assert!(e.contains("objects.b.impl") && e.contains("\"futex\" or \"condvar\"") && e.contains("'ticket'"), "{e}");
     let e = spec_error(&format!("objects = {{ b = {{ kind = \"barrier\", impl = \"condvar\", spin = \"10us\" }} }}\n{prog}"));
     assert!(e.contains("objects.b.impl") && e.contains("no spin budget"), "{e}");
     let e = spec_error("objects = { m = { kind = \"mutex\", impl = \"condvar\" } }\nprogram = [ { lock = \"m\" }, { unlock = \"m\" } ]");
-    assert!(e.contains("objects.m.impl") && e.contains("only blocking barriers and queues"), "{e}");
+    assert!(e.contains("objects.m.impl") && e.contains("only blocking barriers, queues and kernel spinlocks"), "{e}");
+    let e = spec_error(
+        "objects = { k = { kind = \"kspinlock\", impl = \"ticket\" } }\nprogram = [ { kspin_lock = \"k\" }, { kspin_unlock = \"k\" } ]",
+    );
+    assert!(e.contains("objects.k.impl") && e.contains("\"spinlock\" or \"bit\"") && e.contains("'ticket'"), "{e}");
     let e = spec_error("objects = { q = { kind = \"queue\", impl = \"tcp\" } }\nprogram = [ { push = \"q\" } ]");
     assert!(e.contains("objects.q.impl") && e.contains("\"pthread\" or \"socket\"") && e.contains("'tcp'"), "{e}");
     // Both kinds of barrier let every thread through every episode, natively and in a VM.
