@@ -711,6 +711,18 @@ fn dist(ctx: &mut Ctx<'_>, v: &Value, path: &str) -> Result<Dist, ParseError> {
     Ok(d)
 }
 
+/// The option named by `v` (a string, or a `"$param"` naming one), from `options` (name, value).
+fn one_of<T: Copy>(params: &toml::Table, v: &Value, path: &str, options: &[(&str, T)]) -> Result<T, ParseError> {
+    let names = options.iter().map(|(n, _)| format!("\"{n}\"")).collect::<Vec<_>>().join(" or ");
+    match resolve(params, v, path)? {
+        Value::String(s) => match options.iter().find(|(n, _)| *n == s) {
+            Some(&(_, o)) => Ok(o),
+            None => err(path, format!("expected {names} (got '{s}')")),
+        },
+        o => err(path, format!("expected {names} (got {})", type_name(&o))),
+    }
+}
+
 fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, ParseError> {
     let kinds = "mutex, spinlock, kspinlock, barrier, spin_barrier, condvar, queue";
     let kind_of =
@@ -758,33 +770,20 @@ fn parse_object(params: &toml::Table, v: &Value, path: &str) -> Result<ObjDecl, 
                     },
                 };
             }
-            if let (Some(i), ObjKind::Queue) = (t.get("impl"), d.kind) {
+            if let Some(i) = t.get("impl") {
                 let p = format!("{path}.impl");
-                d.queue_impl = match resolve(params, i, &p)? {
-                    Value::String(s) if s == "pthread" => QueueImpl::Pthread,
-                    Value::String(s) if s == "socket" => QueueImpl::Socket,
-                    Value::String(s) => return err(&p, format!("expected \"pthread\" or \"socket\" (got '{s}')")),
-                    o => return err(&p, format!("expected \"pthread\" or \"socket\" (got {})", type_name(&o))),
-                };
-            } else if let (Some(i), ObjKind::KSpinLock) = (t.get("impl"), d.kind) {
-                let p = format!("{path}.impl");
-                d.kspin_impl = match resolve(params, i, &p)? {
-                    Value::String(s) if s == "spinlock" => KSpinImpl::Spinlock,
-                    Value::String(s) if s == "bit" => KSpinImpl::Bit,
-                    Value::String(s) => return err(&p, format!("expected \"spinlock\" or \"bit\" (got '{s}')")),
-                    o => return err(&p, format!("expected \"spinlock\" or \"bit\" (got {})", type_name(&o))),
-                };
-            } else if let Some(i) = t.get("impl") {
-                let p = format!("{path}.impl");
-                if d.kind != ObjKind::Barrier {
-                    return err(&p, "only blocking barriers, queues and kernel spinlocks have an impl");
+                match d.kind {
+                    ObjKind::Queue => {
+                        d.queue_impl = one_of(params, i, &p, &[("pthread", QueueImpl::Pthread), ("socket", QueueImpl::Socket)])?
+                    }
+                    ObjKind::KSpinLock => {
+                        d.kspin_impl = one_of(params, i, &p, &[("spinlock", KSpinImpl::Spinlock), ("bit", KSpinImpl::Bit)])?
+                    }
+                    ObjKind::Barrier => {
+                        d.barrier_impl = one_of(params, i, &p, &[("futex", BarrierImpl::Futex), ("condvar", BarrierImpl::Condvar)])?
+                    }
+                    _ => return err(&p, "only blocking barriers, queues and kernel spinlocks have an impl"),
                 }
-                d.barrier_impl = match resolve(params, i, &p)? {
-                    Value::String(s) if s == "futex" => BarrierImpl::Futex,
-                    Value::String(s) if s == "condvar" => BarrierImpl::Condvar,
-                    Value::String(s) => return err(&p, format!("expected \"futex\" or \"condvar\" (got '{s}')")),
-                    o => return err(&p, format!("expected \"futex\" or \"condvar\" (got {})", type_name(&o))),
-                };
                 if d.barrier_impl == BarrierImpl::Condvar && d.spin.is_some() {
                     return err(&p, "a condvar barrier blocks at once: it takes no spin budget");
                 }
