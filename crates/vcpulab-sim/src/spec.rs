@@ -654,13 +654,17 @@ fn fold_suite_tables(doc: &mut toml::Table) {
 fn drop_params_unused_after_patches(doc: &mut toml::Table) {
     let Some(toml::Value::Table(w)) = doc.get_mut("workloads") else { return };
     for (name, v) in w.iter_mut() {
-        let (Some(text), toml::Value::Table(table)) = (builtin_text(name), v) else { continue };
-        let builtin: toml::Table = toml::from_str(text).expect("built-in workloads are valid TOML (tested)");
+        let (Some(builtin), toml::Value::Table(table)) = (builtin_table(name), v) else { continue };
         // A program of the user's under a built-in's name is a definition of its own.
         if ["program", "groups"].iter().all(|k| table.get(*k) == builtin.get(*k)) {
             crate::workload::profile::drop_params_unused_after_patch(table, &builtin);
         }
     }
+}
+
+/// The built-in workload `name`'s TOML, parsed.
+fn builtin_table(name: &str) -> Option<toml::Table> {
+    builtin_text(name).map(|text| toml::from_str(text).expect("built-in workloads are valid TOML (tested)"))
 }
 
 fn materialize_builtins(doc: &mut toml::Table, blame: &dyn Fn(&str) -> String) -> Result<(), SpecError> {
@@ -687,8 +691,7 @@ fn materialize_builtins(doc: &mut toml::Table, blame: &dyn Fn(&str) -> String) -
                 Some(toml::Value::Table(t)) if !t.contains_key("program") && !t.contains_key("groups") => t.clone(),
                 _ => continue,
             };
-            let Some(text) = builtin_text(name) else { continue };
-            let mut table: toml::Table = toml::from_str(text).expect("built-in workloads are valid TOML (tested)");
+            let Some(mut table) = builtin_table(name) else { continue };
             merge(&mut table, &patch);
             if let Some(toml::Value::Table(w)) = doc.get_mut("workloads") {
                 w.insert(name.clone(), toml::Value::Table(table));
@@ -703,7 +706,7 @@ fn materialize_builtins(doc: &mut toml::Table, blame: &dyn Fn(&str) -> String) -
                 format!("workload '{name}' is ambiguous: it can mean {} (write the full name)", candidates.join(" or ")),
             ));
         }
-        let Some(text) = builtin_text(name) else {
+        let Some(table) = builtin_table(name) else {
             let mut known: Vec<String> = builtin_names().into_iter().map(String::from).collect();
             known.extend(defined.iter().cloned());
             let hint = suggest::did_you_mean(name, known.iter().map(String::as_str));
@@ -713,7 +716,6 @@ fn materialize_builtins(doc: &mut toml::Table, blame: &dyn Fn(&str) -> String) -
                 format!("unknown workload '{name}'{hint} (known: {}; or define [workloads.{name}])", known.join(", ")),
             ));
         };
-        let table: toml::Table = toml::from_str(text).expect("built-in workloads are valid TOML (tested)");
         let wl = doc.entry("workloads").or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let toml::Value::Table(t) = wl {
             t.insert(name.clone(), toml::Value::Table(table));
