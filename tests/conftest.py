@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,3 +148,28 @@ program = [{{ repeat = {{ times = {times}, body = [
 def without_wall(result: dict[str, Any]) -> dict[str, Any]:
     """A result minus the fields measured on the host (not part of the deterministic output)."""
     return {k: v for k, v in result.items() if k != "wall_s"}
+
+
+def debian_program(binary: str, package: str) -> tuple[str | None, str]:
+    """``binary`` on the PATH, installed from Debian's ``package`` with apt-get when absent (the
+    test machines run as root and reach Debian's mirrors): (its path, "") or (None, why it could
+    not be had). apt-get's package list may be missing on a fresh machine: updated once, then
+    retried."""
+    found = shutil.which(binary)
+    if found:
+        return found, ""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return None, f"{binary} is not installed and this user cannot apt-get install {package}"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "--no-install-recommends", package]
+    proc = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900)
+    if proc.returncode != 0:
+        subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=600)
+        proc = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900)
+    found = shutil.which(binary)
+    if found:
+        return found, ""
+    return None, (
+        f"{binary} is not installed and apt-get install -y --no-install-recommends {package} exited "
+        f"{proc.returncode}: {proc.stderr.strip()[-300:]}"
+    )

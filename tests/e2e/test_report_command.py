@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import RunCli, run_cli
+from conftest import RunCli, debian_program, run_cli
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -40,22 +40,9 @@ CHROMIUM_FLAGS = (
 
 def chromium() -> str:
     """The chromium binary, installed from Debian's packages if absent (the machine runs as root)."""
-    found = shutil.which("chromium")
-    if found:
-        return found
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-    proc = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900)
-    if proc.returncode != 0:  # no or an old package list: update once and retry
-        subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=600)
-        proc = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900)
-    found = shutil.which("chromium")
-    if not found:
-        pytest.fail(
-            "the report test needs Debian's chromium and could not install it "
-            f"(apt-get install -y --no-install-recommends chromium exited {proc.returncode}: "
-            f"{proc.stderr.strip()[-500:]})"
-        )
+    found, why = debian_program("chromium", "chromium")
+    if found is None:
+        pytest.fail(f"the report test needs Debian's chromium: {why}")
     return found
 
 

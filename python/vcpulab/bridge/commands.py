@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import render
-from .._vcpulab import TraceError, trace_info
+from .._vcpulab import TraceError, VcpulabError, trace_info
 from ..analysis import Thresholds
 from ..atomic import AtomicWriter
 from ..render import stderr_console
@@ -265,10 +265,24 @@ def _predict_mitigations(
             for c in comparisons:
                 c.not_predicted = why
             return
-        plain = predict.fidelity(str(out), ncpus)["t_native_s"]
+        # A replay that fails (a deadlock the program did not have, a run limit) costs only the
+        # simulated column: the measurements above are printed and written all the same.
+        try:
+            plain = predict.fidelity(str(out), ncpus)["t_native_s"]
+        except VcpulabError as e:
+            why = f"the replay of the baseline's trace failed: {e}"
+            console.print(f"not predicted: {why}", style="yellow")
+            for c in comparisons:
+                c.not_predicted = why
+            return
         for c in comparisons:
             if c.mitigation.simulated:
-                changed = predict.fidelity(str(out), ncpus, overrides=c.mitigation.simulated)["t_native_s"]
+                try:
+                    changed = predict.fidelity(str(out), ncpus, overrides=c.mitigation.simulated)["t_native_s"]
+                except VcpulabError as e:
+                    c.not_predicted = f"the replay with {c.mitigation.name} failed: {e}"
+                    console.print(f"not predicted: {c.not_predicted}", style="yellow")
+                    continue
                 c.predicted = float(plain) / float(changed)
 
 

@@ -9,8 +9,9 @@
 //!   pthread_join(child)                  wait for child's end         child: signals at its end
 //!   mutex / spin / rwlock (writer)       lock, spin_lock, lock on the same object (by address)
 //!   barrier_wait                         barrier (parties: its init count, else its users)
-//!   cond_wait woken by a signal          wait for a token from the thread that woke it
-//!   cond_signal / broadcast              a token to each waiter it woke in the trace
+//!   cond_wait that was woken             wait for a token from each thread that signalled or
+//!                                        broadcast on it while it waited (see Wake-ups)
+//!   cond_signal / broadcast              a token to each waiter it preceded in the trace
 //!   malloc / calloc / memalign / realloc malloc of that size (the thread's arena, see heap.rs)
 //!   free                                 free of that chunk (free_live)
 //!   munmap, madvise(DONTNEED),           a TLB shootdown of that many pages
@@ -28,11 +29,13 @@
 //! the wall time leaves over was spent off a CPU without a traced reason (I/O, preemption); it
 //! is counted in [`ReplayStats`] and not replayed.
 //!
-//! **Wake-ups.** Condition variables are matched, not re-run: a wait returns when the signal or
-//! broadcast that ended it in the trace (the latest on the same condition variable, from
-//! another thread, between the wait's call and its return) has been sent. Each thread has its
-//! own wake-up condition variable with token semantics, so no wake-up is lost whatever the
-//! simulated order. A wait nobody ended (a time-out) sleeps as long as it lasted.
+//! **Wake-ups.** Condition variables are matched, not re-run: a wait returns when every signal
+//! and broadcast sent on the same condition variable by another thread between the wait's call
+//! and its return has been sent (the first woke it; the others changed, under the mutex it was
+//! getting back, the state it acted on). Wake-ups travel on condition variables with token
+//! semantics, one per (waiter, sender) pair, so no wake-up is lost and none is taken by the
+//! wrong wait whatever the simulated order. A wait nobody ended (a time-out) sleeps as long as
+//! it lasted.
 //!
 //! Not replayed: rwlock readers (readers never wait for each other; a writer waits only for
 //! writers), failed try-locks, frees of another thread's chunks (counted), threads of other
@@ -80,8 +83,11 @@ pub struct ReplayStats {
     pub compute_ns: u64,
     /// Time off a CPU with no traced reason, over all threads (ns).
     pub unexplained_ns: u64,
-    /// Condition-variable waits matched with the wake-up that ended them.
+    /// Condition-variable waits matched with the wake-ups that preceded their return.
     pub wakeups_matched: u64,
+    /// The wake-ups those waits wait for (each signal or broadcast sent on the condition
+    /// variable by another thread between the wait's call and its return).
+    pub wakeups_tied: u64,
     /// Waits replayed as a sleep (timed out, or their wake-up was not traced).
     pub waits_slept: u64,
     /// Frees of chunks allocated by another thread, or never seen allocated (not replayed).
@@ -134,6 +140,7 @@ pub fn from_trace(name: &str, trace: &Trace, opts: &Options) -> Result<(Workload
     b.spin_then_block = opts.spin_then_block;
     b.tracer_record_ns = opts.tracer_record_ns;
     b.match_wakeups();
+    b.order_joins_under_locks();
     for i in 0..b.threads.len() {
         b.thread(i);
     }
@@ -173,7 +180,6 @@ struct Handshake {
     own_mutex: ObjId,
     start: ObjId,
     end: ObjId,
-    wake: ObjId,
 }
 
 struct Builder<'a> {
@@ -184,8 +190,20 @@ struct Builder<'a> {
     handshakes: Vec<Handshake>,
     /// (thread, record) of a signal/broadcast → the threads it woke.
     wakes: BTreeMap<(usize, usize), Vec<usize>>,
-    /// (thread, record) of a wait that is matched.
-    matched: BTreeSet<(usize, usize)>,
+    /// (thread, record) of a wait that is matched → the threads whose wake-ups it waits for,
+    /// one entry per wake-up.
+    matched: BTreeMap<(usize, usize), Vec<usize>>,
+    /// (waiter, sender) → the condition variable that carries the sender's wake-ups to the
+    /// waiter (see [`Builder::wake_channel`]).
+    channels: BTreeMap<(usize, usize), ObjId>,
+    /// (joiner, record that takes a mutex it will hold while it joins) → the (child, mutex
+    /// address) whose last unlock by the child must come first (see
+    /// [`Builder::order_joins_under_locks`]).
+    lock_after: BTreeMap<(usize, usize), Vec<(usize, u64)>>,
+    /// (child, record of that last unlock) → the (joiner, mutex address) it lets go on.
+    unlock_lets: BTreeMap<(usize, usize), Vec<(usize, u64)>>,
+    /// (joiner, child, mutex address) → the condition variable carrying that order.
+    order_channels: BTreeMap<(usize, usize, u64), ObjId>,
     barrier_parties: BTreeMap<u64, u32>,
     joined: BTreeSet<usize>,
     instrs: Vec<Instr>,
@@ -228,6 +246,10 @@ impl<'a> Builder<'a> {
             handshakes: Vec::new(),
             wakes: BTreeMap::new(),
             matched: Default::default(),
+            channels: BTreeMap::new(),
+            lock_after: BTreeMap::new(),
+            unlock_lets: BTreeMap::new(),
+            order_channels: BTreeMap::new(),
             barrier_parties: BTreeMap::new(),
             joined: Default::default(),
             instrs: Vec::new(),
@@ -244,7 +266,6 @@ impl<'a> Builder<'a> {
                 own_mutex: b.declare(format!("t{i}.mutex"), ObjKind::Mutex, g),
                 start: b.declare(format!("t{i}.start"), ObjKind::CondVar, g),
                 end: b.declare(format!("t{i}.end"), ObjKind::CondVar, g),
-                wake: b.declare(format!("t{i}.wake"), ObjKind::CondVar, g),
             };
             b.handshakes.push(hs);
         }
@@ -321,16 +342,21 @@ impl<'a> Builder<'a> {
         id
     }
 
-    /// Matches each condition wait with the signal or broadcast that ended it.
+    /// Ties each condition wait to the signals and broadcasts that preceded its return: every
+    /// one sent on the same condition variable by another thread between the wait's call and
+    /// its return. The first of them woke it; the others were sent before it got its mutex back,
+    /// so the state it found when it returned (flags set under that mutex) depends on them too.
+    /// A program that waits once and then acts on several threads' updates (pigz's `join_all`:
+    /// three workers broadcast before the main thread returns, and it joins all three holding
+    /// the mutex) deadlocks in replay if the wait waits for one of them only.
     fn match_wakeups(&mut self) {
-        // Per condition variable: its wake-ups in time order, (time, thread, record, broadcast).
-        let mut sends: BTreeMap<u64, Vec<(u64, usize, usize, bool)>> = BTreeMap::new();
+        // Per condition variable: its wake-ups in time order, (time, thread, record).
+        let mut sends: BTreeMap<u64, Vec<(u64, usize, usize)>> = BTreeMap::new();
         let mut waits: Vec<(u64, u64, u64, usize, usize)> = Vec::new(); // (end, call, cond, thread, record)
         for (i, t) in self.threads.iter().enumerate() {
             for (k, r) in t.records.iter().enumerate() {
                 match r.event {
-                    Event::CondSignal { cond } => sends.entry(cond).or_default().push((r.t, i, k, false)),
-                    Event::CondBroadcast { cond } => sends.entry(cond).or_default().push((r.t, i, k, true)),
+                    Event::CondSignal { cond } | Event::CondBroadcast { cond } => sends.entry(cond).or_default().push((r.t, i, k)),
                     Event::CondWait { cond, wait_ns, ret, .. } if ret != ETIMEDOUT => {
                         waits.push((r.t, r.t.saturating_sub(wait_ns), cond, i, k));
                     }
@@ -341,20 +367,116 @@ impl<'a> Builder<'a> {
         for list in sends.values_mut() {
             list.sort_by_key(|s| s.0);
         }
-        waits.sort();
-        let mut used: BTreeSet<(usize, usize)> = Default::default();
         for (end, call, cond, i, k) in waits {
             let Some(list) = sends.get(&cond) else { continue };
-            // The latest wake-up from another thread within the wait (a signal wakes one).
-            let hit =
-                list.iter().rev().find(|&&(t, j, m, broadcast)| t <= end && t >= call && j != i && (broadcast || !used.contains(&(j, m))));
-            if let Some(&(_, j, m, broadcast)) = hit {
-                if !broadcast {
-                    used.insert((j, m));
-                }
+            let from = list.partition_point(|s| s.0 < call);
+            let to = list.partition_point(|s| s.0 <= end);
+            let mut senders: Vec<usize> = Vec::new();
+            for &(_, j, m) in list[from..to].iter().filter(|s| s.1 != i) {
                 self.wakes.entry((j, m)).or_default().push(i);
-                self.matched.insert((i, k));
+                senders.push(j);
             }
+            if !senders.is_empty() {
+                senders.sort_unstable();
+                self.matched.insert((i, k), senders);
+            }
+        }
+    }
+
+    /// Keeps a thread that waits for another thread while holding a mutex (joins it, or waits
+    /// on a condition variable for its wake-ups while holding a second mutex) from taking that
+    /// mutex before the other thread is done with it. In the trace every critical section of
+    /// the other thread on the mutex before the event waited for (its end, its signal) came
+    /// before the waiter took the mutex: the waiter held it from then until the event. The
+    /// replay leaves mutexes free to be taken in any order, so a waiter that got the mutex
+    /// first would wait for a thread that waits for the mutex (pigz's `join_all` joins a worker
+    /// that finished before the main thread locked, without waiting on the condition variable
+    /// at all). So the waiter's acquisition waits for the other thread's last unlock of that
+    /// mutex before it: one more happens-before edge of the trace, kept only where a deadlock
+    /// needs it.
+    fn order_joins_under_locks(&mut self) {
+        for (a, t) in self.threads.iter().enumerate() {
+            // Mutexes held (writer side): address → (depth, record that took it, its time).
+            let mut held: BTreeMap<u64, (u32, usize, u64)> = BTreeMap::new();
+            let mut readers: BTreeMap<u64, u32> = BTreeMap::new();
+            for (k, r) in t.records.iter().enumerate() {
+                // The threads waited for, and the mutex the wait itself gives up (if any).
+                let (awaited, released): (Vec<usize>, Option<u64>) = match r.event {
+                    Event::ThreadJoin { tid: Some(tid), ret: 0, .. } => (self.index_of.get(&tid).copied().into_iter().collect(), None),
+                    Event::CondWait { mutex, .. } => (self.matched.get(&(a, k)).cloned().unwrap_or_default(), Some(mutex)),
+                    _ => (Vec::new(), None),
+                };
+                for &x in &awaited {
+                    for (&addr, &(_, ka, ta)) in held.iter().filter(|(addr, _)| Some(**addr) != released) {
+                        let last = self.threads[x].records.iter().rposition(|u| {
+                            u.t < ta && matches!(u.event, Event::MutexUnlock { addr: y, .. } | Event::RwUnlock { addr: y, .. } if y == addr)
+                        });
+                        if let Some(m) = last {
+                            if !self.unlock_lets.get(&(x, m)).is_some_and(|v| v.contains(&(a, addr))) {
+                                self.lock_after.entry((a, ka)).or_default().push((x, addr));
+                                self.unlock_lets.entry((x, m)).or_default().push((a, addr));
+                            }
+                        }
+                    }
+                }
+                match r.event {
+                    Event::MutexLock { addr, ret: 0, .. } | Event::RwWriteLock { addr, ret: 0, .. } => {
+                        let e = held.entry(addr).or_insert((0, k, r.t));
+                        e.0 += 1;
+                    }
+                    Event::RwReadLock { addr, ret: 0, .. } => *readers.entry(addr).or_insert(0) += 1,
+                    Event::MutexUnlock { addr, .. } | Event::RwUnlock { addr, .. } => {
+                        if let Some(n) = readers.get_mut(&addr).filter(|n| **n > 0) {
+                            *n -= 1;
+                        } else if let Some(e) = held.get_mut(&addr) {
+                            e.0 -= 1;
+                            if e.0 == 0 {
+                                held.remove(&addr);
+                            }
+                        }
+                    }
+                    // The wait gives the mutex up; the thread takes it again as it returns.
+                    Event::CondWait { mutex, .. } => {
+                        if let Some(e) = held.get_mut(&mutex) {
+                            (e.1, e.2) = (k, r.t);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The condition variable that carries "`child` has unlocked the mutex at `addr` for the
+    /// last time before `joiner` takes it". One per triple: the child sends in time order and
+    /// the joiner's acquisitions of one mutex are in time order, so counts match exactly.
+    fn order_channel(&mut self, joiner: usize, child: usize, addr: u64) -> ObjId {
+        if let Some(&o) = self.order_channels.get(&(joiner, child, addr)) {
+            return o;
+        }
+        let o = self.declare(format!("t{joiner}.after.t{child}@{addr:#x}"), ObjKind::CondVar, joiner as u32);
+        self.objects[o as usize].users.push(child as u32);
+        self.order_channels.insert((joiner, child, addr), o);
+        o
+    }
+
+    /// Before record `k` of thread `me` takes a mutex: the waits of [`Builder::order_joins_under_locks`].
+    fn wait_lock_order(&mut self, me: usize, k: usize) {
+        let Some(edges) = self.lock_after.get(&(me, k)).cloned() else { return };
+        let own = self.handshakes[me].own_mutex;
+        self.push(Instr::Lock(own));
+        for (c, addr) in edges {
+            let cond = self.order_channel(me, c, addr);
+            self.push(Instr::CondWait { cond, mutex: own });
+        }
+        self.push(Instr::Unlock(own));
+    }
+
+    /// After record `k` of thread `me` unlocks a mutex: the tokens it owes joiners.
+    fn send_lock_order(&mut self, me: usize, k: usize) {
+        for (a, addr) in self.unlock_lets.get(&(me, k)).cloned().unwrap_or_default() {
+            let cond = self.order_channel(a, me, addr);
+            self.push(Instr::CondSignal(cond));
         }
     }
 
@@ -425,6 +547,21 @@ impl<'a> Builder<'a> {
         self.push(Instr::Unlock(own));
     }
 
+    /// The condition variable that carries `sender`'s wake-ups to `waiter`. One per pair makes
+    /// the matching exact although tokens are counts: the sender sends them in its program
+    /// order, which is their time order, and the waiter's waits consume them in theirs, so the
+    /// n-th token on the channel is the one the waiter's n-th wait tied to that sender needs.
+    /// (One channel per waiter let a wait take a token sent early for a later wait.)
+    fn wake_channel(&mut self, waiter: usize, sender: usize) -> ObjId {
+        if let Some(&o) = self.channels.get(&(waiter, sender)) {
+            return o;
+        }
+        let o = self.declare(format!("t{waiter}.wake.t{sender}"), ObjKind::CondVar, waiter as u32);
+        self.objects[o as usize].users.push(sender as u32);
+        self.channels.insert((waiter, sender), o);
+        o
+    }
+
     fn thread(&mut self, me: usize) {
         let t = self.threads[me];
         let entry = self.instrs.len() as u32;
@@ -463,6 +600,7 @@ impl<'a> Builder<'a> {
                     let n = held.entry(o).or_insert(0);
                     *n += 1;
                     if *n == 1 {
+                        self.wait_lock_order(me, k);
                         self.push(Instr::Lock(o));
                     }
                 }
@@ -473,12 +611,18 @@ impl<'a> Builder<'a> {
                         self.push(if blocking { Instr::Lock(o) } else { Instr::SpinLock(o) });
                     }
                 }
-                Event::MutexUnlock { addr, .. } => self.unlock(ObjKind::Mutex, addr, &mut held),
+                Event::MutexUnlock { addr, .. } => {
+                    self.unlock(ObjKind::Mutex, addr, &mut held);
+                    self.send_lock_order(me, k);
+                }
                 Event::SpinUnlock { addr, .. } => self.unlock(ObjKind::SpinLock, addr, &mut held),
                 Event::RwReadLock { addr, ret: 0, .. } => *readers.entry(addr).or_insert(0) += 1,
                 Event::RwUnlock { addr, .. } => match readers.get_mut(&addr) {
                     Some(n) if *n > 0 => *n -= 1,
-                    _ => self.unlock(ObjKind::Mutex, addr, &mut held),
+                    _ => {
+                        self.unlock(ObjKind::Mutex, addr, &mut held);
+                        self.send_lock_order(me, k);
+                    }
                 },
                 Event::BarrierWait { addr, .. } => {
                     let o = self.object(ObjKind::Barrier, addr, me);
@@ -489,20 +633,29 @@ impl<'a> Builder<'a> {
                     if let Some(m) = m {
                         self.push(Instr::Unlock(m));
                     }
-                    if self.matched.contains(&(me, k)) {
+                    if let Some(senders) = self.matched.get(&(me, k)).cloned() {
                         self.stats.wakeups_matched += 1;
-                        self.wait_token(me, self.handshakes[me].wake);
+                        self.stats.wakeups_tied += senders.len() as u64;
+                        let own = self.handshakes[me].own_mutex;
+                        self.push(Instr::Lock(own));
+                        for j in senders {
+                            let cond = self.wake_channel(me, j);
+                            self.push(Instr::CondWait { cond, mutex: own });
+                        }
+                        self.push(Instr::Unlock(own));
                     } else {
                         self.stats.waits_slept += 1;
                         self.sleep(wait_ns);
                     }
                     if let Some(m) = m {
+                        self.wait_lock_order(me, k);
                         self.push(Instr::Lock(m));
                     }
                 }
                 Event::CondSignal { .. } | Event::CondBroadcast { .. } => {
                     for w in self.wakes.get(&(me, k)).cloned().unwrap_or_default() {
-                        self.push(Instr::CondSignal(self.handshakes[w].wake));
+                        let cond = self.wake_channel(w, me);
+                        self.push(Instr::CondSignal(cond));
                     }
                 }
                 Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => self.malloc(size, ptr, &mut live, &mut arena, &mut acct),
@@ -734,15 +887,148 @@ mod tests {
         // The mutex is released around the wait, and re-taken after it.
         assert!(matches!(&waiter[1], Instr::Lock(o) if name(o).starts_with("mutex@")), "{waiter:?}");
         assert!(matches!(&waiter[3], Instr::Unlock(o) if name(o).starts_with("mutex@")), "{waiter:?}");
-        assert!(matches!(&waiter[5], Instr::CondWait { cond, .. } if name(cond) == "t0.wake"), "{waiter:?}");
-        assert!(matches!(&waiter[7], Instr::Lock(o) if name(o).starts_with("mutex@")), "{waiter:?}");
+        assert!(matches!(&waiter[5], Instr::CondWait { cond, .. } if name(cond).starts_with("t0.wake.t")), "{waiter:?}");
+        assert!(matches!(&waiter[8], Instr::Lock(o) if name(o).starts_with("mutex@")), "{waiter:?}");
         assert!(waiter.iter().any(|i| matches!(i, Instr::Sleep(Dist::Fixed(1000)))), "{waiter:?}");
-        // The latest signal in the wait woke it: the first signal wakes nobody, so the compute
-        // around it is one.
-        assert!(matches!(signaller[0], Instr::Compute { dist: Dist::Fixed(500), .. }), "{signaller:?}");
-        assert!(matches!(&signaller[1], Instr::CondSignal(o) if name(o) == "t0.wake"), "{signaller:?}");
-        assert_eq!(signaller.len(), 3, "{signaller:?}");
-        assert_eq!((stats.wakeups_matched, stats.waits_slept), (1, 1));
+        // Both signals came while it waited: the first woke it and the second came before it
+        // had its mutex back, so it waits for both (two tokens under its own mutex).
+        assert!(matches!(&waiter[6], Instr::CondWait { cond, .. } if name(cond).starts_with("t0.wake.t")), "{waiter:?}");
+        assert!(matches!(signaller[0], Instr::Compute { dist: Dist::Fixed(400), .. }), "{signaller:?}");
+        assert!(matches!(&signaller[1], Instr::CondSignal(o) if name(o).starts_with("t0.wake.t")), "{signaller:?}");
+        assert!(matches!(signaller[2], Instr::Compute { dist: Dist::Fixed(100), .. }), "{signaller:?}");
+        assert!(matches!(&signaller[3], Instr::CondSignal(o) if name(o).starts_with("t0.wake.t")), "{signaller:?}");
+        assert_eq!(signaller.len(), 5, "{signaller:?}");
+        assert_eq!((stats.wakeups_matched, stats.wakeups_tied, stats.waits_slept), (1, 2, 1));
+    }
+
+    /// pigz's `join_all` (yarn.c): each worker, as it ends, sets its `done` flag and broadcasts
+    /// under `threads_lock`; the main thread waits once, wakes after all three have, and joins
+    /// them **holding** `threads_lock`. Tied to the last broadcast only, the replay let the main
+    /// thread take the lock and join worker 1 before worker 1 had broadcast: a deadlock.
+    #[test]
+    fn a_wait_that_returns_after_several_broadcasts_waits_for_all_of_them() {
+        let (cv, m) = (0xc0, 0x30);
+        let lock = |t, wait_ns| rec(t, Some(t), Event::MutexLock { addr: m, mode: LockMode::Block, wait_ns, ret: 0 });
+        let unlock = |t| rec(t, Some(t), Event::MutexUnlock { addr: m, hold_ns: None });
+        let mut main = vec![rec(0, Some(0), Event::ProcessStart { pid: 10 })];
+        for (n, tid) in [11u32, 12, 13].into_iter().enumerate() {
+            let n = n as u64;
+            main.push(rec(10 + n, Some(10 + n), Event::ThreadCreate { seq: tid, ret: 0, handle: u64::from(tid), child: Some(tid) }));
+        }
+        main.push(lock(20, 0));
+        main.push(rec(2_000, Some(30), Event::CondWait { cond: cv, mutex: m, timed: false, wait_ns: 1_970, ret: 0 }));
+        for (n, tid) in [11u32, 12, 13].into_iter().enumerate() {
+            let t = 2_010 + n as u64 * 10;
+            main.push(rec(t, Some(t), Event::ThreadJoin { tid: Some(tid), ret: 0, handle: u64::from(tid), wait_ns: 0 }));
+        }
+        main.push(unlock(2_100));
+        let mut threads = vec![thread(10, None, main)];
+        for (n, tid) in [11u32, 12, 13].into_iter().enumerate() {
+            let t = 1_000 + n as u64 * 300;
+            threads.push(thread(
+                tid,
+                Some(10),
+                vec![
+                    rec(100, Some(0), start(tid, Some(10))),
+                    lock(t, 0),
+                    rec(t + 50, Some(t + 50), Event::CondBroadcast { cond: cv }),
+                    unlock(t + 60),
+                    rec(t + 70, Some(t + 70), Event::ThreadExit),
+                ],
+            ));
+        }
+        let (w, stats) = replay(&trace(threads));
+        let name = |o: &ObjId| w.objects[*o as usize].name.clone();
+        let main = &w.program.instrs[..w.groups[1].entry as usize];
+        let waits = main.iter().filter(|i| matches!(i, Instr::CondWait { cond, .. } if name(cond).starts_with("t0.wake.t"))).count();
+        assert_eq!(waits, 3, "{main:?}");
+        for g in 1..4 {
+            let end = w.groups.get(g + 1).map_or(w.program.instrs.len(), |n| n.entry as usize);
+            let worker = &w.program.instrs[w.groups[g].entry as usize..end];
+            assert_eq!(
+                worker.iter().filter(|i| matches!(i, Instr::CondSignal(o) if name(o).starts_with("t0.wake.t"))).count(),
+                1,
+                "{worker:?}"
+            );
+        }
+        assert_eq!((stats.wakeups_matched, stats.wakeups_tied), (1, 3));
+    }
+
+    /// The other half of pigz's `join_all`: a worker that finished before the main thread took
+    /// the lock is joined without any wait on the condition variable. The main thread's lock
+    /// must wait for the worker's last unlock, or it may join, holding the lock, a worker that
+    /// still needs it.
+    #[test]
+    fn a_join_under_a_lock_takes_the_lock_after_the_child_let_it_go() {
+        let m = 0x30;
+        let main = thread(
+            10,
+            None,
+            vec![
+                rec(0, Some(0), Event::ProcessStart { pid: 10 }),
+                rec(10, Some(10), Event::ThreadCreate { seq: 11, ret: 0, handle: 7, child: Some(11) }),
+                rec(500, Some(20), Event::MutexLock { addr: m, mode: LockMode::Block, wait_ns: 0, ret: 0 }),
+                rec(510, Some(30), Event::ThreadJoin { tid: Some(11), ret: 0, handle: 7, wait_ns: 5 }),
+                rec(520, Some(40), Event::MutexUnlock { addr: m, hold_ns: Some(20) }),
+            ],
+        );
+        let worker = thread(
+            11,
+            Some(10),
+            vec![
+                rec(20, Some(0), start(11, Some(10))),
+                rec(200, Some(180), Event::MutexLock { addr: m, mode: LockMode::Block, wait_ns: 0, ret: 0 }),
+                rec(300, Some(280), Event::MutexUnlock { addr: m, hold_ns: Some(100) }),
+                rec(400, Some(380), Event::ThreadExit),
+            ],
+        );
+        let (w, _) = replay(&trace(vec![main, worker]));
+        let name = |o: &ObjId| w.objects[*o as usize].name.clone();
+        let main = &w.program.instrs[..w.groups[1].entry as usize];
+        let worker = &w.program.instrs[w.groups[1].entry as usize..];
+        let order = main.iter().position(|i| matches!(i, Instr::CondWait { cond, .. } if name(cond) == "t0.after.t1@0x30"));
+        let lock = main.iter().position(|i| matches!(i, Instr::Lock(o) if name(o) == "mutex@0x30"));
+        assert!(order.is_some() && order < lock, "{main:?}");
+        let unlock = worker.iter().position(|i| matches!(i, Instr::Unlock(o) if name(o) == "mutex@0x30"));
+        let lets = worker.iter().position(|i| matches!(i, Instr::CondSignal(o) if name(o) == "t0.after.t1@0x30"));
+        assert!(unlock.is_some() && lets == unlock.map(|u| u + 1), "{worker:?}");
+    }
+
+    /// A condition wait while holding a second (outer) mutex: the signaller's last unlock of
+    /// the outer mutex before the waiter took it comes first; the wait's own mutex gets no edge.
+    #[test]
+    fn a_wait_holding_an_outer_mutex_takes_it_after_the_signaller_let_it_go() {
+        let (outer, inner, cv) = (0x10, 0x20, 0xc0);
+        let lock = |t, addr| rec(t, Some(t), Event::MutexLock { addr, mode: LockMode::Block, wait_ns: 0, ret: 0 });
+        let unlock = |t, addr| rec(t, Some(t), Event::MutexUnlock { addr, hold_ns: None });
+        let waiter = thread(
+            10,
+            None,
+            vec![
+                rec(0, Some(0), Event::ProcessStart { pid: 10 }),
+                lock(300, outer),
+                lock(310, inner),
+                rec(600, Some(320), Event::CondWait { cond: cv, mutex: inner, timed: false, wait_ns: 280, ret: 0 }),
+                unlock(610, inner),
+                unlock(620, outer),
+            ],
+        );
+        let signaller = thread(
+            11,
+            None,
+            vec![
+                rec(0, Some(0), start(11, None)),
+                lock(100, outer),
+                unlock(200, outer),
+                lock(400, inner),
+                rec(410, Some(410), Event::CondSignal { cond: cv }),
+                unlock(420, inner),
+            ],
+        );
+        let (w, _) = replay(&trace(vec![waiter, signaller]));
+        let names: Vec<String> = w.objects.iter().map(|o| o.name.clone()).collect();
+        assert!(names.contains(&"t0.after.t1@0x10".to_string()), "{names:?}");
+        assert!(!names.iter().any(|n| n.ends_with("@0x20") && n.contains(".after.")), "{names:?}");
     }
 
     #[test]
