@@ -80,8 +80,30 @@ class CliError(Exception):
         self.code = code
 
 
+class _StoreOnce(argparse._StoreAction):
+    """argparse's ``store``, except that an option given twice is an error: argparse keeps the
+    last value and drops the others without a word, so ``--vcpus 4 --vcpus 8`` ran 8 alone.
+    Options that take several values say so in their help and accumulate instead."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        if self.option_strings:
+            given: set[str] = namespace.__dict__.setdefault("_options_given", set())
+            if self.dest in given:
+                parser.error(f"argument {'/'.join(self.option_strings)}: given more than once (give it once)")
+            given.add(self.dest)
+        super().__call__(parser, namespace, values, option)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (no usage dump) handled by :func:`main`."""
+    """argparse, but a usage error is one line (no usage dump) handled by :func:`main`, and an
+    option that takes one value may not be repeated (:class:`_StoreOnce`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str) -> NoReturn:
         raise CliError(message)
@@ -436,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("-o", "--out", metavar="FILE", help="also write the diagnosis to FILE as JSON (all or nothing)")
     dg.set_defaults(func=cmd_diagnose)
 
-    bridge_commands.add_commands(commands, _positive_int, _duration_ms)
+    bridge_commands.add_commands(commands, _positive_int, _duration_ms, _scenarios, _vcpu_counts)
 
     q = commands.add_parser(
         "query",

@@ -88,3 +88,28 @@ def test_a_spin_lock_barrier_is_helped_by_spin_then_block(native: Path, tmp_path
     else:
         assert isinstance(m["predicted_speedup"], float) and m["predicted_speedup"] > 0
         assert m["not_predicted"] is None
+
+
+def test_a_replay_that_fails_costs_only_its_simulated_column(native: Path) -> None:
+    """A mitigation whose replay cannot finish (here: a real run that exceeds its event limit)
+    gets a reason instead of a simulated speedup; the others are still predicted."""
+    from rich.console import Console
+
+    from vcpulab import mitigations
+    from vcpulab.bridge import commands
+    from vcpulab.bridge import mitigate as bridge
+
+    limited = mitigations.Mitigation(
+        id="limited", name="limited", causes=("test",), what="", model="", settings=("limits.max_events=1000",)
+    )
+    trim = next(m for m in bridge.CATALOGUE if m.id == "malloc-trim")
+    comparisons = [
+        bridge.Comparison(mit, "test", bridge.Runs(mit.name, {}), 1.0, None, None)
+        for mit in (bridge.Mitigation(limited, lambda b, m: "test"), trim)
+    ]
+    argv = [str(native / "bin" / "heap_churn"), "--threads", "2", "--iters", "200"]
+    commands._predict_mitigations(argv, None, 2, comparisons, Console(stderr=True))
+    failed, predicted = comparisons
+    assert failed.predicted is None and failed.not_predicted is not None
+    assert failed.not_predicted.startswith("the replay with limited failed: ") and "1000" in failed.not_predicted
+    assert predicted.predicted is not None and predicted.not_predicted is None

@@ -195,3 +195,21 @@ def test_fidelity_bad_input() -> None:
     assert r.code == 2 and "--runs" in r.err
     r = run_cli("fidelity")
     assert r.code == 2 and "no program given" in r.err
+
+
+def test_predict_takes_lists_and_refuses_a_repeated_single_value(tmp_path: Path) -> None:
+    trace = tmp_path / "par.vtrace"
+    assert run_cli("trace", "-o", trace, "--", BIN / "parallel", "--threads", 2, "--work-ms", 40).code == 0
+    out = tmp_path / "pred.json"
+    r = run_cli("predict", trace, "--vcpus", "2,4", "--vcpus", 2, "--scenario", "UC,OC", "-o", out)
+    assert r.code == 0, r.err
+    pred = json.loads(out.read_text())
+    cells = [(x["scenario"], x["vcpus"]) for x in pred["results"]]
+    assert cells == [("native", 2), ("UC", 2), ("OC", 2), ("native", 4), ("UC", 4), ("OC", 4)]
+    # Two threads on 4 vCPUs: said, with what to do about it; not said for 2.
+    assert pred["trace"]["replay"]["threads_at_once"] == 2  # the workers; main waits in its joins
+    assert "4 vCPUs: the program had at most 2 thread(s) running at once" in " ".join(r.err.split())
+    assert "2 vCPUs: the program had at most" not in r.err
+    for args in (["--cpus", 2, "--cpus", 4], ["--seed", 1, "--seed", 2]):
+        r = run_cli("predict", trace, *args)
+        assert r.code == 2 and "given more than once" in r.err, r.err

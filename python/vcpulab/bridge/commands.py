@@ -26,8 +26,15 @@ from .characterize import MM_CALLS, Characterization, characterize
 from .launch import BUSY_HELD_OFF_SHARE, LaunchError, Measurement, resolve, run_measured
 
 
-def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
-    """Adds the bridge commands to the CLI's subcommands."""
+def add_commands(commands: Any, positive_int: Any, duration_ms: Any, scenarios: Any, vcpu_counts: Any) -> None:
+    """Adds the bridge commands to the CLI's subcommands (given the CLI's argument types)."""
+
+    def vm_scenarios(text: str) -> list[str]:
+        names = scenarios(text)
+        if "native" in names:
+            names = [n for n in names if n != "native"]  # always replayed
+        return names
+
     ch = commands.add_parser(
         "characterize",
         help="run a real program natively and measure what decides its fate in VMs",
@@ -122,12 +129,18 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any) -> None:
     pr.add_argument(
         "--scenario",
         dest="scenarios",
-        action="append",
-        choices=["UC", "OC", "OC2"],
+        action="extend",
+        type=vm_scenarios,
         metavar="S",
-        help="UC, OC or OC2 (repeatable; default UC and OC)",
+        help="UC, OC or OC2; repeatable or comma-separated (default: UC,OC)",
     )
-    pr.add_argument("--vcpus", type=positive_int, metavar="N", help="vCPUs per VM (default: the traced machine's CPUs)")
+    pr.add_argument(
+        "--vcpus",
+        action="extend",
+        type=vcpu_counts,
+        metavar="N",
+        help="vCPUs per VM; repeatable or comma-separated (default: the traced machine's CPUs)",
+    )
     pr.add_argument("--cpus", type=positive_int, metavar="N", help="cores of the native replay (default: as traced)")
     pr.add_argument("--seed", type=positive_int, default=1, metavar="N", help="random seed (default 1)")
     pr.add_argument("-o", "--output", metavar="FILE", help="also write the prediction as JSON to FILE")
@@ -577,8 +590,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     results = pred.results
     out.print(render.results_table(results, []))
-    base = results[0]
-    for r in results[1:]:
+    for note in predict.idle_vcpus(pred):
+        console.print(f"note: {note}", style="yellow", highlight=False)
+    natives = {r["vcpus"]: r for r in results if r["scenario"] == "native"}
+    for r in results:
+        if r["scenario"] == "native":
+            continue
+        base = natives[r["vcpus"]]
         table = Table(title=f"{r['scenario']}, {r['vcpus']} vCPUs: where the added time goes", title_justify="left")
         for col in ("cause", "VM (per instance)", "native", "added"):
             table.add_column(col, justify="left" if col == "cause" else "right")
@@ -593,12 +611,24 @@ def cmd_predict(args: argparse.Namespace) -> int:
             "and δη against the native run with the same change",
             title_justify="left",
         )
-        for col in ("scenario", "mitigation", "cause", "VM speedup", "δη_t before", "δη_t with it", "δη_r with it"):
+        for col in (
+            "scenario",
+            "vCPUs",
+            "mitigation",
+            "cause",
+            "VM speedup",
+            "δη_t before",
+            "δη_t with it",
+            "δη_r with it",
+        ):
             table.add_column(col, justify="left" if col in ("scenario", "mitigation", "cause") else "right")
         for mit in pred.mitigations:
-            before = next(r["delta_eta_t"] for r in results if r["scenario"] == mit["scenario"])
+            before = next(
+                r["delta_eta_t"] for r in results if (r["scenario"], r["vcpus"]) == (mit["scenario"], mit["vcpus"])
+            )
             table.add_row(
                 mit["scenario"],
+                str(mit["vcpus"]),
                 mit["name"],
                 mit["cause"],
                 f"{mit['speedup']:.2f}×",

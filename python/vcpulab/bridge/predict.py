@@ -23,10 +23,11 @@ from ..mitigations import CATALOGUE, Mitigation
 WORKLOAD = "app"
 
 
-def spec_text(trace: str, scenarios: Sequence[str], vcpus: int, seed: int = 1) -> str:
+def spec_text(trace: str, scenarios: Sequence[str], vcpus: int | Sequence[int], seed: int = 1) -> str:
     listed = ", ".join(json.dumps(s) for s in scenarios)
+    counts = ", ".join(str(v) for v in ([vcpus] if isinstance(vcpus, int) else vcpus))
     return (
-        f'[experiment]\nworkloads = ["{WORKLOAD}"]\nscenarios = [{listed}]\nvcpus = [{vcpus}]\nseeds = [{seed}]\n\n'
+        f'[experiment]\nworkloads = ["{WORKLOAD}"]\nscenarios = [{listed}]\nvcpus = [{counts}]\nseeds = [{seed}]\n\n'
         f"[workloads.{WORKLOAD}]\ntrace = {json.dumps(trace)}\n"
     )
 
@@ -114,28 +115,35 @@ def fidelity(trace: str, cpus: int, seed: int = 1, overrides: Sequence[str] = ()
 def predict(
     trace: str,
     scenarios: Sequence[str],
-    vcpus: int | None,
+    vcpus: Sequence[int] | None,
     cpus: int | None,
     seed: int = 1,
     on_step: Callable[[str], None] = lambda s: None,
 ) -> Prediction:
+    """The native replay on ``cpus`` (default: as traced), then native and each of
+    ``scenarios`` at each vCPU count of ``vcpus`` (default: the traced machine's CPUs), then
+    each mitigation whose cause a VM result shows."""
     info = json.loads(trace_info(trace))
     traced_cpus = int(info["replay"]["cpus"]) or 1
     native_cpus = cpus or traced_cpus
     on_step(f"native replay on {native_cpus} CPUs")
     native_run = fidelity(trace, native_cpus, seed)
-    wanted = ["native", *[s for s in scenarios if s != "native"]]
-    v = vcpus or traced_cpus
-    on_step(f"{', '.join(wanted)} with {v} vCPUs")
-    results = run_cells(spec_text(trace, wanted, v, seed))
+    wanted = ["native", *dict.fromkeys(s for s in scenarios if s != "native")]
+    counts = list(dict.fromkeys(vcpus or [traced_cpus]))
+    on_step(f"{', '.join(wanted)} with {', '.join(map(str, counts))} vCPUs")
+    results = run_cells(spec_text(trace, wanted, counts, seed))
+    results.sort(key=lambda r: (r["vcpus"], wanted.index(r["scenario"])))
     pred = Prediction(info, native_run, results)
-    for r in results[1:]:
+    for r in results:
+        if r["scenario"] == "native":
+            continue
         for mit, overrides in tried(r):
-            on_step(f"{r['scenario']} with {mit.name}")
-            cell = run_cells(spec_text(trace, ["native", r["scenario"]], v, seed), overrides)[-1]
+            on_step(f"{r['scenario']} with {r['vcpus']} vCPUs with {mit.name}")
+            cell = run_cells(spec_text(trace, ["native", r["scenario"]], r["vcpus"], seed), overrides)[-1]
             pred.mitigations.append(
                 {
                     "scenario": r["scenario"],
+                    "vcpus": r["vcpus"],
                     "id": mit.id,
                     "name": mit.name,
                     "cause": mit.cause,
@@ -149,5 +157,21 @@ def predict(
                     "delta_eta_r": cell["delta_eta_r"],
                 }
             )
-    pred.mitigations.sort(key=lambda m: (m["scenario"], -m["speedup"]))
+    pred.mitigations.sort(key=lambda m: (m["vcpus"], m["scenario"], -m["speedup"]))
     return pred
+
+
+def idle_vcpus(pred: Prediction) -> list[str]:
+    """A note for each vCPU count above the most threads the program had running at once
+    (alive and not in a traced wait, for at least 1 % of its run: the replay's
+    ``threads_at_once``): those vCPUs idle, and δη then measures a VM bigger than the program
+    can use."""
+    at_once = int(pred.info["replay"].get("threads_at_once") or pred.info["replay"]["threads"])
+    counts = sorted({int(r["vcpus"]) for r in pred.results if r["scenario"] != "native"})
+    return [
+        f"{v} vCPUs: the program had at most {at_once} thread(s) running at once, so at least {v - at_once} "
+        f"vCPU(s) stay idle and the result measures a VM larger than the program can use. Where the "
+        f"program takes a thread count, trace it again with {v} threads to predict it at {v} vCPUs."
+        for v in counts
+        if v > at_once
+    ]

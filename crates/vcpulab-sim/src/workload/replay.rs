@@ -73,6 +73,9 @@ pub struct ReplayStats {
     pub cpus: u32,
     /// Threads replayed.
     pub threads: u32,
+    /// The most of them alive and not in a traced wait (a join, a lock, a barrier, a condition
+    /// wait) at one instant: how many CPUs the program could use at most.
+    pub threads_at_once: u32,
     /// Records read.
     pub records: u64,
     /// Instructions of the program.
@@ -297,6 +300,7 @@ impl<'a> Builder<'a> {
         let last = b.threads.iter().filter_map(|t| t.records.last()).map(|r| r.t).max().unwrap_or(0);
         b.stats.traced_ns = last - first;
         b.stats.threads = b.threads.len() as u32;
+        b.stats.threads_at_once = most_at_once(b.threads.iter().flat_map(|t| busy_spans(&t.records)));
         b
     }
 
@@ -770,6 +774,49 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// A thread's time from its first record to its last, less its traced waits, as spans.
+fn busy_spans(records: &[Record]) -> Vec<(u64, u64)> {
+    let mut spans = Vec::new();
+    let Some(first) = records.first() else { return spans };
+    let mut from = first.t;
+    for r in records {
+        let call = r.t.saturating_sub(wait_of(&r.event)).max(from);
+        spans.push((from, call));
+        from = from.max(r.t);
+    }
+    spans.retain(|&(a, b)| b > a);
+    spans
+}
+
+/// The most of the `[start, end)` spans that overlap for at least 1 % of the time they cover
+/// (so that a thread starting while its creator has not yet reached its join does not count).
+fn most_at_once(spans: impl Iterator<Item = (u64, u64)>) -> u32 {
+    let mut edges: Vec<(u64, i64)> = spans.flat_map(|(a, b)| [(a, 1), (b, -1)]).collect();
+    edges.sort_unstable();
+    let (Some(&(first, _)), Some(&(last, _))) = (edges.first(), edges.last()) else { return 0 };
+    // Time with exactly n spans open, for each n.
+    let mut time_at: Vec<u64> = Vec::new();
+    let (mut open, mut since) = (0i64, first);
+    for (t, e) in edges {
+        let n = open as usize;
+        if time_at.len() <= n {
+            time_at.resize(n + 1, 0);
+        }
+        time_at[n] += t - since;
+        (open, since) = (open + e, t);
+    }
+    let floor = (last - first).div_ceil(100);
+    // The highest n such that the time with n or more open reaches the floor.
+    let mut at_least = 0u64;
+    for n in (1..time_at.len()).rev() {
+        at_least += time_at[n];
+        if at_least >= floor {
+            return n as u32;
+        }
+    }
+    0
+}
+
 /// How long a record's call waited before returning.
 fn wait_of(e: &Event) -> u64 {
     match *e {
@@ -853,6 +900,13 @@ mod tests {
         // The worker's 2 ms off a CPU, and 50 µs of main's before it joined.
         assert_eq!(stats.unexplained_ns, 2_050_000);
         assert_eq!(stats.traced_ns, 4_100_000);
+        // main waits in the join while the worker runs: two at once only for the 50 µs between
+        // the worker's start and main's join, 1.2 % of the run.
+        assert_eq!(stats.threads_at_once, 2);
+        assert_eq!(most_at_once([(0, 1000), (0, 1000), (500, 501)].into_iter()), 2, "1 ‰ of three at once");
+        assert_eq!(most_at_once([(0, 1000), (0, 1000), (500, 520)].into_iter()), 3, "2 % of three at once");
+        assert_eq!(most_at_once([(0, 10), (11, 20)].into_iter()), 1);
+        assert_eq!(most_at_once(std::iter::empty()), 0);
     }
 
     #[test]
