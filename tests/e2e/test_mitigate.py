@@ -32,7 +32,7 @@ def test_heap_churn_is_cured_by_the_allocator_tunables(native: Path, tmp_path: P
     # Chosen by its madvise/munmap rate where perf can count system calls; else tried in case,
     # and said so.
     missing = syscall_counts_missing()
-    assert ("unavailable here: tried in case" if missing else "madvise+munmap calls/s") in m["why"], m["why"]
+    assert ("unavailable here: tried in case" if missing else "madvise(DONTNEED/FREE)+munmap calls") in m["why"], m["why"]
     assert len(m["wall_s"]) == 2 and len(report["baseline"]["wall_s"]) == 2
     assert m["env"]["GLIBC_TUNABLES"].startswith("glibc.malloc.trim_threshold=268435456")
     # Measured here: the trimming (one madvise per free of the top block) is gone.
@@ -54,6 +54,24 @@ def test_a_program_with_nothing_to_mitigate(tmp_path: Path) -> None:
     r = run_cli("mitigate", "--runs", 2, "--", "true")
     assert r.code == 0, r.err
     assert "no mitigation of the catalogue applies" in r.err
+    # On request every mitigation runs, in rounds of rotating order after a warm-up each, and
+    # each is reported as not applicable, with why, never as a speedup.
+    out = tmp_path / "m.json"
+    r = run_cli("mitigate", "--runs", 2, "--all", "-o", out, "--", "true")
+    assert r.code == 0, r.err
+    assert "no mitigation of the catalogue applies" in r.err
+    report = json.loads(out.read_text())
+    assert len(report["baseline"]["wall_s"]) == 2
+    for m in report["mitigations"]:
+        assert m["applies"] is False and m["speedup"] is None and m["measured_ratio"] > 0, m
+        assert len(m["wall_s"]) == 2 and m["not_predicted"] == "does not apply"
+    runs = [line.split(":")[0].strip() for line in r.err.splitlines() if line.startswith("  ")]
+    names = [m["name"] for m in report["mitigations"]]
+    assert runs[0] == "baseline (warm-up, not kept)"
+    assert sorted(runs[1:4]) == sorted(f"{n} (warm-up, not kept)" for n in names)
+    first, second = runs[4:8], runs[8:12]
+    assert first[0] == "baseline" and second[-1] == "baseline" and sorted(first) == sorted(second)
+    assert "not applicable" in r.err
 
 
 def test_bad_input(tmp_path: Path) -> None:

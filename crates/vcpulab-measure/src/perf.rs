@@ -1,6 +1,8 @@
 //! Counting perf events of a process tree (`perf_event_open(2)` through `perf-event2`).
 
+use std::ffi::CString;
 use std::fmt;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use perf_event::events::{Software, Tracepoint};
@@ -38,7 +40,10 @@ impl PerfCounters {
     /// and inherited by every thread and child it creates afterwards. Attach while the
     /// process is stopped before its `exec`, so nothing is missed. Names: the software
     /// events `task-clock`, `context-switches`, `cpu-migrations`, `page-faults`, or a
-    /// tracepoint `CATEGORY:NAME` (`syscalls:sys_enter_madvise`).
+    /// tracepoint `CATEGORY:NAME` (`syscalls:sys_enter_madvise`), optionally counted only
+    /// where a tracefs filter on its fields holds: `CATEGORY:NAME if FILTER`
+    /// (`syscalls:sys_enter_madvise if behavior == 4 || behavior == 8`; the filter syntax of
+    /// the kernel's Documentation/trace/events.rst, set with `PERF_EVENT_IOC_SET_FILTER`).
     pub fn attach(pid: i32, names: &[&str]) -> PerfCounters {
         let events = names.iter().map(|&name| (name.to_string(), open(pid, name))).collect();
         PerfCounters { events }
@@ -63,6 +68,13 @@ impl PerfCounters {
 }
 
 fn open(pid: i32, name: &str) -> Result<Counter, String> {
+    let (name, filter) = match name.split_once(" if ") {
+        Some((event, filter)) => (event.trim(), Some(filter.trim())),
+        None => (name, None),
+    };
+    if filter.is_some() && !name.contains(':') {
+        return Err(format!("'{name}': only a tracepoint can have a filter"));
+    }
     let mut builder = if let Some((category, event)) = name.split_once(':') {
         Builder::new(Tracepoint::with_id(tracepoint_id(category, event)?))
     } else {
@@ -76,10 +88,27 @@ fn open(pid: i32, name: &str) -> Result<Counter, String> {
         Builder::new(sw)
     };
     builder.observe_pid(pid).any_cpu().inherit(true).enable_on_exec(true).exclude_kernel(false).exclude_hv(true);
-    builder.build().map_err(|e| match e.raw_os_error() {
+    let counter = builder.build().map_err(|e| match e.raw_os_error() {
         Some(1) | Some(13) => format!("not permitted: {e} (needs root or kernel.perf_event_paranoid <= 1)"),
         _ => format!("perf_event_open failed: {e}"),
-    })
+    })?;
+    if let Some(filter) = filter {
+        set_filter(&counter, filter)?;
+    }
+    Ok(counter)
+}
+
+/// Counts only the events for which `filter` holds (`PERF_EVENT_IOC_SET_FILTER`).
+fn set_filter(counter: &Counter, filter: &str) -> Result<(), String> {
+    let text = CString::new(filter).map_err(|_| format!("filter '{filter}' contains a NUL byte"))?;
+    // SAFETY: the descriptor is the counter's, open for as long as `counter` lives; the kernel
+    // copies the NUL-terminated string (strndup_user) and does not write through the pointer.
+    let rc = unsafe { perf_event_open_sys::ioctls::SET_FILTER(counter.as_raw_fd(), text.as_ptr().cast_mut()) };
+    if rc < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("the kernel refused filter '{filter}': {e}"));
+    }
+    Ok(())
 }
 
 /// The id of tracepoint `category:event` from tracefs.
@@ -111,6 +140,19 @@ mod tests {
         assert_eq!(got.len(), 3);
         for (name, count) in got {
             assert!(matches!(count, EventCount::Unavailable(_)), "{name}: {count}");
+        }
+    }
+
+    #[test]
+    fn a_filter_needs_a_tracepoint_and_a_valid_expression() {
+        let mut c = PerfCounters::attach(std::process::id() as i32, &["page-faults if x == 1"]);
+        let got = c.read();
+        assert!(matches!(&got[0].1, EventCount::Unavailable(why) if why.contains("only a tracepoint")), "{got:?}");
+        // Where the tracepoint can be opened here, a filter on a field it lacks is refused.
+        let mut c = PerfCounters::attach(std::process::id() as i32, &["syscalls:sys_enter_madvise if no_such_field == 1"]);
+        match &c.read()[0].1 {
+            EventCount::Unavailable(why) => assert!(why.contains("refused") || why.contains("tracefs") || why.contains("permitted") || why.contains("failed"), "{why}"),
+            EventCount::Count(n) => panic!("a bad filter was accepted ({n})"),
         }
     }
 

@@ -23,7 +23,7 @@ from ..atomic import AtomicWriter
 from ..render import stderr_console
 from . import mitigate, native, oversub, predict
 from .characterize import MM_CALLS, Characterization, characterize
-from .launch import BUSY_HELD_OFF_SHARE, LaunchError, Measurement, resolve, run_measured
+from .launch import BUSY_HELD_OFF_SHARE, TRIM_MADVISE, LaunchError, Measurement, resolve, run_measured
 
 
 def add_commands(commands: Any, positive_int: Any, duration_ms: Any, scenarios: Any, vcpu_counts: Any) -> None:
@@ -231,17 +231,22 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
     def on_run(name: str, m: Measurement) -> None:
         console.print(f"  {name}: {m.wall_s:.3f} s", style="dim")
 
-    base = mitigate.repeat("baseline", argv, {}, policy, args.cpus, on_run)
-    chosen = mitigate.applicable(binary, base.measurements[0], args.all)
+    # The first run decides what applies (its counts) and warms the machine up: not kept.
+    first, _ = mitigate.run_once(argv, "baseline", {}, args.cpus)
+    on_run("baseline (warm-up, not kept)", first)
+    chosen = mitigate.applicable(binary, first, args.all)
     # Resolve every library first: a missing one is an error before the long runs.
-    envs = [(mit, reason, mit.env()) for mit, reason in chosen]
-    comparisons = []
-    for mit, reason, env in envs:
-        console.print(f"{mit.name}: {reason}", style="dim")
-        runs = mitigate.repeat(mit.name, argv, env, policy, args.cpus, on_run)
-        comparisons.append(mitigate.compare(base, mit, reason, runs))
-    comparisons.sort(key=lambda c: -c.speedup)
-    if comparisons and not args.no_predict:
+    variants = [(mit, reason, applies, mitigate.Runs(mit.name, mit.env())) for mit, reason, applies in chosen]
+    for mit, reason, applies, _ in variants:
+        console.print(f"{mit.name}: {reason}" + ("" if applies else " (does not apply; run on request, --all)"), style="dim")
+    base = mitigate.Runs("baseline", {})
+    mitigate.interleaved(argv, base, [v for *_, v in variants], policy, args.cpus, on_run)
+    comparisons = [mitigate.compare(base, mit, reason, runs, applies) for mit, reason, applies, runs in variants]
+    comparisons.sort(key=lambda c: (not c.applies, -c.speedup))
+    for c in comparisons:
+        if not c.applies:
+            c.not_predicted = "does not apply"
+    if any(c.applies for c in comparisons) and not args.no_predict:
         console.print("predicting: one traced run, replayed with and without each change", style="dim")
         _predict_mitigations(argv, args.cpus, base.measurements[0].cpus, comparisons, console)
     for c in comparisons:
@@ -250,7 +255,7 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
     if args.output:
         _write_json(args.output, mitigate_json(argv, base, comparisons))
     console.print(mitigation_table(argv, base, comparisons))
-    if not chosen:
+    if not any(applies for _, _, applies in chosen):
         console.print("no mitigation of the catalogue applies (see --all)", style="yellow")
     return 0
 
@@ -276,7 +281,8 @@ def _predict_mitigations(
             why = f"the baseline's trace grew beyond {PREDICT_TRACE_LIMIT >> 20} MiB"
             console.print(f"not predicted: {why}")
             for c in comparisons:
-                c.not_predicted = why
+                if c.applies:
+                    c.not_predicted = why
             return
         # A replay that fails (a deadlock the program did not have, a run limit) costs only the
         # simulated column: the measurements above are printed and written all the same.
@@ -286,10 +292,11 @@ def _predict_mitigations(
             why = f"the replay of the baseline's trace failed: {e}"
             console.print(f"not predicted: {why}", style="yellow")
             for c in comparisons:
-                c.not_predicted = why
+                if c.applies:
+                    c.not_predicted = why
             return
         for c in comparisons:
-            if c.mitigation.simulated:
+            if c.mitigation.simulated and c.applies:
                 try:
                     changed = predict.fidelity(str(out), ncpus, overrides=c.mitigation.simulated)["t_native_s"]
                 except VcpulabError as e:
@@ -315,7 +322,8 @@ def mitigation_table(argv: list[str], base: mitigate.Runs, comparisons: list[mit
     hw = base.half_width()
     table = Table(
         title=f"{' '.join(argv)[:70]}: baseline {bw:.3f} s ± {_num(hw, '.3f')} ({len(base.walls)} runs), measured "
-        "(simulated: the native replay of a trace of the baseline, with the same change)",
+        "in rounds of alternating order, speedups paired by round (simulated: the native replay of a trace of "
+        "the baseline, with the same change)",
         title_justify="left",
     )
     for col in (
@@ -324,7 +332,7 @@ def mitigation_table(argv: list[str], base: mitigate.Runs, comparisons: list[mit
         "wall (s)",
         "speedup [95 % CI]",
         "simulated",
-        "madvise calls",
+        "trimming madvise",
         "TLB shootdowns",
         "ctx switches",
     ):
@@ -336,14 +344,20 @@ def mitigation_table(argv: list[str], base: mitigate.Runs, comparisons: list[mit
             f"{c.mitigation.name} ({c.mitigation.cause})",
             str(len(c.runs.walls)),
             f"{statistics.fmean(c.runs.walls):.3f}",
-            f"{c.speedup:.2f}×{ci}",
+            f"{c.speedup:.2f}×{ci}" if c.applies else "not applicable",
             "—" if c.predicted is None else f"{c.predicted:.2f}×" + (" (disagrees)" if c.agrees is False else ""),
-            _delta(base, c.runs, lambda m: m.count("syscalls:sys_enter_madvise")),
+            _delta(base, c.runs, lambda m: m.count(TRIM_MADVISE)),
             _delta(base, c.runs, lambda m: m.tlb_shootdowns),
             _delta(base, c.runs, _switches),
             {True: "same", False: "DIFFERS", None: "varies"}[c.same_output],
         )
     remarks = [r for c in comparisons if (r := c.remark) is not None]
+    remarks += [
+        f"{c.mitigation.name}: not applicable: {c.reason} (run on request, --all: its ratio to the baseline, "
+        f"{c.speedup:.2f}×, is noise, not a speedup)"
+        for c in comparisons
+        if not c.applies
+    ]
     if remarks:
         table.caption = Text("\n".join(remarks), style="yellow")
         table.caption_justify = "left"
@@ -360,10 +374,14 @@ def mitigate_json(argv: list[str], base: mitigate.Runs, comparisons: list[mitiga
                 "cause": c.mitigation.cause,
                 "what": c.mitigation.what,
                 "why": c.reason,
+                # False: its hook finds nothing to act on here (run only on request, --all);
+                # then speedup is null and measured_ratio is the noise it measured.
+                "applies": c.applies,
                 "env": c.runs.env,
                 "wall_s": c.runs.walls,
-                "speedup": c.speedup,
-                "speedup_ci95": c.speedup_ci,
+                "speedup": c.speedup if c.applies else None,
+                "speedup_ci95": c.speedup_ci if c.applies else None,
+                "measured_ratio": c.speedup,
                 "same_output": c.same_output,
                 "predicted_speedup": c.predicted,
                 "not_predicted": c.not_predicted,

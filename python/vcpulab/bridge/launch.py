@@ -32,6 +32,12 @@ from typing import Any
 
 from .._vcpulab import PerfCounters
 
+# madvise calls whose advice drops pages (MADV_DONTNEED 4, MADV_FREE 8;
+# include/uapi/asm-generic/mman-common.h): what glibc's heap trimming calls (malloc/arena.c
+# shrink_heap), unlike MADV_WILLNEED on a mapped input file, which the allocator's tunables
+# cannot change. A tracefs filter on the tracepoint's `behavior` field.
+TRIM_MADVISE = "syscalls:sys_enter_madvise if behavior == 4 || behavior == 8"
+
 # Counted for every measured run; an event this machine cannot count is reported as such.
 EVENTS = (
     "context-switches",
@@ -41,6 +47,7 @@ EVENTS = (
     "syscalls:sys_enter_mmap",
     "syscalls:sys_enter_munmap",
     "syscalls:sys_enter_madvise",
+    TRIM_MADVISE,
     "syscalls:sys_enter_mprotect",
     "syscalls:sys_enter_futex",
     "syscalls:sys_enter_sched_yield",

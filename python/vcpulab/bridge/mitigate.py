@@ -3,12 +3,15 @@ no recompilation, tried on a real program natively and measured.
 
 ::
 
-    baseline runs ──► which mitigations apply (the binary's imports, the baseline's counts)
-                  └─► each applicable one: the same program, with its environment changed
-                      (GLIBC_TUNABLES, LD_PRELOAD, OMP_WAIT_POLICY), run as often as the
-                      confidence interval needs
-    table: speedup with its 95 % CI, Δ madvise calls, Δ TLB shootdowns, Δ context switches,
-           and whether the program's output stayed the same
+    a first baseline run ──► which mitigations apply (the binary's imports, the baseline's
+                       │       trimming calls), and warms caches up (not measured)
+                       ├─► one warm-up run of each variant (not measured)
+                       └─► rounds: the baseline and every variant once each, in an order that
+                           rotates every round (A B, B A, ...), until every paired speedup's
+                           confidence interval is narrow enough
+    table: speedup (paired: baseline and variant of the same round) with its 95 % CI,
+           Δ madvise calls, Δ TLB shootdowns, Δ context switches, whether the program's output
+           stayed the same; a variant that does not apply is "not applicable", not a speedup
 
 Every number is a measurement of this machine.
 """
@@ -25,8 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import mitigations
-from ..analysis import student_t, t_quantile
-from .launch import LaunchError, Measurement, run_measured
+from ..analysis import t_quantile
+from .launch import TRIM_MADVISE, LaunchError, Measurement, run_measured
 from .native import library
 
 
@@ -73,8 +76,8 @@ class Mitigation:
     program can have through its environment, and when ``mitigate`` tries it."""
 
     entry: mitigations.Mitigation
-    # Why it applies to this program and this baseline, or None.
-    applies: Callable[[Binary, Measurement], str | None]
+    # Whether it applies to this program and this baseline, and why (or why not).
+    applies: Callable[[Binary, Measurement], tuple[bool, str]]
 
     @property
     def id(self) -> str:
@@ -116,24 +119,29 @@ def _count(m: Measurement, *events: str) -> int | None:
     return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
 
 
-def _malloc_applies(b: Binary, m: Measurement) -> str | None:
-    n = _count(m, "syscalls:sys_enter_madvise", "syscalls:sys_enter_munmap")
+def _malloc_applies(b: Binary, m: Measurement) -> tuple[bool, str]:
+    n = _count(m, TRIM_MADVISE, "syscalls:sys_enter_munmap")
     if n is None:
-        return "madvise/munmap counts unavailable here: tried in case"
+        return True, "trimming-call counts unavailable here: tried in case"
     rate = n / max(m.wall_s, 1e-9)
+    what = f"{n:,} madvise(DONTNEED/FREE)+munmap calls, {rate:,.0f}/s"
     # The loader's and libc's few calls are not churn: ask for many, and often.
     if n < 1000 or rate < 100:
-        return None
-    return f"{rate:,.0f} madvise+munmap calls/s: heap trimming shoots down TLBs"
+        return False, f"{what}: too few for heap trimming to matter (needs >= 1,000 at >= 100/s)"
+    return True, f"{what}: heap trimming shoots down TLBs"
 
 
-def _spin_applies(b: Binary, m: Measurement) -> str | None:
+def _spin_applies(b: Binary, m: Measurement) -> tuple[bool, str]:
     spin = sorted(s for s in b.imports if s.startswith("pthread_spin_") and s.endswith("lock"))
-    return f"imports {', '.join(spin)}" if spin else None
+    if spin:
+        return True, f"imports {', '.join(spin)}"
+    return False, "imports no pthread_spin_lock/trylock: the shim has nothing to replace"
 
 
-def _omp_applies(b: Binary, m: Measurement) -> str | None:
-    return "OpenMP program (libgomp)" if b.uses_library("libgomp") else None
+def _omp_applies(b: Binary, m: Measurement) -> tuple[bool, str]:
+    if b.uses_library("libgomp"):
+        return True, "OpenMP program (libgomp)"
+    return False, "does not use libgomp: OMP_WAIT_POLICY changes nothing"
 
 
 def _merge_tunables(variable: str, extra: str) -> dict[str, str]:
@@ -147,7 +155,7 @@ def _preload(name: str) -> dict[str, str]:
     return {"LD_PRELOAD": f"{lib}:{current}" if current else lib}
 
 
-APPLIES: dict[str, Callable[[Binary, Measurement], str | None]] = {
+APPLIES: dict[str, Callable[[Binary, Measurement], tuple[bool, str]]] = {
     "malloc-trim": _malloc_applies,
     "spin-then-block": _spin_applies,
     "omp-passive": _omp_applies,
@@ -202,6 +210,8 @@ class Policy:
         return cls(min_runs=runs, max_runs=runs, precision=0.0, budget_s=math.inf)
 
     def done(self, runs: Runs, spent_s: float) -> bool:
+        """For one variant repeated alone: whether the CI of its mean wall time is narrow
+        enough (or the runs or the budget are spent)."""
         n = len(runs.measurements)
         if n >= self.max_runs:
             return True
@@ -212,6 +222,44 @@ class Policy:
         hw, mean = runs.half_width(), statistics.fmean(runs.walls)
         return hw is not None and hw <= self.precision * mean
 
+    def rounds_done(self, base: Runs, variants: Sequence[Runs], spent_s: float) -> bool:
+        """For rounds of the baseline and ``variants``: whether every paired speedup's CI is
+        within ``precision`` (relative), or the rounds or the budget (per variant, baseline
+        included) are spent. Without variants, the baseline's own mean as :meth:`done`."""
+        if not variants:
+            return self.done(base, spent_s)
+        n = len(base.measurements)
+        budget = self.budget_s * (1 + len(variants))
+        if n >= self.max_runs or (n >= 2 and spent_s >= budget) or (n >= 1 and spent_s >= 2 * budget):
+            return True
+        if n < self.min_runs:
+            return False
+        widths = [paired_log_ratio(base, v)[1] for v in variants]
+        return all(w is not None and math.expm1(w) <= self.precision for w in widths)
+
+
+def paired_log_ratio(base: Runs, variant: Runs) -> tuple[float, float | None]:
+    """Mean of log(baseline wall / variant wall) over the rounds (run i of each is of round i),
+    and its 95 % CI half-width (None with one round)."""
+    if len(base.walls) != len(variant.walls):
+        raise ValueError(f"{variant.name}: {len(variant.walls)} runs against the baseline's {len(base.walls)}: not paired")
+    d = [math.log(b) - math.log(v) for b, v in zip(base.walls, variant.walls)]
+    if len(d) < 2:
+        return statistics.fmean(d), None
+    return statistics.fmean(d), t_quantile(len(d)) * statistics.stdev(d) / math.sqrt(len(d))
+
+
+def run_once(argv: Sequence[str], name: str, env: Mapping[str, str], cpus: int | None) -> tuple[Measurement, str]:
+    """One measured run with ``env`` added: (its measurement, SHA-256 of its stdout). A run
+    that fails is an error: there is nothing to compare."""
+    with tempfile.TemporaryFile() as out, open(os.devnull, "rb") as devnull:
+        m = run_measured(argv, env={**os.environ, **env}, cpus=cpus, stdin=devnull.fileno(), stdout=out.fileno())
+        out.seek(0)
+        digest = hashlib.file_digest(out, "sha256").hexdigest()
+    if m.status != 0:
+        raise LaunchError(f"{name}: the program failed (exit status {m.exit_code}) — nothing to compare", m.exit_code or 1)
+    return m, digest
+
 
 def repeat(
     name: str,
@@ -221,22 +269,45 @@ def repeat(
     cpus: int | None,
     on_run: Callable[[str, Measurement], None] = lambda n, m: None,
 ) -> Runs:
+    """One variant alone, as often as ``policy`` asks (``fidelity``'s untraced runs)."""
     runs = Runs(name, dict(env))
-    full_env = {**os.environ, **env}
     start = time.monotonic()
     while not policy.done(runs, time.monotonic() - start):
-        with tempfile.TemporaryFile() as out, open(os.devnull, "rb") as devnull:
-            m = run_measured(argv, env=full_env, cpus=cpus, stdin=devnull.fileno(), stdout=out.fileno())
-            out.seek(0)
-            digest = hashlib.file_digest(out, "sha256").hexdigest()
-        if m.status != 0:
-            raise LaunchError(
-                f"{name}: the program failed (exit status {m.exit_code}) — nothing to compare", m.exit_code or 1
-            )
+        m, digest = run_once(argv, name, env, cpus)
         runs.measurements.append(m)
         runs.outputs.add(digest)
         on_run(name, m)
     return runs
+
+
+def interleaved(
+    argv: Sequence[str],
+    base: Runs,
+    variants: Sequence[Runs],
+    policy: Policy,
+    cpus: int | None,
+    on_run: Callable[[str, Measurement], None] = lambda n, m: None,
+) -> None:
+    """Measures the baseline and ``variants`` (empty :class:`Runs` naming each variant and its
+    environment) against each other without order bias: one warm-up run of each variant first
+    (not kept: the first run of a program with a new environment pays for cold caches and
+    library loading), then rounds in which each runs once, in an order rotated by one every
+    round (A B C, B C A, C A B, ...), until :meth:`Policy.rounds_done`. A variant's run i and
+    the baseline's run i are of the same round: the speedup is paired."""
+    for v in variants:
+        m, _ = run_once(argv, v.name, v.env, cpus)
+        on_run(f"{v.name} (warm-up, not kept)", m)
+    everyone = [base, *variants]
+    start = time.monotonic()
+    r = 0
+    while not policy.rounds_done(base, variants, time.monotonic() - start):
+        for j in range(len(everyone)):
+            v = everyone[(r + j) % len(everyone)]
+            m, digest = run_once(argv, v.name, v.env, cpus)
+            v.measurements.append(m)
+            v.outputs.add(digest)
+            on_run(v.name, m)
+        r += 1
 
 
 @dataclass
@@ -246,6 +317,8 @@ class Comparison:
     mitigation: Mitigation
     reason: str
     runs: Runs
+    # Paired: the geometric mean over the rounds of baseline wall / variant wall. For a variant
+    # that does not apply, the ratio measured anyway (noise, not a speedup).
     speedup: float
     speedup_ci: tuple[float, float] | None
     # Whether the program's stdout was the same as the baseline's (None: the baseline's own
@@ -259,6 +332,8 @@ class Comparison:
     not_predicted: str | None = None
     # The interval of ``predicted`` (None: one deterministic replay, a point).
     predicted_ci: tuple[float, float] | None = None
+    # False when its hook finds nothing to act on in this program (run only on request, --all).
+    applies: bool = True
 
     @property
     def agrees(self) -> bool | None:
@@ -270,7 +345,7 @@ class Comparison:
     def remark(self) -> str | None:
         """When the simulation and the measurement disagree: by how much, and what the
         simulation's model of the mitigation leaves out (its catalogue entry's ``model``)."""
-        if self.agrees is not False or self.predicted is None or self.speedup_ci is None:
+        if not self.applies or self.agrees is not False or self.predicted is None or self.speedup_ci is None:
             return None
         lo, hi = self.speedup_ci
         side = "more" if self.predicted < lo else "less"
@@ -294,34 +369,24 @@ def agrees(
     return lo <= measured_ci[1] and hi >= measured_ci[0]
 
 
-def compare(base: Runs, mit: Mitigation, reason: str, runs: Runs) -> Comparison:
-    """Speedup = mean baseline wall / mean mitigated wall; its 95 % CI from Welch's interval
-    on the difference of the mean log wall times (so the interval is of the ratio)."""
-    a = [math.log(x) for x in base.walls]
-    b = [math.log(x) for x in runs.walls]
-    speedup = statistics.fmean(base.walls) / statistics.fmean(runs.walls)
-    ci = None
-    if len(a) >= 2 and len(b) >= 2:
-        va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-        diff = statistics.fmean(a) - statistics.fmean(b)
-        se = math.sqrt(va + vb)
-        if se == 0:
-            ci = (math.exp(diff), math.exp(diff))
-        else:
-            dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-            t = student_t(dof)
-            ci = (math.exp(diff - t * se), math.exp(diff + t * se))
+def compare(base: Runs, mit: Mitigation, reason: str, runs: Runs, applies: bool = True) -> Comparison:
+    """Speedup = exp(mean over the rounds of log(baseline wall / mitigated wall)), paired by
+    round (:func:`interleaved`); its 95 % CI is the t interval of that mean (an interval of the
+    ratio)."""
+    mean, half = paired_log_ratio(base, runs)
+    ci = None if half is None else (math.exp(mean - half), math.exp(mean + half))
     same = None if len(base.outputs) > 1 else runs.outputs == base.outputs
-    return Comparison(mit, reason, runs, speedup, ci, same)
+    return Comparison(mit, reason, runs, math.exp(mean), ci, same, applies=applies)
 
 
-def applicable(binary: Binary, baseline: Measurement, everything: bool) -> list[tuple[Mitigation, str]]:
-    """The catalogue's mitigations that apply (all of them with ``everything``)."""
+def applicable(binary: Binary, baseline: Measurement, everything: bool) -> list[tuple[Mitigation, str, bool]]:
+    """(mitigation, why, whether it applies) for the catalogue's mitigations that apply; with
+    ``everything``, the others too (tried on request, reported as not applicable)."""
     chosen = []
     for mit in CATALOGUE:
-        reason = mit.applies(binary, baseline)
-        if reason is not None:
-            chosen.append((mit, reason))
+        applies, why = mit.applies(binary, baseline)
+        if applies:
+            chosen.append((mit, why, True))
         elif everything:
-            chosen.append((mit, "tried on request (--all)"))
+            chosen.append((mit, why, False))
     return chosen
