@@ -96,7 +96,7 @@ def test_every_traced_call_is_recorded(kit: Kit, tmp_path: Path) -> None:
     p = same_as_untraced(kit, [str(kit.bins / "threads"), "4", "300"], trace)
     assert p.stdout == b"counter=1200 spin=1200 rw=120 turn=4\n"
     s = summary(kit, trace)
-    assert s["version"] == 1
+    assert s["version"] == 2
     [proc] = s["processes"]
     assert proc["origin"] == "exec" and proc["cmdline"][1:] == ["4", "300"] and proc["cpus"] >= 1
     main = next(t for t in proc["threads"] if t["tid"] == proc["pid"])
@@ -106,6 +106,7 @@ def test_every_traced_call_is_recorded(kit: Kit, tmp_path: Path) -> None:
     assert k["THREAD_CREATE"] == 4 and k["THREAD_JOIN"] == 4 and k["BARRIER_INIT"] == 1
     assert k["MADVISE"] == 1 and k["MPROTECT"] == 1 and k["MMAP"] >= 1 and k["MUNMAP"] >= 1
     assert k["PROCESS_START"] == 1 and k["THREAD_EXIT"] == 1 and k["COND_SIGNAL"] == 1
+    assert k["FUTEX"] == 1 and k["THREAD_STATS"] == 1
     assert sorted(t["seq"] for t in workers) == [1, 2, 3, 4]
     for t in workers:
         k = t["kinds"]
@@ -114,7 +115,7 @@ def test_every_traced_call_is_recorded(kit: Kit, tmp_path: Path) -> None:
         assert k["SPIN_LOCK"] == 300 and k["SPIN_UNLOCK"] == 300
         assert k["RW_WRLOCK"] == 30 and k["RW_RDLOCK"] == 270 and k["RW_UNLOCK"] == 300
         assert k["MUTEX_LOCK"] == 301 and k["BARRIER_WAIT"] == 1 and k["THREAD_EXIT"] == 1
-        assert k["COND_BROADCAST"] == 1
+        assert k["COND_BROADCAST"] == 1 and k["FUTEX"] == 1 and k["THREAD_STATS"] == 1
 
     full = records(kit, trace)
     threads = full["processes"][0]["threads"]
@@ -137,6 +138,11 @@ def test_every_traced_call_is_recorded(kit: Kit, tmp_path: Path) -> None:
                 assert ev["hold_ns"] is not None
             if name == "Realloc":
                 assert ev["size"] >= 64
+            if name == "Futex":  # the worker's wait found the word changed; main's wake woke nobody
+                assert (ev["op"] & 0x7F, ev["ret"]) in ((0, -11), (1, 0)) and ev["addr"] != 0, ev
+            if name == "ThreadStats":  # just before the exit record, with the thread's run-queue time
+                assert t["records"][-1]["event"] == "ThreadExit" and ev["run_delay_ns"] is not None
+                assert ev["voluntary_switches"] is not None
 
 
 def test_exit_status_and_output_unchanged(kit: Kit, tmp_path: Path) -> None:
@@ -274,7 +280,7 @@ def test_reader_errors_are_one_clear_line(kit: Kit, tmp_path: Path) -> None:
     assert "not a vtrace file" in dump_error(b"hello world, not a trace at all\n")
     newer = bytearray(good)
     newer[8] = 3
-    assert "written by a newer vcpulab: format version 3, this reads ≤ 1" in dump_error(bytes(newer))
+    assert "written by a newer vcpulab: format version 3, this reads ≤ 2" in dump_error(bytes(newer))
 
 
 def test_spinblock_is_a_correct_lock_that_blocks(kit: Kit, tmp_path: Path) -> None:

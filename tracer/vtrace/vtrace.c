@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -64,6 +65,7 @@
     X(int, pthread_cond_timedwait, (pthread_cond_t *, pthread_mutex_t *, const struct timespec *))     \
     X(int, pthread_cond_signal, (pthread_cond_t *))                                                    \
     X(int, pthread_cond_broadcast, (pthread_cond_t *))                                                 \
+    X(long, syscall, (long, ...))                                                                      \
     X(void *, mmap, (void *, size_t, int, int, int, off_t))                                            \
     X(int, munmap, (void *, size_t))                                                                   \
     X(int, madvise, (void *, size_t, int))                                                             \
@@ -429,6 +431,84 @@ static void emit_simple(int kind) {
     r_emit(&r);
 }
 
+/* A thread's CPU time and time waiting for a CPU (run_delay), from a schedstat file
+ * (/proc/thread-self/schedstat or /proc/self/task/TID/schedstat; kernel CONFIG_SCHED_INFO):
+ * 1 when both were read. Raw calls only: no allocation, nothing traced. */
+static int read_schedstat(const char *path, uint64_t *cpu, uint64_t *delay) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char text[128];
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    text[n] = '\0';
+    char *end = NULL, *end2 = NULL;
+    *cpu = strtoull(text, &end, 10);
+    if (!end || end == text || *end != ' ') return 0;
+    *delay = strtoull(end + 1, &end2, 10);
+    return end2 != end + 1;
+}
+
+/* The calling thread's time waiting for a CPU and its context switches (getrusage
+ * RUSAGE_THREAD): what lets the reader split the thread's off-CPU time into time held off a
+ * CPU and time blocked in calls the tracer does not see. */
+static void emit_thread_stats(void) {
+    uint64_t cpu = 0, delay = 0;
+    int known = read_schedstat("/proc/thread-self/schedstat", &cpu, &delay);
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    getrusage(RUSAGE_THREAD, &ru);
+    struct rec r;
+    r_begin_cw(&r, VT_THREAD_STATS, 0, now(), UINT64_MAX);
+    r_u64(&r, known ? delay : VT_HOLD_UNKNOWN);
+    r_u64(&r, (uint64_t)ru.ru_nvcsw);
+    r_u64(&r, (uint64_t)ru.ru_nivcsw);
+    r_emit(&r);
+}
+
+/* At the process's exit, the threads that have not exited (worker pools such as libgomp's,
+ * which the exit kills) would end their trace at their last traced call, losing the CPU time
+ * they spent since. For each of them, a THREAD_STATS record with its CPU time and run_delay
+ * read from /proc/self/task/TID/schedstat goes into its own buffer (claimed as the exit
+ * flush claims it; a buffer its owner is appending to at this instant is skipped). */
+static void stats_of_live_threads(uint32_t self) {
+    unsigned n = atomic_load(&g_nbufs);
+    if (n > MAX_BUFS) n = MAX_BUFS;
+    for (unsigned i = 0; i < n; i++) {
+        struct vt_buf *b = atomic_load(&g_bufs[i]);
+        int idle = BUF_IDLE;
+        if (!b || b->tid == self || !atomic_compare_exchange_strong(&b->state, &idle, BUF_BUSY)) continue;
+        char path[64] = "/proc/self/task/";
+        size_t at = strlen(path);
+        char digits[12];
+        int nd = 0;
+        for (uint32_t v = b->tid; nd == 0 || v; v /= 10) digits[nd++] = (char)('0' + v % 10);
+        while (nd) path[at++] = digits[--nd];
+        memcpy(path + at, "/schedstat", 11);
+        uint64_t cpu = 0, delay = 0;
+        if (read_schedstat(path, &cpu, &delay)) {
+            struct rec r;
+            r_begin(&r, VT_THREAD_STATS, 0, now());
+            r_u64(&r, cpu);
+            r_u64(&r, delay);
+            r_u64(&r, VT_HOLD_UNKNOWN); /* context switches: not read for another thread */
+            r_u64(&r, VT_HOLD_UNKNOWN);
+            put16(r.b + 2, (uint16_t)r.n);
+            if (b->pos + r.n > VT_PAYLOAD_MAX) flush_buf(b);
+            memcpy(b->block + VT_BLOCK_HEADER_LEN + b->pos, r.b, r.n);
+            b->pos += (uint32_t)r.n;
+            b->nrec++;
+        }
+        atomic_store(&b->state, BUF_IDLE);
+    }
+}
+
+/* The thread's statistics and its exit record. */
+static void emit_exit(void) {
+    emit_thread_stats();
+    emit_simple(VT_THREAD_EXIT);
+}
+
 /* Records the thread's exit and hands its buffer back (key destructor for threads other than
  * the main one; also called by the exit paths). */
 static void thread_exit(void *unused) {
@@ -436,7 +516,7 @@ static void thread_exit(void *unused) {
     struct vt_buf *b = t_buf;
     if (!b || t_dead) return;
     t_guard++;
-    if (atomic_load(&g_enabled)) emit_simple(VT_THREAD_EXIT);
+    if (atomic_load(&g_enabled)) emit_exit();
     int idle = BUF_IDLE;
     if (atomic_compare_exchange_strong(&b->state, &idle, BUF_BUSY)) {
         flush_buf(b);
@@ -733,7 +813,8 @@ __attribute__((constructor(101))) static void vt_init(void) {
 __attribute__((destructor(101))) static void vt_fini(void) {
     if (!atomic_load(&g_enabled)) return;
     t_guard++;
-    if (t_buf && !t_dead) emit_simple(VT_THREAD_EXIT);
+    if (t_buf && !t_dead) emit_exit();
+    stats_of_live_threads(gettid_());
     flush_all(1);
     t_guard--;
 }
@@ -957,6 +1038,45 @@ EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const s
     }
 SIGNAL(pthread_cond_signal, VT_COND_SIGNAL)
 SIGNAL(pthread_cond_broadcast, VT_COND_BROADCAST)
+
+/* ---------------------------------------------------------------- raw futex calls */
+
+/* Threading libraries that do not build on pthreads call futex(2) through libc's syscall():
+ * GLib (gthread-posix.c), Rust's std (sys/pal/unix/futex.rs), and others. Every futex call made
+ * that way is one record, whatever its operation: the address, the operation and value as
+ * passed, the time in the call and its result (0 or the number woken; -errno on failure).
+ * glibc's own pthread functions make their futex calls inline, not through syscall(): they are
+ * not recorded twice. A program that makes inline system calls of its own (libgomp on x86-64)
+ * stays invisible here; docs/bridge.md says how that shows. */
+EXPORT long syscall(long number, ...) {
+    va_list ap;
+    va_start(ap, number);
+    /* As glibc's own syscall(): six argument registers, whatever the call uses. */
+    long a1 = va_arg(ap, long), a2 = va_arg(ap, long), a3 = va_arg(ap, long);
+    long a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
+    va_end(ap);
+    if (!REAL(syscall)) return errno = ENOSYS, -1;
+    if (number != SYS_futex || !on()) return real_syscall(number, a1, a2, a3, a4, a5, a6);
+    t_guard++;
+    uint64_t t0 = now();
+    long r = real_syscall(number, a1, a2, a3, a4, a5, a6);
+    int e = errno;
+    uint64_t t1 = now();
+    /* FUTEX_WAIT, FUTEX_WAIT_BITSET with a timeout (the fourth argument) are timed. */
+    int cmd = (int)a2 & 0x7f;
+    int timed = (cmd == 0 || cmd == 9) && a4 != 0;
+    struct rec rr;
+    r_begin_cw(&rr, VT_FUTEX, timed ? VT_F_TIMED : 0, t1, t1 - t0);
+    r_u64(&rr, (uint64_t)a1);
+    r_u32(&rr, (uint32_t)a2);
+    r_u32(&rr, (uint32_t)a3);
+    r_u64(&rr, t1 - t0);
+    r_u32(&rr, (uint32_t)(r >= 0 ? (int32_t)(r > INT32_MAX ? INT32_MAX : r) : -e));
+    r_emit(&rr);
+    errno = e;
+    t_guard--;
+    return r;
+}
 
 /* ---------------------------------------------------------------- allocator (no CPU time) */
 
@@ -1192,7 +1312,8 @@ EXPORT int execle(const char *path, const char *arg0, ...) {
 static void before_exit(void) {
     if (!atomic_load(&g_enabled) || vforked()) return;
     t_guard++;
-    if (t_buf && !t_dead) emit_simple(VT_THREAD_EXIT);
+    if (t_buf && !t_dead) emit_exit();
+    stats_of_live_threads(gettid_());
     flush_all(1);
     t_guard--;
 }

@@ -151,7 +151,9 @@ mod tests {
         // Where the tracepoint can be opened here, a filter on a field it lacks is refused.
         let mut c = PerfCounters::attach(std::process::id() as i32, &["syscalls:sys_enter_madvise if no_such_field == 1"]);
         match &c.read()[0].1 {
-            EventCount::Unavailable(why) => assert!(why.contains("refused") || why.contains("tracefs") || why.contains("permitted") || why.contains("failed"), "{why}"),
+            EventCount::Unavailable(why) => {
+                assert!(why.contains("refused") || why.contains("tracefs") || why.contains("permitted") || why.contains("failed"), "{why}")
+            }
             EventCount::Count(n) => panic!("a bad filter was accepted ({n})"),
         }
     }

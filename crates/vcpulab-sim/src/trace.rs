@@ -178,6 +178,14 @@ pub enum Event {
     CondSignal { cond: u64 },
     /// `pthread_cond_broadcast`.
     CondBroadcast { cond: u64 },
+    /// The thread's time waiting for a CPU (`run_delay` of its schedstat; None where the
+    /// kernel does not keep it) and its context switches, recorded just before its exit; or,
+    /// for a thread still alive when the process exited, read by the exiting thread (with the
+    /// thread's CPU time, and no context switches).
+    ThreadStats { run_delay_ns: Option<u64>, voluntary_switches: Option<u64>, involuntary_switches: Option<u64> },
+    /// `syscall(SYS_futex, addr, op, val, ...)`: `op` as passed (with `FUTEX_PRIVATE_FLAG`),
+    /// `timed` when a wait had a timeout, `ret` 0 or the number woken, or `-errno`.
+    Futex { addr: u64, op: u32, val: u32, timed: bool, wait_ns: u64, ret: i32 },
     /// `malloc(size)` returned `ptr`.
     Malloc { size: u64, ptr: u64 },
     /// `free(ptr)` (never NULL).
@@ -352,6 +360,8 @@ impl Event {
             Event::CondWait { .. } => "COND_WAIT",
             Event::CondSignal { .. } => "COND_SIGNAL",
             Event::CondBroadcast { .. } => "COND_BROADCAST",
+            Event::Futex { .. } => "FUTEX",
+            Event::ThreadStats { .. } => "THREAD_STATS",
             Event::Malloc { .. } => "MALLOC",
             Event::Free { .. } => "FREE",
             Event::Calloc { .. } => "CALLOC",

@@ -284,6 +284,12 @@ def _predict_mitigations(
                 if c.applies:
                     c.not_predicted = why
             return
+        try:
+            warning = predict.unexplained_warning(json.loads(trace_info(str(out)))["replay"])
+        except (TraceError, KeyError):
+            warning = None
+        if warning:
+            console.print(f"warning: the simulated column: {warning}", style="bold yellow", highlight=False)
         # A replay that fails (a deadlock the program did not have, a run limit) costs only the
         # simulated column: the measurements above are printed and written all the same.
         try:
@@ -476,6 +482,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         with open(os.devnull, "r+b") as null:
             traced, _ = trace_program(argv, out, args.cpus, None, console, stdout=null.fileno(), stdin=null.fileno())
         pred = predict.fidelity(str(out), measured.measurements[0].cpus)
+        replay = json.loads(trace_info(str(out)))["replay"]
     mean = statistics.fmean(measured.walls)
     hw = measured.half_width()
     replayed = float(pred["t_native_s"])
@@ -498,6 +505,17 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         "cpu_error": replayed_cpu / cpu_mean - 1.0 if cpu_mean > 0 else None,
         "held_off_share": held_off,
         "wall_time_comparable": held_off <= BUSY_HELD_OFF_SHARE,
+        # The trace's off-CPU time with no traced reason, split (see `predict`).
+        "unexplained_s": replay["unexplained_ns"] / 1e9,
+        "blocked_untraced_s": replay.get("blocked_untraced_ns", 0) / 1e9,
+        "unexplained_unsplit_s": replay.get("unexplained_unsplit_ns", 0) / 1e9,
+        "warning": predict.unexplained_warning(replay),
+        # The heap model against the traced run: trimming calls and shootdowns, measured while
+        # tracing (TLB interrupts are the whole machine's) and in the native replay.
+        "measured_trim_calls": traced.count(TRIM_MADVISE),
+        "measured_munmap_calls": traced.count("syscalls:sys_enter_munmap"),
+        "measured_tlb_interrupts_machine": traced.tlb_shootdowns,
+        "replayed_shootdowns": int(pred["metrics"]["tlb_shootdowns"]),
     }
     if args.output:
         _write_json(args.output, result)
@@ -523,7 +541,18 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         f"{replayed_cpu:.3f} s",
         "—" if cpu_error is None else f"{cpu_error:+.1%}",
     )
+    table.add_row(
+        "",
+        "shootdowns",
+        "",
+        f"{_num(result['measured_trim_calls'])} madvise(DONTNEED/FREE) + {_num(result['measured_munmap_calls'])} munmap; "
+        f"{_num(result['measured_tlb_interrupts_machine'])} TLB interrupts (whole machine)",
+        f"{result['replayed_shootdowns']:,}",
+        "",
+    )
     out_console.print(table)
+    if result["warning"]:
+        console.print(f"warning: {result['warning']}", style="bold yellow", highlight=False)
     if not result["wall_time_comparable"]:
         console.print(
             f"the machine was busy: other processes held the program off its CPUs for {held_off:.0%} of its "
@@ -603,13 +632,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     out.print(
         f"[bold]{' '.join(rep['cmdline'])[:70]}[/]: {rep['threads']} threads, {rep['records']:,} records; "
         f"traced {rep['traced_ns'] / 1e9:.3f} s, replayed natively on {fid['vcpus']} CPUs: {fid['t_native_s']:.3f} s "
-        f"(off-CPU time with no traced reason: {rep['unexplained_ns'] / 1e9:.3f} s thread time)",
+        f"(off-CPU time with no traced reason: {_unexplained(rep)})",
         highlight=False,
     )
     results = pred.results
     out.print(render.results_table(results, []))
-    for note in predict.idle_vcpus(pred):
-        console.print(f"note: {note}", style="yellow", highlight=False)
+    for warning in pred.warnings():
+        console.print(f"warning: {warning}", style="bold yellow", highlight=False)
     natives = {r["vcpus"]: r for r in results if r["scenario"] == "native"}
     for r in results:
         if r["scenario"] == "native":
@@ -656,6 +685,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
             )
         out.print(table)
     return 0
+
+
+def _unexplained(rep: dict[str, Any]) -> str:
+    """The replay's off-CPU time with no traced reason, and how it was split."""
+    total = rep["unexplained_ns"] / 1e9
+    parts = [
+        f"{rep.get(key, 0) / 1e9:.3f} s {what}"
+        for key, what in (
+            ("held_off_ns", "waiting for a CPU"),
+            ("blocked_untraced_ns", "blocked in untraced calls, replayed as sleeps"),
+            ("unexplained_unsplit_ns", "not split, not replayed"),
+        )
+        if rep.get(key)
+    ]
+    return f"{total:.3f} s thread time" + (f": {', '.join(parts)}" if parts else "")
 
 
 def _write_json(path: str, obj: Any) -> None:

@@ -85,7 +85,14 @@ class Prediction:
             "fidelity": strip(self.fidelity),
             "results": [strip(r) for r in self.results],
             "mitigations": self.mitigations,
+            "warnings": self.warnings(),
         }
+
+    def warnings(self) -> list[str]:
+        """What the user must know before trusting the numbers: time the trace does not
+        explain, vCPUs the program cannot use."""
+        unexplained = unexplained_warning(self.info["replay"])
+        return ([unexplained] if unexplained else []) + idle_vcpus(self)
 
 
 def causes(r: dict[str, Any], native: dict[str, Any], top: int = 5) -> list[tuple[str, float, float]]:
@@ -159,6 +166,38 @@ def predict(
             )
     pred.mitigations.sort(key=lambda m: (m["vcpus"], m["scenario"], -m["speedup"]))
     return pred
+
+
+# The share of the threads' time, off a CPU for no traced reason and not the traced machine's
+# scheduling, above which `predict`, `mitigate` and `fidelity` warn that the replay does not
+# see what the program waited for.
+UNEXPLAINED_SHARE = 0.10
+
+
+def unexplained_warning(replay: dict[str, Any]) -> str | None:
+    """The warning for a trace whose threads spent more than :data:`UNEXPLAINED_SHARE` of
+    their time blocked where the tracer does not see (the replay's ``blocked_untraced_ns`` and
+    ``unexplained_unsplit_ns`` over ``thread_ns``), or None."""
+    thread = int(replay.get("thread_ns") or 0)
+    blocked = int(replay.get("blocked_untraced_ns") or 0)
+    unsplit = int(replay.get("unexplained_unsplit_ns") or 0)
+    if thread <= 0 or (blocked + unsplit) / thread <= UNEXPLAINED_SHARE:
+        return None
+    parts = []
+    if blocked:
+        parts.append(
+            f"{blocked / 1e9:.3f} s blocked in calls the tracer does not see (inline system calls, such as "
+            "libgomp's futex waits, or I/O), replayed as fixed sleeps where they happened: the prediction "
+            "cannot make them shorter or longer"
+        )
+    if unsplit:
+        parts.append(
+            f"{unsplit / 1e9:.3f} s of threads without exit statistics (killed by the process's exit, or a "
+            "version-1 trace), which cannot be told from waiting for a CPU: not replayed, as if those threads "
+            "never blocked there"
+        )
+    share = (blocked + unsplit) / thread
+    return f"{share:.0%} of the threads' time was spent off a CPU for no traced reason: " + "; ".join(parts)
 
 
 def idle_vcpus(pred: Prediction) -> list[str]:

@@ -1,11 +1,13 @@
-/* Exercises every traced call: threads, mutex, spinlock, rwlock, barrier, condvar, allocator,
- * mappings. Prints a deterministic result. Usage: threads [nthreads] [iters] */
+/* Exercises every traced call: threads, mutex, spinlock, rwlock, barrier, condvar, raw futex
+ * calls, allocator, mappings. Prints a deterministic result. Usage: threads [nthreads] [iters] */
 #define _GNU_SOURCE
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static int nthreads = 4, iters = 1000;
@@ -16,6 +18,7 @@ static pthread_barrier_t bar;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static long counter, spin_counter, rw_value;
 static int turn;
+static unsigned futex_word = 1;
 
 static void *worker(void *arg) {
     long id = (long)arg;
@@ -50,6 +53,8 @@ static void *worker(void *arg) {
     turn++;
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
+    /* a raw futex wait whose word no longer holds 0: returns EAGAIN at once, never sleeps */
+    syscall(SYS_futex, &futex_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
     return NULL;
 }
 
@@ -70,6 +75,7 @@ int main(int argc, char **argv) {
     pthread_mutex_lock(&mu);
     pthread_cond_signal(&cv);
     pthread_mutex_unlock(&mu);
+    syscall(SYS_futex, &futex_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); /* wakes nobody: 0 */
     printf("counter=%ld spin=%ld rw=%ld turn=%d\n", counter, spin_counter, rw_value, turn);
     return counter == (long)nthreads * iters && spin_counter == counter ? 0 : 1;
 }

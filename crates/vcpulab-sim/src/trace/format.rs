@@ -1,4 +1,4 @@
-//! The layout of a vtrace file, format version 1 (`docs/trace-format.md` describes it byte by
+//! The layout of a vtrace file, format versions 1 and 2 (`docs/trace-format.md` describes it byte by
 //! byte; `tracer/vtrace/vtrace_format.h` is the writer's copy of these constants).
 //!
 //! ```text
@@ -11,7 +11,7 @@
 /// The first eight bytes of every vtrace file.
 pub const MAGIC: [u8; 8] = *b"\x89VTRACE\n";
 /// The newest format version this reader understands (it reads every version up to it).
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Length of the version-1 file header.
 pub const HEADER_LEN: usize = 32;
 /// The first four bytes of every block.
@@ -56,6 +56,10 @@ pub mod kind {
     pub const COND_WAIT: u8 = 0x19;
     pub const COND_SIGNAL: u8 = 0x1A;
     pub const COND_BROADCAST: u8 = 0x1B;
+    /// A thread's run-queue delay and context switches, just before its exit (version 2).
+    pub const THREAD_STATS: u8 = 0x07;
+    /// A futex(2) call made through libc's `syscall()` (format version 2).
+    pub const FUTEX: u8 = 0x1C;
     pub const MALLOC: u8 = 0x20;
     pub const FREE: u8 = 0x21;
     pub const CALLOC: u8 = 0x22;
@@ -85,7 +89,7 @@ const fn k(code: u8, name: &'static str, cpu: bool, len: usize) -> KindInfo {
     KindInfo { code, name, cpu, len }
 }
 
-/// Every kind of format version 1.
+/// Every kind of format versions 1 and 2 (version 2 adds `THREAD_STATS` and `FUTEX`).
 pub const KINDS: &[KindInfo] = &[
     k(kind::PROCESS_START, "PROCESS_START", true, 52),
     k(kind::THREAD_START, "THREAD_START", true, 44),
@@ -93,6 +97,7 @@ pub const KINDS: &[KindInfo] = &[
     k(kind::THREAD_CREATE, "THREAD_CREATE", true, 36),
     k(kind::THREAD_JOIN, "THREAD_JOIN", true, 44),
     k(kind::EXEC, "EXEC", true, 24),
+    k(kind::THREAD_STATS, "THREAD_STATS", true, 44),
     k(kind::MUTEX_LOCK, "MUTEX_LOCK", true, 40),
     k(kind::MUTEX_UNLOCK, "MUTEX_UNLOCK", true, 36),
     k(kind::SPIN_LOCK, "SPIN_LOCK", true, 40),
@@ -105,6 +110,7 @@ pub const KINDS: &[KindInfo] = &[
     k(kind::COND_WAIT, "COND_WAIT", true, 48),
     k(kind::COND_SIGNAL, "COND_SIGNAL", true, 28),
     k(kind::COND_BROADCAST, "COND_BROADCAST", true, 28),
+    k(kind::FUTEX, "FUTEX", true, 48),
     k(kind::MALLOC, "MALLOC", false, 28),
     k(kind::FREE, "FREE", false, 20),
     k(kind::CALLOC, "CALLOC", false, 36),
@@ -116,7 +122,7 @@ pub const KINDS: &[KindInfo] = &[
     k(kind::MPROTECT, "MPROTECT", true, 44),
 ];
 
-/// The description of kind `code`, if version 1 defines it.
+/// The description of kind `code`, if the format defines it.
 pub fn kind_info(code: u8) -> Option<&'static KindInfo> {
     KINDS.iter().find(|i| i.code == code)
 }

@@ -211,6 +211,11 @@ fn decode(info: &KindInfo, r: &[u8]) -> Result<Record, String> {
         kind::THREAD_CREATE => Event::ThreadCreate { seq: u32_(0), ret: i32_(4), handle: u64_(8), child: None },
         kind::THREAD_JOIN => Event::ThreadJoin { tid: Some(u32_(0)).filter(|&t| t != 0), ret: i32_(4), handle: u64_(8), wait_ns: u64_(16) },
         kind::EXEC => Event::Exec { ret: i32_(0) },
+        kind::THREAD_STATS => Event::ThreadStats {
+            run_delay_ns: opt_hold(u64_(0)),
+            voluntary_switches: opt_hold(u64_(8)),
+            involuntary_switches: opt_hold(u64_(16)),
+        },
         kind::MUTEX_LOCK => lock(|addr, mode, wait_ns, ret| Event::MutexLock { addr, mode, wait_ns, ret }),
         kind::SPIN_LOCK => lock(|addr, mode, wait_ns, ret| Event::SpinLock { addr, mode, wait_ns, ret }),
         kind::RW_RDLOCK => lock(|addr, mode, wait_ns, ret| Event::RwReadLock { addr, mode, wait_ns, ret }),
@@ -225,6 +230,14 @@ fn decode(info: &KindInfo, r: &[u8]) -> Result<Record, String> {
         }
         kind::COND_SIGNAL => Event::CondSignal { cond: u64_(0) },
         kind::COND_BROADCAST => Event::CondBroadcast { cond: u64_(0) },
+        kind::FUTEX => Event::Futex {
+            addr: u64_(0),
+            op: u32_(8),
+            val: u32_(12),
+            timed: flags & format::F_TIMED != 0,
+            wait_ns: u64_(16),
+            ret: i32_(24),
+        },
         kind::MALLOC => Event::Malloc { size: u64_(0), ptr: u64_(8) },
         kind::FREE => Event::Free { ptr: u64_(0) },
         kind::CALLOC => Event::Calloc { nmemb: u64_(0), size: u64_(8), ptr: u64_(16) },
@@ -520,7 +533,7 @@ mod tests {
     fn newer_version() {
         let e = fails(&header(3));
         assert_eq!((e.offset, &e.kind), (8, &K::UnsupportedVersion { version: 3 }));
-        assert_eq!(e.to_string(), "t.vtrace: byte 8: written by a newer vcpulab: format version 3, this reads ≤ 1");
+        assert_eq!(e.to_string(), "t.vtrace: byte 8: written by a newer vcpulab: format version 3, this reads ≤ 2");
         assert_eq!(fails(&header(0)).kind, K::UnsupportedVersion { version: 0 });
     }
 

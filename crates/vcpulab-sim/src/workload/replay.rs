@@ -84,8 +84,19 @@ pub struct ReplayStats {
     pub traced_ns: u64,
     /// Compute replayed, over all threads (ns).
     pub compute_ns: u64,
-    /// Time off a CPU with no traced reason, over all threads (ns).
+    /// Time off a CPU with no traced reason, over all threads (ns): the sum of the next three.
     pub unexplained_ns: u64,
+    /// Of it, time the threads waited for a CPU (their `run_delay`): the traced machine's
+    /// scheduling, not replayed (the simulation schedules again).
+    pub held_off_ns: u64,
+    /// Of it, time blocked in calls the tracer does not see (inline system calls, I/O):
+    /// replayed as sleeps where it happened.
+    pub blocked_untraced_ns: u64,
+    /// Of it, time of threads without a `THREAD_STATS` record, which cannot be split: not
+    /// replayed.
+    pub unexplained_unsplit_ns: u64,
+    /// The threads' lifetimes, first record to last, summed (ns).
+    pub thread_ns: u64,
     /// Condition-variable waits matched with the wake-ups that preceded their return.
     pub wakeups_matched: u64,
     /// The wake-ups those waits wait for (each signal or broadcast sent on the condition
@@ -93,6 +104,8 @@ pub struct ReplayStats {
     pub wakeups_tied: u64,
     /// Waits replayed as a sleep (timed out, or their wake-up was not traced).
     pub waits_slept: u64,
+    /// futex(2) waits that slept (calls through libc's `syscall()`; counted in the two above).
+    pub futex_waits: u64,
     /// Frees of chunks allocated by another thread, or never seen allocated (not replayed).
     pub frees_unmatched: u64,
     /// Unlocks of locks this thread was not seen taking (not replayed).
@@ -212,6 +225,9 @@ struct Builder<'a> {
     instrs: Vec<Instr>,
     groups: Vec<Group>,
     stats: ReplayStats,
+    /// The current thread's computes that lost off-CPU time, and how much (see
+    /// [`Builder::replay_untraced_blocking`]).
+    off_cpu: Vec<(usize, u64)>,
     heap: HeapParams,
     costs: Costs,
     spin_then_block: Option<u64>,
@@ -258,6 +274,7 @@ impl<'a> Builder<'a> {
             instrs: Vec::new(),
             groups: Vec::new(),
             stats: ReplayStats::default(),
+            off_cpu: Vec::new(),
             heap,
             costs: Costs::default(),
             spin_then_block: None,
@@ -354,16 +371,22 @@ impl<'a> Builder<'a> {
     /// three workers broadcast before the main thread returns, and it joins all three holding
     /// the mutex) deadlocks in replay if the wait waits for one of them only.
     fn match_wakeups(&mut self) {
-        // Per condition variable: its wake-ups in time order, (time, thread, record).
-        let mut sends: BTreeMap<u64, Vec<(u64, usize, usize)>> = BTreeMap::new();
-        let mut waits: Vec<(u64, u64, u64, usize, usize)> = Vec::new(); // (end, call, cond, thread, record)
+        // Per condition variable or futex word ((0, cond) or (1, futex address)): its wake-ups
+        // in time order, (time, thread, record).
+        let mut sends: BTreeMap<(u8, u64), Vec<(u64, usize, usize)>> = BTreeMap::new();
+        let mut waits: Vec<(u64, u64, (u8, u64), usize, usize)> = Vec::new(); // (end, call, on, thread, record)
         for (i, t) in self.threads.iter().enumerate() {
             for (k, r) in t.records.iter().enumerate() {
                 match r.event {
-                    Event::CondSignal { cond } | Event::CondBroadcast { cond } => sends.entry(cond).or_default().push((r.t, i, k)),
+                    Event::CondSignal { cond } | Event::CondBroadcast { cond } => sends.entry((0, cond)).or_default().push((r.t, i, k)),
                     Event::CondWait { cond, wait_ns, ret, .. } if ret != ETIMEDOUT => {
-                        waits.push((r.t, r.t.saturating_sub(wait_ns), cond, i, k));
+                        waits.push((r.t, r.t.saturating_sub(wait_ns), (0, cond), i, k));
                     }
+                    Event::Futex { addr, op, ret, wait_ns, .. } => match futex_call(op, ret) {
+                        FutexCall::Wake => sends.entry((1, addr)).or_default().push((r.t, i, k)),
+                        FutexCall::Woken => waits.push((r.t, r.t.saturating_sub(wait_ns), (1, addr), i, k)),
+                        FutexCall::NoSleep | FutexCall::Slept | FutexCall::Other => {}
+                    },
                     _ => {}
                 }
             }
@@ -408,6 +431,7 @@ impl<'a> Builder<'a> {
                 let (awaited, released): (Vec<usize>, Option<u64>) = match r.event {
                     Event::ThreadJoin { tid: Some(tid), ret: 0, .. } => (self.index_of.get(&tid).copied().into_iter().collect(), None),
                     Event::CondWait { mutex, .. } => (self.matched.get(&(a, k)).cloned().unwrap_or_default(), Some(mutex)),
+                    Event::Futex { .. } => (self.matched.get(&(a, k)).cloned().unwrap_or_default(), None),
                     _ => (Vec::new(), None),
                 };
                 for &x in &awaited {
@@ -464,6 +488,30 @@ impl<'a> Builder<'a> {
         o
     }
 
+    /// The waits of record `k` of thread `me` for the wake-ups [`Builder::match_wakeups`] tied
+    /// to it; false when none was.
+    fn wait_for_wakeups(&mut self, me: usize, k: usize) -> bool {
+        let Some(senders) = self.matched.get(&(me, k)).cloned() else { return false };
+        self.stats.wakeups_matched += 1;
+        self.stats.wakeups_tied += senders.len() as u64;
+        let own = self.handshakes[me].own_mutex;
+        self.push(Instr::Lock(own));
+        for j in senders {
+            let cond = self.wake_channel(me, j);
+            self.push(Instr::CondWait { cond, mutex: own });
+        }
+        self.push(Instr::Unlock(own));
+        true
+    }
+
+    /// The tokens record `k` of thread `me` (a signal, broadcast or futex wake) sends.
+    fn send_wakeups(&mut self, me: usize, k: usize) {
+        for w in self.wakes.get(&(me, k)).cloned().unwrap_or_default() {
+            let cond = self.wake_channel(w, me);
+            self.push(Instr::CondSignal(cond));
+        }
+    }
+
     /// Before record `k` of thread `me` takes a mutex: the waits of [`Builder::order_joins_under_locks`].
     fn wait_lock_order(&mut self, me: usize, k: usize) {
         let Some(edges) = self.lock_after.get(&(me, k)).cloned() else { return };
@@ -516,10 +564,54 @@ impl<'a> Builder<'a> {
                 let kept = (*d as f64 * scale).round() as u64;
                 self.stats.compute_ns += kept;
                 self.stats.unexplained_ns += *d - kept;
+                if *d > kept {
+                    self.off_cpu.push((i, *d - kept));
+                }
                 *d = kept;
             }
         }
         *a = Account { prev_t: a.prev_t, cpu_start: cpu, ..Account::default() };
+    }
+
+    /// Splits the thread's off-CPU time with no traced reason (the wall time its computes lost
+    /// to the CPU time measured) with its `THREAD_STATS` record: the time it waited for a CPU
+    /// (`run_delay`) is the traced machine's scheduling, which the simulation makes again, and
+    /// is dropped; the rest was spent blocked in calls the tracer does not see (inline system
+    /// calls, I/O) and is replayed as sleeps where it happened, each compute's share in
+    /// proportion to the off-CPU time it lost. Without the record (a thread killed by the
+    /// process's exit, a version-1 trace) nothing is replayed and the time is counted as
+    /// unsplit.
+    fn replay_untraced_blocking(&mut self, from: usize, t: &crate::trace::ThreadTrace) {
+        let lost: Vec<(usize, u64)> = std::mem::take(&mut self.off_cpu);
+        let total: u64 = lost.iter().map(|&(_, d)| d).sum();
+        self.stats.thread_ns += t.records.last().map_or(0, |r| r.t).saturating_sub(t.records.first().map_or(0, |r| r.t));
+        let run_delay = t.records.iter().rev().find_map(|r| match r.event {
+            Event::ThreadStats { run_delay_ns, .. } => run_delay_ns,
+            _ => None,
+        });
+        let Some(run_delay) = run_delay else {
+            self.stats.unexplained_unsplit_ns += total;
+            return;
+        };
+        let blocked = total.saturating_sub(run_delay);
+        self.stats.held_off_ns += total - blocked;
+        if blocked == 0 {
+            return;
+        }
+        let share = blocked as f64 / total as f64;
+        let mut sleeps: BTreeMap<usize, u64> = BTreeMap::new();
+        for (i, d) in lost {
+            let ns = (d as f64 * share).round() as u64;
+            self.stats.blocked_untraced_ns += ns;
+            *sleeps.entry(i).or_insert(0) += ns;
+        }
+        let tail = self.instrs.split_off(from);
+        for (j, instr) in tail.into_iter().enumerate() {
+            self.instrs.push(instr);
+            if let Some(&ns) = sleeps.get(&(from + j)).filter(|&&ns| ns > 0) {
+                self.instrs.push(Instr::Sleep(Dist::Fixed(ns)));
+            }
+        }
     }
 
     /// Merges adjacent computes from `from` on and drops empty ones (segments end between
@@ -637,17 +729,7 @@ impl<'a> Builder<'a> {
                     if let Some(m) = m {
                         self.push(Instr::Unlock(m));
                     }
-                    if let Some(senders) = self.matched.get(&(me, k)).cloned() {
-                        self.stats.wakeups_matched += 1;
-                        self.stats.wakeups_tied += senders.len() as u64;
-                        let own = self.handshakes[me].own_mutex;
-                        self.push(Instr::Lock(own));
-                        for j in senders {
-                            let cond = self.wake_channel(me, j);
-                            self.push(Instr::CondWait { cond, mutex: own });
-                        }
-                        self.push(Instr::Unlock(own));
-                    } else {
+                    if !self.wait_for_wakeups(me, k) {
                         self.stats.waits_slept += 1;
                         self.sleep(wait_ns);
                     }
@@ -656,12 +738,23 @@ impl<'a> Builder<'a> {
                         self.push(Instr::Lock(m));
                     }
                 }
-                Event::CondSignal { .. } | Event::CondBroadcast { .. } => {
-                    for w in self.wakes.get(&(me, k)).cloned().unwrap_or_default() {
-                        let cond = self.wake_channel(w, me);
-                        self.push(Instr::CondSignal(cond));
+                Event::Futex { op, ret, wait_ns, .. } => match futex_call(op, ret) {
+                    FutexCall::Woken => {
+                        self.stats.futex_waits += 1;
+                        if !self.wait_for_wakeups(me, k) {
+                            self.stats.waits_slept += 1;
+                            self.sleep(wait_ns);
+                        }
                     }
-                }
+                    FutexCall::Slept => {
+                        self.stats.futex_waits += 1;
+                        self.stats.waits_slept += 1;
+                        self.sleep(wait_ns);
+                    }
+                    FutexCall::Wake => self.send_wakeups(me, k),
+                    FutexCall::NoSleep | FutexCall::Other => {}
+                },
+                Event::CondSignal { .. } | Event::CondBroadcast { .. } => self.send_wakeups(me, k),
                 Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => self.malloc(size, ptr, &mut live, &mut arena, &mut acct),
                 Event::Calloc { nmemb, size, ptr } => self.malloc(nmemb.saturating_mul(size), ptr, &mut live, &mut arena, &mut acct),
                 Event::Realloc { old, size, ptr } => {
@@ -680,6 +773,7 @@ impl<'a> Builder<'a> {
             }
         }
         self.finish_segment(&mut acct);
+        self.replay_untraced_blocking(entry as usize, t);
         self.tidy(entry as usize);
         if self.joined.contains(&me) {
             self.push(Instr::CondSignal(self.handshakes[me].end));
@@ -817,6 +911,36 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64)>) -> u32 {
     0
 }
 
+/// What a traced futex call was, for the replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FutexCall {
+    /// A wait that slept and was woken (`FUTEX_WAIT`, `FUTEX_WAIT_BITSET` returning 0).
+    Woken,
+    /// A wait that slept and was not woken: timed out, or interrupted by a signal.
+    Slept,
+    /// A wait that found the word changed and did not sleep (`EAGAIN`), or failed at once.
+    NoSleep,
+    /// A wake (`FUTEX_WAKE`, `FUTEX_WAKE_BITSET`, `FUTEX_WAKE_OP`, `FUTEX_REQUEUE`,
+    /// `FUTEX_CMP_REQUEUE`) that succeeded.
+    Wake,
+    /// Anything else (priority-inheritance operations, failed wakes): not replayed.
+    Other,
+}
+
+/// `op` with `FUTEX_PRIVATE_FLAG` and `FUTEX_CLOCK_REALTIME` masked off
+/// (include/uapi/linux/futex.h `FUTEX_CMD_MASK`), and the call's result.
+fn futex_call(op: u32, ret: i32) -> FutexCall {
+    const EAGAIN: i32 = 11;
+    const EINTR: i32 = 4;
+    match (op & 0x7f, ret) {
+        (0 | 9, 0) => FutexCall::Woken,
+        (0 | 9, r) if r == -ETIMEDOUT || r == -EINTR => FutexCall::Slept,
+        (0 | 9, r) if r == -EAGAIN || r < 0 => FutexCall::NoSleep,
+        (1 | 3 | 4 | 5 | 10, r) if r >= 0 => FutexCall::Wake,
+        _ => FutexCall::Other,
+    }
+}
+
 /// How long a record's call waited before returning.
 fn wait_of(e: &Event) -> u64 {
     match *e {
@@ -827,6 +951,7 @@ fn wait_of(e: &Event) -> u64 {
         | Event::RwWriteLock { wait_ns, .. }
         | Event::BarrierWait { wait_ns, .. }
         | Event::CondWait { wait_ns, .. } => wait_ns,
+        Event::Futex { op, ret, wait_ns, .. } if matches!(futex_call(op, ret), FutexCall::Woken | FutexCall::Slept) => wait_ns,
         _ => 0,
     }
 }
@@ -907,6 +1032,56 @@ mod tests {
         assert_eq!(most_at_once([(0, 1000), (0, 1000), (500, 520)].into_iter()), 3, "2 % of three at once");
         assert_eq!(most_at_once([(0, 10), (11, 20)].into_iter()), 1);
         assert_eq!(most_at_once(std::iter::empty()), 0);
+    }
+
+    /// The worker of [`fork_join`] computes 1 ms of its 3 ms: 2 ms off a CPU with no traced
+    /// reason. Its THREAD_STATS record says it waited 0.5 ms for a CPU: the other 1.5 ms it was
+    /// blocked in calls the tracer does not see, and sleeps that long in the replay.
+    #[test]
+    fn off_cpu_time_is_split_into_waiting_for_a_cpu_and_blocking_where_the_thread_says() {
+        let mut t = fork_join();
+        let worker = &mut t.processes[0].threads[1];
+        let stats = Event::ThreadStats { run_delay_ns: Some(500_000), voluntary_switches: Some(3), involuntary_switches: Some(1) };
+        worker.records.insert(1, rec(3_150_000, Some(1_000_000), stats));
+        let (w, stats) = replay(&t);
+        let worker = &w.program.instrs[w.groups[1].entry as usize..];
+        assert!(worker.iter().any(|i| matches!(i, Instr::Sleep(Dist::Fixed(1_500_000)))), "{worker:?}");
+        assert_eq!((stats.held_off_ns, stats.blocked_untraced_ns), (500_000, 1_500_000));
+        // main has no THREAD_STATS: its 50 µs cannot be split and are not replayed.
+        assert_eq!(stats.unexplained_unsplit_ns, 50_000);
+        assert_eq!(stats.unexplained_ns, stats.held_off_ns + stats.blocked_untraced_ns + stats.unexplained_unsplit_ns);
+        assert_eq!(stats.thread_ns, 4_100_000 + 3_000_000);
+    }
+
+    /// Raw futex calls: a wait that was woken waits for the wakes on its word while it slept;
+    /// one that found the word changed (EAGAIN) does nothing; one that timed out sleeps.
+    #[test]
+    fn futex_waits_wait_for_the_wakes_on_their_word() {
+        let word = 0xf0;
+        let futex = |t, op, wait_ns, ret| rec(t, Some(t), Event::Futex { addr: word, op, val: 0, timed: false, wait_ns, ret });
+        let waiter = thread(
+            10,
+            None,
+            vec![
+                rec(0, Some(0), Event::ProcessStart { pid: 10 }),
+                futex(1_000, 128, 900, 0),      // FUTEX_WAIT_PRIVATE, woken
+                futex(1_100, 128, 5, -11),      // EAGAIN: no sleep
+                futex(3_000, 128, 1_000, -110), // timed out
+            ],
+        );
+        let waker = thread(11, None, vec![rec(0, Some(0), start(11, None)), futex(500, 129, 3, 1)]); // FUTEX_WAKE_PRIVATE, woke 1
+        let (w, stats) = replay(&trace(vec![waiter, waker]));
+        let name = |o: &ObjId| w.objects[*o as usize].name.clone();
+        let waiter = &w.program.instrs[..w.groups[1].entry as usize];
+        let waker = &w.program.instrs[w.groups[1].entry as usize..];
+        assert_eq!(
+            waiter.iter().filter(|i| matches!(i, Instr::CondWait { cond, .. } if name(cond) == "t0.wake.t1")).count(),
+            1,
+            "{waiter:?}"
+        );
+        assert!(waiter.iter().any(|i| matches!(i, Instr::Sleep(Dist::Fixed(1_000)))), "{waiter:?}");
+        assert!(waker.iter().any(|i| matches!(i, Instr::CondSignal(o) if name(o) == "t0.wake.t1")), "{waker:?}");
+        assert_eq!((stats.futex_waits, stats.wakeups_matched, stats.waits_slept), (2, 1, 1));
     }
 
     #[test]
