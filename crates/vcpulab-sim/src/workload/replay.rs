@@ -371,10 +371,9 @@ impl<'a> Builder<'a> {
     /// three workers broadcast before the main thread returns, and it joins all three holding
     /// the mutex) deadlocks in replay if the wait waits for one of them only.
     fn match_wakeups(&mut self) {
-        // Per condition variable or futex word ((0, cond) or (1, futex address)): its wake-ups
-        // in time order, (time, thread, record).
-        let mut sends: BTreeMap<(u8, u64), Vec<(u64, usize, usize)>> = BTreeMap::new();
-        let mut waits: Vec<(u64, u64, (u8, u64), usize, usize)> = Vec::new(); // (end, call, on, thread, record)
+        // Per condition variable or futex word: its wake-ups in time order.
+        let mut sends: BTreeMap<WaitedOn, Vec<Wakeup>> = BTreeMap::new();
+        let mut waits: Vec<(u64, u64, WaitedOn, usize, usize)> = Vec::new(); // (end, call, on, thread, record)
         for (i, t) in self.threads.iter().enumerate() {
             for (k, r) in t.records.iter().enumerate() {
                 match r.event {
@@ -910,6 +909,11 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64)>) -> u32 {
     }
     0
 }
+
+/// What a wait waits on: `(0, condition variable)` or `(1, futex word)`, by address.
+type WaitedOn = (u8, u64);
+/// A signal, broadcast or futex wake: (its time, its thread, its record).
+type Wakeup = (u64, usize, usize);
 
 /// What a traced futex call was, for the replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
