@@ -150,26 +150,31 @@ def without_wall(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k != "wall_s"}
 
 
-def debian_program(binary: str, package: str) -> tuple[str | None, str]:
-    """``binary`` on the PATH, installed from Debian's ``package`` with apt-get when absent (the
-    test machines run as root and reach Debian's mirrors): (its path, "") or (None, why it could
-    not be had). apt-get's package list may be missing on a fresh machine: updated once, then
-    retried."""
-    found = shutil.which(binary)
-    if found:
-        return found, ""
+def debian_install(package: str, present: Callable[[], bool]) -> str | None:
+    """Installs Debian's ``package`` with apt-get unless ``present()`` (the test machines run as
+    root and reach Debian's mirrors): None when it is there afterwards, else why not. apt-get's
+    package list may be missing or stale on a fresh machine: updated once, then retried."""
+    if present():
+        return None
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return None, f"{binary} is not installed and this user cannot apt-get install {package}"
+        return f"{package} is not installed and this user cannot apt-get install it"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install = ["apt-get", "install", "-y", "--no-install-recommends", package]
     proc = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900)
     if proc.returncode != 0:
         subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=600)
         proc = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900)
-    found = shutil.which(binary)
-    if found:
-        return found, ""
-    return None, (
-        f"{binary} is not installed and apt-get install -y --no-install-recommends {package} exited "
+    if present():
+        return None
+    return (
+        f"{package} is not installed and apt-get install -y --no-install-recommends {package} exited "
         f"{proc.returncode}: {proc.stderr.strip()[-300:]}"
     )
+
+
+def debian_program(binary: str, package: str) -> tuple[str | None, str]:
+    """``binary`` on the PATH, installed from Debian's ``package`` when absent
+    (:func:`debian_install`): (its path, "") or (None, why it could not be had)."""
+    why = debian_install(package, lambda: shutil.which(binary) is not None)
+    found = shutil.which(binary)
+    return (found, "") if found else (None, why or f"{binary} is not on the PATH after installing {package}")

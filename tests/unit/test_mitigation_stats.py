@@ -107,3 +107,15 @@ def test_which_mitigations_apply() -> None:
     assert names(applicable(plain, willneed, False)) == []
     assert all(isinstance(m, Mitigation) and m.cause for m in CATALOGUE)
     assert not math.isnan(measurement(1.0).cpu_s)
+
+
+def test_the_parallelism_percentile_never_exceeds_the_cpus() -> None:
+    """Sampling jitter can make an interval's Δ run time / Δt exceed the CPUs given (issue 26:
+    a p90 of 2.13 on 2 CPUs); no interval counts more threads on a CPU than there are CPUs."""
+    from vcpulab.bridge.characterize import characterize
+    from vcpulab.bridge.launch import Sample
+
+    m = measurement(1.0)
+    m.samples = [Sample(t_s=0.01 * i, threads=3, running=2.13 if i % 2 else 1.5, waiting=0.0) for i in range(20)]
+    c = characterize(m)
+    assert c.parallelism_p90 == pytest.approx(float(m.cpus)) and m.cpus == 2

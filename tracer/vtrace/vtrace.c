@@ -102,6 +102,7 @@ struct vt_buf {
     uint32_t seq; /* block sequence number of this thread */
     uint32_t nrec;
     uint32_t pos; /* payload bytes */
+    _Atomic int exited; /* its thread has recorded its exit (no THREAD_STATS from others then) */
     unsigned char block[VT_BLOCK_MAX];
 };
 
@@ -322,6 +323,7 @@ static struct vt_buf *attach(uint32_t parent, uint32_t seq, int with_start) {
     b->seq = 0;
     b->nrec = 0;
     b->pos = 0;
+    atomic_store(&b->exited, 0);
     atomic_store(&b->state, BUF_IDLE);
     t_buf = b;
     if (b->tid != g_pid) pthread_setspecific(g_key, b); /* thread_exit runs at the thread's end */
@@ -477,7 +479,12 @@ static void stats_of_live_threads(uint32_t self) {
     for (unsigned i = 0; i < n; i++) {
         struct vt_buf *b = atomic_load(&g_bufs[i]);
         int idle = BUF_IDLE;
-        if (!b || b->tid == self || !atomic_compare_exchange_strong(&b->state, &idle, BUF_BUSY)) continue;
+        if (!b || b->tid == self || atomic_load(&b->exited)) continue;
+        if (!atomic_compare_exchange_strong(&b->state, &idle, BUF_BUSY)) continue;
+        if (atomic_load(&b->exited)) { /* it recorded its exit meanwhile */
+            atomic_store(&b->state, BUF_IDLE);
+            continue;
+        }
         char path[64] = "/proc/self/task/";
         size_t at = strlen(path);
         char digits[12];
@@ -505,6 +512,7 @@ static void stats_of_live_threads(uint32_t self) {
 
 /* The thread's statistics and its exit record. */
 static void emit_exit(void) {
+    if (t_buf) atomic_store(&t_buf->exited, 1);
     emit_thread_stats();
     emit_simple(VT_THREAD_EXIT);
 }
@@ -740,6 +748,7 @@ static void at_fork_child(void) {
         struct vt_buf *b = t_buf;
         b->tid = g_pid;
         b->seq = b->nrec = b->pos = 0;
+        atomic_store(&b->exited, 0);
         atomic_store(&b->state, BUF_IDLE);
         emit_process_start(1);
         emit_thread_start(parent_tid, 0);
@@ -854,14 +863,19 @@ EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)
     s->fn = fn;
     s->arg = arg;
     s->parent = t_buf ? t_buf->tid : gettid_();
-    s->seq = atomic_fetch_add(&g_seq, 1);
+    uint32_t seq = atomic_fetch_add(&g_seq, 1);
+    s->seq = seq;
     s->joinable = detach == PTHREAD_CREATE_JOINABLE;
+    /* From here the child owns s (vt_start frees it, possibly before this call returns): the
+     * record takes the local copy. Reading s->seq after the call read freed memory, and a
+     * THREAD_CREATE with a wrong seq leaves its child unlinked (the replay then waits forever
+     * for the child's start). */
     int r = real_pthread_create(th, attr, vt_start, s);
     int e = errno;
     if (r != 0) __libc_free(s);
     struct rec rr;
     r_begin_c(&rr, VT_THREAD_CREATE, 0, now());
-    r_u32(&rr, s->seq);
+    r_u32(&rr, seq);
     r_u32(&rr, (uint32_t)r);
     r_u64(&rr, r == 0 ? (uint64_t)*th : 0);
     r_emit(&rr);

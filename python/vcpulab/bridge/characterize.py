@@ -70,7 +70,10 @@ def characterize(m: Measurement, th: Thresholds | None = None) -> Characterizati
     # given: on an idle machine this is CPU time / wall time; on a busy one it is what the
     # program would have run, not what the other load left it.
     parallelism = (m.cpu_s + m.held_off_s) / wall
-    running = [s.running + s.held_off(m.cpus) for s in m.samples]
+    # Per interval, at most the CPUs given: the threads' run times are read one after the
+    # other, so an interval's Δ run time / Δt can exceed them by the reading's jitter (a p90 of
+    # 2.13 on 2 CPUs was reported).
+    running = [min(float(m.cpus), s.running + s.held_off(m.cpus)) for s in m.samples]
     threads = statistics.fmean(s.threads for s in m.samples) if m.samples else None
     # Blocks per thread per second: the threads alive on average share the voluntary switches.
     sync = m.voluntary_switches / wall / max(threads or 1.0, 1.0)

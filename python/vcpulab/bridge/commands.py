@@ -339,11 +339,11 @@ def mitigation_table(argv: list[str], base: mitigate.Runs, comparisons: list[mit
         "speedup [95 % CI]",
         "simulated",
         "trimming madvise",
-        "TLB shootdowns",
+        "TLB shootdowns (whole machine)",
         "ctx switches",
     ):
         table.add_column(col, justify="left" if col == "mitigation" else "right")
-    table.add_column("output")
+    table.add_column("stdout")
     for c in comparisons:
         ci = "" if c.speedup_ci is None else f" [{c.speedup_ci[0]:.2f}, {c.speedup_ci[1]:.2f}]"
         table.add_row(

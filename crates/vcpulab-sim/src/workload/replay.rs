@@ -222,6 +222,8 @@ struct Builder<'a> {
     order_channels: BTreeMap<(usize, usize, u64), ObjId>,
     barrier_parties: BTreeMap<u64, u32>,
     joined: BTreeSet<usize>,
+    /// Threads whose creation is recorded (a THREAD_CREATE names them).
+    linked: BTreeSet<usize>,
     instrs: Vec<Instr>,
     groups: Vec<Group>,
     stats: ReplayStats,
@@ -271,6 +273,7 @@ impl<'a> Builder<'a> {
             order_channels: BTreeMap::new(),
             barrier_parties: BTreeMap::new(),
             joined: Default::default(),
+            linked: Default::default(),
             instrs: Vec::new(),
             groups: Vec::new(),
             stats: ReplayStats::default(),
@@ -304,6 +307,11 @@ impl<'a> Builder<'a> {
                     Event::ThreadJoin { tid: Some(tid), ret: 0, .. } => {
                         if let Some(&j) = b.index_of.get(&tid) {
                             b.joined.insert(j);
+                        }
+                    }
+                    Event::ThreadCreate { ret: 0, child: Some(child), .. } => {
+                        if let Some(&c) = b.index_of.get(&child) {
+                            b.linked.insert(c);
                         }
                     }
                     _ => {}
@@ -593,16 +601,19 @@ impl<'a> Builder<'a> {
             return;
         };
         let blocked = total.saturating_sub(run_delay);
-        self.stats.held_off_ns += total - blocked;
-        if blocked == 0 {
-            return;
-        }
-        let share = blocked as f64 / total as f64;
+        let share = if total == 0 { 0.0 } else { blocked as f64 / total as f64 };
         let mut sleeps: BTreeMap<usize, u64> = BTreeMap::new();
+        let mut slept = 0;
         for (i, d) in lost {
-            let ns = (d as f64 * share).round() as u64;
-            self.stats.blocked_untraced_ns += ns;
+            let ns = ((d as f64 * share).round() as u64).min(d);
+            slept += ns;
             *sleeps.entry(i).or_insert(0) += ns;
+        }
+        // What the rounded sleeps leave is the time held off a CPU: the two add up exactly.
+        self.stats.blocked_untraced_ns += slept;
+        self.stats.held_off_ns += total - slept;
+        if slept == 0 {
+            return;
         }
         let tail = self.instrs.split_off(from);
         for (j, instr) in tail.into_iter().enumerate() {
@@ -667,7 +678,10 @@ impl<'a> Builder<'a> {
             pushes: Vec::new(),
             drains: Vec::new(),
         });
-        let created = t.parent.is_some_and(|p| self.index_of.contains_key(&p));
+        // Waits for its creator's start token only if a THREAD_CREATE names it: a child the
+        // reader could not link (traces of tracers before the THREAD_CREATE seq fix) would
+        // wait forever; it starts at once instead.
+        let created = self.linked.contains(&me);
         if created {
             self.wait_token(me, self.handshakes[me].start);
         }
@@ -1331,6 +1345,20 @@ mod tests {
         assert!(matches!(first[1], Instr::SpinLock(_)), "{first:?}");
         assert_eq!(first.iter().filter(|i| matches!(i, Instr::SpinUnlock(_))).count(), 1);
         assert_eq!(stats.unlocks_unmatched, 2, "each thread's second unlock");
+    }
+
+    /// A child whose THREAD_CREATE names no child (the tracer once recorded a freed `seq`)
+    /// starts at once instead of waiting forever for a start token nobody sends.
+    #[test]
+    fn a_child_nobody_is_seen_creating_starts_at_once() {
+        let mut t = fork_join();
+        if let Event::ThreadCreate { child, .. } = &mut t.processes[0].threads[0].records[1].event {
+            *child = None;
+        }
+        let (w, _) = replay(&t);
+        let name = |o: &ObjId| w.objects[*o as usize].name.clone();
+        let worker = &w.program.instrs[w.groups[1].entry as usize..];
+        assert!(!worker.iter().any(|i| matches!(i, Instr::CondWait { cond, .. } if name(cond) == "t1.start")), "{worker:?}");
     }
 
     #[test]
