@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "tracer" / "workloads"
 BIN = REPO / "target" / "native" / "bin"
-PROGRAMS = ["spin_barrier", "heap_churn", "pipeline", "parallel", "syscall_storm", "spinlock"]
+PROGRAMS = ["spin_barrier", "heap_churn", "pipeline", "parallel", "syscall_storm", "spinlock", "sync_semantics"]
 TUNED_MALLOC = "glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=67108864"
 
 pytestmark = pytest.mark.skipif(
@@ -112,6 +112,7 @@ OPTIONS = {
     "parallel": ["--threads", "--work-ms", "--work-iters"],
     "syscall_storm": ["--groups", "--fds", "--loops", "--msg-size", "--mode"],
     "spinlock": ["--threads", "--iters", "--cs-iters", "--work-iters", "--lock"],
+    "sync_semantics": ["--pattern", "--threads", "--rounds", "--work-us", "--work-iters", "--batch"],
 }
 
 
@@ -136,6 +137,7 @@ def test_help_exits_0_and_lists_every_option(prog: str) -> None:
         ("syscall_storm", ["--mode", "tcp"], "--mode"),
         ("spinlock", ["--iters", "-5"], "--iters"),
         ("spinlock", ["--threads", "4x"], "--threads"),
+        ("sync_semantics", ["--pattern", "spin"], "--pattern"),
     ],
 )
 def test_bad_argument_exits_2_with_one_line_naming_the_option(prog: str, args: list[str], opt: str) -> None:
