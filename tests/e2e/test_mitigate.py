@@ -51,11 +51,9 @@ def test_a_program_with_nothing_to_mitigate(tmp_path: Path) -> None:
     if missing:
         # Without the counts, the allocator tunables cannot be ruled out and are tried in case.
         pytest.skip(missing)
-    r = run_cli("mitigate", "--runs", 2, "--", "true")
-    assert r.code == 0, r.err
-    assert "no mitigation of the catalogue applies" in r.err
-    # On request every mitigation runs, in rounds of rotating order after a warm-up each, and
-    # each is reported as not applicable, with why, never as a speedup.
+    # Nothing applies, so nothing would run; on request every mitigation runs, in rounds of
+    # rotating order after a warm-up each, and each is reported as not applicable, with why,
+    # never as a speedup.
     out = tmp_path / "m.json"
     r = run_cli("mitigate", "--runs", 2, "--all", "-o", out, "--", "true")
     assert r.code == 0, r.err

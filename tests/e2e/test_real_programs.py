@@ -75,10 +75,11 @@ def fidelity(argv: list[str], tmp_path: Path) -> dict:
 
 def test_pigz_is_traced_predicted_and_mitigated(tmp_path: Path) -> None:
     """pigz's replay deadlocked on every trace (issue 26): its join_all waits once on a condition
-    variable while several workers broadcast, then joins them holding the lock."""
+    variable while several workers broadcast, then joins them holding the lock. Two traces, each
+    replayed with its own seed; then mitigated (one round: this checks it runs, not the speedup)."""
     pigz = program("pigz", "pigz")
     argv = [pigz, "-p", "4", "-c", str(data_file(tmp_path))]
-    for seed in (1, 2, 3):
+    for seed in (1, 2):
         trace = tmp_path / f"pigz{seed}.vtrace"
         traced(argv, trace)
         rep = predicted(trace, tmp_path, seed)["trace"]["replay"]
@@ -86,23 +87,23 @@ def test_pigz_is_traced_predicted_and_mitigated(tmp_path: Path) -> None:
         assert rep["wakeups_matched"] > 0 and rep["wakeups_tied"] >= rep["wakeups_matched"]
     fidelity(argv, tmp_path)
     report = tmp_path / "m.json"
-    m = run_cli("mitigate", "--runs", 2, "--all", "-o", report, "--", *argv)
+    m = run_cli("mitigate", "--runs", 1, "--all", "-o", report, "--", *argv)
     assert m.code == 0, m.err
     mitigations = json.loads(report.read_text())["mitigations"]
     assert mitigations and all(x["not_predicted"] is None or "failed" not in x["not_predicted"] for x in mitigations)
 
 
 @pytest.mark.parametrize(
-    ("binary", "package", "args"),
+    ("binary", "package", "args", "mib"),
     [
-        ("xz", "xz-utils", ["-T2", "-c"]),
-        ("zstd", "zstd", ["-T2", "-c", "-q"]),
-        ("sort", "coreutils", ["--parallel=2", "-S", "1M"]),
+        ("xz", "xz-utils", ["-T2", "-c"], 1),  # ~0.4 s
+        ("zstd", "zstd", ["-T2", "-c", "-q"], 12),  # ~0.05 s: shorter runs' CPU times are noise on a busy machine
+        ("sort", "coreutils", ["--parallel=2", "-S", "1M"], 3),
     ],
     ids=["xz", "zstd", "sort"],
 )
-def test_a_pthreads_program(binary: str, package: str, args: list[str], tmp_path: Path) -> None:
-    argv = [program(binary, package), *args, str(data_file(tmp_path))]
+def test_a_pthreads_program(binary: str, package: str, args: list[str], mib: int, tmp_path: Path) -> None:
+    argv = [program(binary, package), *args, str(data_file(tmp_path, mib))]
     trace = tmp_path / "p.vtrace"
     traced(argv, trace)
     predicted(trace, tmp_path)
