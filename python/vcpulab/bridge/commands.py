@@ -63,10 +63,12 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any, scenarios: 
         help="measure the application-level mitigations that apply to a real program",
         description="Run PROGRAM natively, find which mitigations (TPDS §7) that need no recompilation "
         "apply to it (allocator tunables through GLIBC_TUNABLES, a spin-then-block pthread_spin_* shim, "
-        "passive OpenMP waiting), run it with each, repeated until the 95 %% confidence interval of the mean "
-        "wall time is within --precision, and report the measured speedup with its interval and the change "
-        "in madvise calls, TLB shootdowns and context switches. The program's stdin is /dev/null and its "
-        "stdout is compared between variants, not shown.",
+        "passive OpenMP waiting), and run it with each: a warm-up run per variant, then rounds of the "
+        "baseline and every variant in an order rotated every round, until each speedup's 95 % confidence "
+        "interval (paired by round) is within --precision. Report the measured speedup with its interval "
+        "(\"not applicable\" for a variant --all runs although nothing in the program is for it to change) "
+        "and the change in trimming madvise calls, TLB shootdowns (whole machine) and context switches. The "
+        "program's stdin is /dev/null and its stdout is compared between variants, not shown.",
         epilog="example: vcpulab mitigate -- ./target/native/bin/heap_churn --threads 2",
     )
     _cpus_option(mi, positive_int)
@@ -83,10 +85,10 @@ def add_commands(commands: Any, positive_int: Any, duration_ms: Any, scenarios: 
         type=float,
         default=0.05,
         metavar="F",
-        help="adaptive: stop when the 95 %% CI half-width is within F of the mean (default 0.05)",
+        help="adaptive: stop when every paired speedup's 95 %% CI half-width is within F of it (default 0.05)",
     )
     mi.add_argument(
-        "--budget", type=float, default=60.0, metavar="S", help="adaptive: seconds per variant (default 60)"
+        "--budget", type=float, default=60.0, metavar="S", help="adaptive: seconds per variant, baseline included (default 60)"
     )
     mi.add_argument(
         "--no-predict", action="store_true", help="skip the simulator's prediction (one traced run and its replays)"
