@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -331,7 +332,16 @@ static struct vt_buf *attach(uint32_t parent, uint32_t seq, int with_start) {
     return b;
 }
 
-/* Appends one record (rec[0..n], its length field already set). */
+/* Appends one record (rec[0..n], its length field already set) to buffer b, which the caller
+ * holds BUSY; a full buffer is written first. */
+static void append(struct vt_buf *b, const unsigned char *rec, size_t n) {
+    if (b->pos + n > VT_PAYLOAD_MAX) flush_buf(b);
+    memcpy(b->block + VT_BLOCK_HEADER_LEN + b->pos, rec, n);
+    b->pos += (uint32_t)n;
+    b->nrec++;
+}
+
+/* Appends one record (rec[0..n], its length field already set) to the calling thread's buffer. */
 static void emit(const unsigned char *rec, size_t n) {
     struct vt_buf *b = t_buf;
     if (UNLIKELY(!b)) {
@@ -342,10 +352,7 @@ static void emit(const unsigned char *rec, size_t n) {
     if (UNLIKELY(!atomic_compare_exchange_strong_explicit(&b->state, &idle, BUF_BUSY, memory_order_acquire,
                                                           memory_order_relaxed)))
         return; /* CLOSED at exit */
-    if (b->pos + n > VT_PAYLOAD_MAX) flush_buf(b);
-    memcpy(b->block + VT_BLOCK_HEADER_LEN + b->pos, rec, n);
-    b->pos += (uint32_t)n;
-    b->nrec++;
+    append(b, rec, n);
     atomic_store_explicit(&b->state, BUF_IDLE, memory_order_release);
 }
 
@@ -485,13 +492,8 @@ static void stats_of_live_threads(uint32_t self) {
             atomic_store(&b->state, BUF_IDLE);
             continue;
         }
-        char path[64] = "/proc/self/task/";
-        size_t at = strlen(path);
-        char digits[12];
-        int nd = 0;
-        for (uint32_t v = b->tid; nd == 0 || v; v /= 10) digits[nd++] = (char)('0' + v % 10);
-        while (nd) path[at++] = digits[--nd];
-        memcpy(path + at, "/schedstat", 11);
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%u/schedstat", (unsigned)b->tid);
         uint64_t cpu = 0, delay = 0;
         if (read_schedstat(path, &cpu, &delay)) {
             struct rec r;
@@ -501,10 +503,7 @@ static void stats_of_live_threads(uint32_t self) {
             r_u64(&r, VT_HOLD_UNKNOWN); /* context switches: not read for another thread */
             r_u64(&r, VT_HOLD_UNKNOWN);
             put16(r.b + 2, (uint16_t)r.n);
-            if (b->pos + r.n > VT_PAYLOAD_MAX) flush_buf(b);
-            memcpy(b->block + VT_BLOCK_HEADER_LEN + b->pos, r.b, r.n);
-            b->pos += (uint32_t)r.n;
-            b->nrec++;
+            append(b, r.b, r.n);
         }
         atomic_store(&b->state, BUF_IDLE);
     }

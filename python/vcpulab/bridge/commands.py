@@ -280,11 +280,7 @@ def _predict_mitigations(
             trace_program(argv, out, cpus, None, console, stdout=null.fileno(), stdin=null.fileno(), max_bytes=limit)
         size = out.stat().st_size
         if size > PREDICT_TRACE_LIMIT:
-            why = f"the baseline's trace grew beyond {PREDICT_TRACE_LIMIT >> 20} MiB"
-            console.print(f"not predicted: {why}")
-            for c in comparisons:
-                if c.applies:
-                    c.not_predicted = why
+            _not_predicted(comparisons, f"the baseline's trace grew beyond {PREDICT_TRACE_LIMIT >> 20} MiB", console)
             return
         try:
             warning = predict.unexplained_warning(json.loads(trace_info(str(out)))["replay"])
@@ -297,11 +293,7 @@ def _predict_mitigations(
         try:
             plain = predict.fidelity(str(out), ncpus)["t_native_s"]
         except VcpulabError as e:
-            why = f"the replay of the baseline's trace failed: {e}"
-            console.print(f"not predicted: {why}", style="yellow")
-            for c in comparisons:
-                if c.applies:
-                    c.not_predicted = why
+            _not_predicted(comparisons, f"the replay of the baseline's trace failed: {e}", console)
             return
         for c in comparisons:
             if c.mitigation.simulated and c.applies:
@@ -312,6 +304,14 @@ def _predict_mitigations(
                     console.print(f"not predicted: {c.not_predicted}", style="yellow")
                     continue
                 c.predicted = float(plain) / float(changed)
+
+
+def _not_predicted(comparisons: list[mitigate.Comparison], why: str, console: Any) -> None:
+    """No mitigation is simulated, for ``why``: said once, and kept by each that applies."""
+    console.print(f"not predicted: {why}", style="yellow")
+    for c in comparisons:
+        if c.applies:
+            c.not_predicted = why
 
 
 def _delta(base: mitigate.Runs, runs: mitigate.Runs, value: Any) -> str:

@@ -209,17 +209,15 @@ struct Builder<'a> {
     /// (thread, record) of a wait that is matched → the threads whose wake-ups it waits for,
     /// one entry per wake-up.
     matched: BTreeMap<(usize, usize), Vec<usize>>,
-    /// (waiter, sender) → the condition variable that carries the sender's wake-ups to the
-    /// waiter (see [`Builder::wake_channel`]).
-    channels: BTreeMap<(usize, usize), ObjId>,
+    /// (waiter, sender, what) → the condition variable carrying `what` from the sender to the
+    /// waiter (see [`Builder::channel`]).
+    channels: BTreeMap<(usize, usize, Carries), ObjId>,
     /// (joiner, record that takes a mutex it will hold while it joins) → the (child, mutex
     /// address) whose last unlock by the child must come first (see
     /// [`Builder::order_joins_under_locks`]).
     lock_after: BTreeMap<(usize, usize), Vec<(usize, u64)>>,
     /// (child, record of that last unlock) → the (joiner, mutex address) it lets go on.
     unlock_lets: BTreeMap<(usize, usize), Vec<(usize, u64)>>,
-    /// (joiner, child, mutex address) → the condition variable carrying that order.
-    order_channels: BTreeMap<(usize, usize, u64), ObjId>,
     barrier_parties: BTreeMap<u64, u32>,
     joined: BTreeSet<usize>,
     /// Threads whose creation is recorded (a THREAD_CREATE names them).
@@ -270,7 +268,6 @@ impl<'a> Builder<'a> {
             channels: BTreeMap::new(),
             lock_after: BTreeMap::new(),
             unlock_lets: BTreeMap::new(),
-            order_channels: BTreeMap::new(),
             barrier_parties: BTreeMap::new(),
             joined: Default::default(),
             linked: Default::default(),
@@ -482,17 +479,34 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The condition variable that carries "`child` has unlocked the mutex at `addr` for the
-    /// last time before `joiner` takes it". One per triple: the child sends in time order and
-    /// the joiner's acquisitions of one mutex are in time order, so counts match exactly.
-    fn order_channel(&mut self, joiner: usize, child: usize, addr: u64) -> ObjId {
-        if let Some(&o) = self.order_channels.get(&(joiner, child, addr)) {
+    /// The condition variable that carries `what` from `sender` to `waiter`: its wake-ups, or
+    /// "my last unlock of the mutex at `addr` before you take it". One per (waiter, sender,
+    /// what) makes the matching exact although tokens are counts: the sender sends them in its
+    /// program order, which is their time order, and the waiter's waits consume them in
+    /// theirs, so the n-th token on the channel is the one the waiter's n-th wait on it needs.
+    /// (One channel per waiter let a wait take a token sent early for a later wait.)
+    fn channel(&mut self, waiter: usize, sender: usize, what: Carries) -> ObjId {
+        if let Some(&o) = self.channels.get(&(waiter, sender, what)) {
             return o;
         }
-        let o = self.declare(format!("t{joiner}.after.t{child}@{addr:#x}"), ObjKind::CondVar, joiner as u32);
-        self.objects[o as usize].users.push(child as u32);
-        self.order_channels.insert((joiner, child, addr), o);
+        let name = match what {
+            Carries::Wakeups => format!("t{waiter}.wake.t{sender}"),
+            Carries::UnlockOf(addr) => format!("t{waiter}.after.t{sender}@{addr:#x}"),
+        };
+        let o = self.declare(name, ObjKind::CondVar, waiter as u32);
+        self.objects[o as usize].users.push(sender as u32);
+        self.channels.insert((waiter, sender, what), o);
         o
+    }
+
+    /// Thread `me` waits for one token on each of `conds` in turn, under its own mutex.
+    fn wait_tokens(&mut self, me: usize, conds: &[ObjId]) {
+        let own = self.handshakes[me].own_mutex;
+        self.push(Instr::Lock(own));
+        for &cond in conds {
+            self.push(Instr::CondWait { cond, mutex: own });
+        }
+        self.push(Instr::Unlock(own));
     }
 
     /// The waits of record `k` of thread `me` for the wake-ups [`Builder::match_wakeups`] tied
@@ -501,20 +515,15 @@ impl<'a> Builder<'a> {
         let Some(senders) = self.matched.get(&(me, k)).cloned() else { return false };
         self.stats.wakeups_matched += 1;
         self.stats.wakeups_tied += senders.len() as u64;
-        let own = self.handshakes[me].own_mutex;
-        self.push(Instr::Lock(own));
-        for j in senders {
-            let cond = self.wake_channel(me, j);
-            self.push(Instr::CondWait { cond, mutex: own });
-        }
-        self.push(Instr::Unlock(own));
+        let conds: Vec<ObjId> = senders.into_iter().map(|j| self.channel(me, j, Carries::Wakeups)).collect();
+        self.wait_tokens(me, &conds);
         true
     }
 
     /// The tokens record `k` of thread `me` (a signal, broadcast or futex wake) sends.
     fn send_wakeups(&mut self, me: usize, k: usize) {
         for w in self.wakes.get(&(me, k)).cloned().unwrap_or_default() {
-            let cond = self.wake_channel(w, me);
+            let cond = self.channel(w, me, Carries::Wakeups);
             self.push(Instr::CondSignal(cond));
         }
     }
@@ -522,19 +531,14 @@ impl<'a> Builder<'a> {
     /// Before record `k` of thread `me` takes a mutex: the waits of [`Builder::order_joins_under_locks`].
     fn wait_lock_order(&mut self, me: usize, k: usize) {
         let Some(edges) = self.lock_after.get(&(me, k)).cloned() else { return };
-        let own = self.handshakes[me].own_mutex;
-        self.push(Instr::Lock(own));
-        for (c, addr) in edges {
-            let cond = self.order_channel(me, c, addr);
-            self.push(Instr::CondWait { cond, mutex: own });
-        }
-        self.push(Instr::Unlock(own));
+        let conds: Vec<ObjId> = edges.into_iter().map(|(c, addr)| self.channel(me, c, Carries::UnlockOf(addr))).collect();
+        self.wait_tokens(me, &conds);
     }
 
     /// After record `k` of thread `me` unlocks a mutex: the tokens it owes joiners.
     fn send_lock_order(&mut self, me: usize, k: usize) {
         for (a, addr) in self.unlock_lets.get(&(me, k)).cloned().unwrap_or_default() {
-            let cond = self.order_channel(a, me, addr);
+            let cond = self.channel(a, me, Carries::UnlockOf(addr));
             self.push(Instr::CondSignal(cond));
         }
     }
@@ -659,29 +663,6 @@ impl<'a> Builder<'a> {
         a.wall = 0;
     }
 
-    /// Waits for a token on `cond` (one of the thread's handshake condition variables).
-    fn wait_token(&mut self, me: usize, cond: ObjId) {
-        let own = self.handshakes[me].own_mutex;
-        self.push(Instr::Lock(own));
-        self.push(Instr::CondWait { cond, mutex: own });
-        self.push(Instr::Unlock(own));
-    }
-
-    /// The condition variable that carries `sender`'s wake-ups to `waiter`. One per pair makes
-    /// the matching exact although tokens are counts: the sender sends them in its program
-    /// order, which is their time order, and the waiter's waits consume them in theirs, so the
-    /// n-th token on the channel is the one the waiter's n-th wait tied to that sender needs.
-    /// (One channel per waiter let a wait take a token sent early for a later wait.)
-    fn wake_channel(&mut self, waiter: usize, sender: usize) -> ObjId {
-        if let Some(&o) = self.channels.get(&(waiter, sender)) {
-            return o;
-        }
-        let o = self.declare(format!("t{waiter}.wake.t{sender}"), ObjKind::CondVar, waiter as u32);
-        self.objects[o as usize].users.push(sender as u32);
-        self.channels.insert((waiter, sender), o);
-        o
-    }
-
     fn thread(&mut self, me: usize) {
         let t = self.threads[me];
         let entry = self.instrs.len() as u32;
@@ -697,7 +678,7 @@ impl<'a> Builder<'a> {
         // wait forever; it starts at once instead.
         let created = self.linked.contains(&me);
         if created {
-            self.wait_token(me, self.handshakes[me].start);
+            self.wait_tokens(me, &[self.handshakes[me].start]);
         }
         let mut held: BTreeMap<ObjId, u32> = BTreeMap::new();
         let mut readers: BTreeMap<u64, u32> = BTreeMap::new();
@@ -715,7 +696,7 @@ impl<'a> Builder<'a> {
                     }
                 }
                 Event::ThreadJoin { tid: Some(tid), ret: 0, wait_ns, .. } => match self.index_of.get(&tid) {
-                    Some(&c) => self.wait_token(me, self.handshakes[c].end),
+                    Some(&c) => self.wait_tokens(me, &[self.handshakes[c].end]),
                     None => self.sleep(wait_ns),
                 },
                 Event::MutexLock { addr, ret: 0, .. } | Event::RwWriteLock { addr, ret: 0, .. } => {
@@ -936,6 +917,15 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64)>) -> u32 {
         }
     }
     0
+}
+
+/// What a token channel between two threads carries (see [`Builder::channel`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Carries {
+    /// The sender's signals, broadcasts and futex wakes the waiter's waits are tied to.
+    Wakeups,
+    /// The sender's last unlock of the mutex at this address before the waiter takes it.
+    UnlockOf(u64),
 }
 
 /// What a wait waits on: `(0, condition variable)` or `(1, futex word)`, by address.
