@@ -213,3 +213,9 @@ def test_predict_takes_lists_and_refuses_a_repeated_single_value(tmp_path: Path)
     for args in (["--cpus", 2, "--cpus", 4], ["--seed", 1, "--seed", 2]):
         r = run_cli("predict", trace, *args)
         assert r.code == 2 and "given more than once" in r.err, r.err
+    for args, said in (
+        (["--vcpus", "4,x"], "argument --vcpus: expected an integer or a comma-separated list of integers (got '4,x')"),
+        (["--scenario", "UC,XY"], "argument --scenario: unknown scenario 'XY'"),
+    ):
+        r = run_cli("predict", trace, *args)
+        assert r.code == 2 and said in r.err and len(r.err.strip().splitlines()) == 1, r.err
