@@ -103,3 +103,35 @@ fn halt_and_wake_path_timeline() {
     assert_eq!(uc.exits.get("MSR_WRITE_TSC_DEADLINE"), Some(&5));
     assert_eq!(uc.run.attributed_ns, 2 * 1_116_741, "every ns of both cores is attributed");
 }
+
+/// The halt-and-wake path of [`halt_and_wake_path_timeline`] with KVM's lazy FPU switching
+/// (`vm.lazy_fpu`, KVM before Linux 4.15: v3.19 arch/x86/kvm/x86.c `kvm_put_guest_fpu` at every
+/// `vcpu_put`, the #NM exit of `vmx_fpu_activate` at the guest's next FPU use).
+///
+/// Each vCPU's thread is switched out once with its guest FPU loaded: vCPU 1 when it halts at
+/// the start (the FPU is loaded from the first entry), vCPU 0 when t0 is done; each pays
+/// `fpu_switch` (200 ns, host layer, `vcpu_switch`). Only the wakee is switched in again and
+/// computes in user mode, so exactly one #NM exit (`exit_exception_nm`, 800 ns) lands on it,
+/// before its 100 µs: the run ends 800 ns later than with eager switching. vCPU 0's save comes
+/// after t0's last work and vCPU 1's before its wait, so neither is on the critical path.
+#[test]
+fn halt_and_wake_path_with_lazy_fpu() {
+    let exp = "scenarios = [\"UC\"]\nvcpus = [2]\n";
+    let prog = "objects = { b = { kind = \"barrier\", parties = 2 } }\n\
+                [[workloads.w.groups]]\nname = \"waker\"\nthreads = 1\nprogram = [ { compute = \"1ms\" }, { barrier = \"b\" } ]\n\
+                [[workloads.w.groups]]\nname = \"wakee\"\nthreads = 1\nprogram = [ { barrier = \"b\" }, { compute = \"100us\" } ]\n";
+    let eager = &run_inline(exp, prog, &[])[0];
+    let lazy = &run_inline(exp, prog, &["vm.lazy_fpu=true"])[0];
+    assert_eq!(eager.run.duration_ns, 1_116_741);
+    assert_eq!(lazy.run.duration_ns, 1_116_741 + 800, "the wakee's #NM exit is on the critical path");
+    let vm = |r, layer: &str, cause: &str| row(r, "vm0/vcpu0", layer, cause) + row(r, "vm0/vcpu1", layer, cause);
+    assert_eq!(eager.exits.get("EXCEPTION_NMI"), None);
+    assert_eq!(lazy.exits.get("EXCEPTION_NMI"), Some(&1));
+    assert_eq!(vm(lazy, "host", "exit:EXCEPTION_NMI"), 800);
+    assert_eq!(vm(lazy, "host", "vcpu_switch") - vm(eager, "host", "vcpu_switch"), 2 * 200, "two guest FPU saves");
+    // Nothing else of the path moves.
+    for cause in ["exit:HLT", "exit:MSR_WRITE_ICR", "exit:MSR_WRITE_TSC_DEADLINE", "vcpu_wakeup"] {
+        assert_eq!(vm(lazy, "host", cause), vm(eager, "host", cause), "{cause}");
+    }
+    assert_eq!(lazy.run.attributed_ns, 2 * lazy.run.duration_ns, "every ns of both cores is attributed");
+}
