@@ -216,9 +216,20 @@ class Thresholds:
     slice_ms: float = 24.0
 
 
-def categorize(store: ResultsStore, th: Thresholds = Thresholds()) -> list[dict[str, Any]]:
+def stored_builds(store: ResultsStore) -> dict[str, int]:
+    """The model builds (``vcpulab_version``) whose results ``store`` holds, with their number
+    of stored cells."""
+    con = store.connect()
+    if "vcpulab_version" not in _columns(con):
+        return {}
+    rows = con.execute("SELECT vcpulab_version, count(*) FROM runs GROUP BY 1 ORDER BY 1").fetchall()
+    return {v: n for v, n in rows if v is not None}
+
+
+def categorize(store: ResultsStore, th: Thresholds = Thresholds(), build: str | None = None) -> list[dict[str, Any]]:
     """Per (workload, variant, vCPUs, threads): the TPDS overhead categories and the DIS
-    ch.4 scalability type, from the means over repetitions of the stored cells.
+    ch.4 scalability type, from the means over repetitions of the stored cells (of model build
+    ``build`` only when given, else of every build, each build a configuration of its own).
 
     - UC's δη_t splits into a guest part, (guest busy time in the VM − C_p) / C_p, and a host
       part, host time of the VM / C_p.
@@ -250,13 +261,14 @@ def categorize(store: ResultsStore, th: Thresholds = Thresholds()) -> list[dict[
     sums = ", ".join(f"sum({v}), count({v})" for v in values.values())
     # Sums and counts per configuration and per spec that stored some of its rows (each row
     # is stored once, so a configuration's figures are the sums over its specs).
+    only = "AND vcpulab_version = ?" if build is not None else ""
     sql = f"""
         SELECT {key}, scenario, config_key, spec_hash, vcpulab_version, {sums}
-        FROM runs WHERE scenario IN ('native', 'UC', 'OC', 'OC2')
+        FROM runs WHERE scenario IN ('native', 'UC', 'OC', 'OC2') {only}
         GROUP BY {key}, scenario, config_key, spec_hash, vcpulab_version
     """
     cells: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
-    for row in con.execute(sql).fetchall():
+    for row in con.execute(sql, [build] if build is not None else []).fetchall():
         cells.setdefault(tuple(row[:4]), []).append(row[4:])
     versions = len({row[3] for rows in cells.values() for row in rows})
     names = (

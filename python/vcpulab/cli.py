@@ -34,6 +34,7 @@ from ._vcpulab import (
     SpecError,
     VcpulabError,
     bench,
+    build_id,
     characterize,
     platform_toml,
     platforms,
@@ -533,6 +534,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.slice_ms,
         metavar="MS",
         help="time slice of the sync cut-off (default: 24)",
+    )
+    cat.add_argument(
+        "--build",
+        metavar="ID",
+        help="the model build whose results to categorize (a vcpulab_version of the store, e.g. "
+        f"{build_id()}), or 'all' for every build, each a configuration of its own (default: this "
+        "simulator's build where the store holds results of several builds and some of this one, "
+        "else every build)",
     )
     cat.add_argument("--json", action="store_true", help="print JSON Lines")
     cat.set_defaults(func=cmd_categorize)
@@ -1113,7 +1122,8 @@ def cmd_categorize(args: argparse.Namespace) -> int:
     )
     store = _open_store(args.results)
     with store.reading():
-        rows = analysis.categorize(store, th)
+        build = _categorize_build(args.results, args.build, analysis.stored_builds(store))
+        rows = analysis.categorize(store, th, build)
     if args.declared:
         from ._vcpulab import workloads
 
@@ -1141,6 +1151,36 @@ def cmd_categorize(args: argparse.Namespace) -> int:
         print(f"agree on {sum(agree)} of {len(agree)} workloads" + (f" ({where})" if where else ""))
     _print_legend(store, rows)
     return 0
+
+
+def _categorize_build(results: str, wanted: str | None, builds: Mapping[str, int]) -> str | None:
+    """The build ``categorize`` reads (None: every build). A store that collected the results
+    of several model builds (``vcpulab reproduce`` after a model change) would otherwise list
+    each build as a configuration of its own; by default the current build's are shown, and a
+    note on stderr says so."""
+    if wanted == "all":
+        return None
+    if wanted is not None:
+        if wanted not in builds:
+            have = ", ".join(builds) or "none"
+            raise CliError(f"--build {wanted}: {results} holds no results of that build (builds stored: {have})")
+        return wanted
+    if len(builds) < 2:
+        return None
+    current = build_id()
+    if current not in builds:
+        print(
+            f"vcpulab: note: {results} holds the results of {len(builds)} model builds, none of this one "
+            f"({current}): each build is a configuration of its own (--build ID to pick one)",
+            file=sys.stderr,
+        )
+        return None
+    print(
+        f"vcpulab: note: {results} holds the results of {len(builds)} model builds; categorizing this "
+        f"build's ({current}, {builds[current]} cells) only (--build all for every build, --build ID for another)",
+        file=sys.stderr,
+    )
+    return current
 
 
 def cmd_report(args: argparse.Namespace) -> int:

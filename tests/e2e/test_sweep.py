@@ -511,6 +511,62 @@ def test_categorize(full: tuple[Path, Path, list[dict[str, Any]]]) -> None:
     assert r.code != 0 and "declares TPDS categories" in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
+def test_categorize_reads_one_model_build_of_a_store_that_holds_several(
+    full: tuple[Path, Path, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """A store that collected the results of two model builds (`vcpulab reproduce` after a model
+    change) is categorized for the running build by default, with a note; --build picks one or
+    all. The second build is made by storing the same cells again under another build id, with
+    UC's δη_t raised so that its categories differ."""
+    from vcpulab._vcpulab import build_id
+    from vcpulab.store import ResultsStore
+
+    work, original, _ = full
+    store = tmp_path / "store"
+    shutil.copytree(original, store)
+    _, rows = read_table(store, "runs")
+    other = "0.0.0+000000000000"
+    assert build_id() != other and {r["vcpulab_version"] for r in rows} == {build_id()}
+    copies = []
+    for r in rows:
+        c = {k: v for k, v in r.items() if v is not None}
+        c["key"] = "old-" + r["key"]
+        c["config_key"] = "old-" + r["config_key"]
+        c["vcpulab_version"] = other
+        if r["scenario"] == "UC":
+            c["delta_eta_t"] = r["delta_eta_t"] + 1.0
+        copies.append(c)
+    with ResultsStore(store).writer() as w:
+        w.append("runs", copies)
+
+    def categorize(*extra: str) -> tuple[list[dict[str, Any]], str]:
+        r = ok(vcpulab("categorize", store, "--json", *extra, cwd=work))
+        return r.json_lines(), r.err
+
+    alone = ok(vcpulab("categorize", original, "--json", cwd=work)).json_lines()
+    mine, note = categorize()
+    assert [(x["workload"], x["vcpus"], x["categories"]) for x in mine] == [
+        (x["workload"], x["vcpus"], x["categories"]) for x in alone
+    ]
+    assert "2 model builds" in note and build_id() in note and "--build all" in note, note
+    assert categorize("--build", build_id())[0] == mine
+
+    theirs, note = categorize("--build", other)
+    assert note == ""
+    assert len(theirs) == len(alone)
+    for x, y in zip(theirs, alone, strict=True):
+        assert (x["workload"], x["vcpus"]) == (y["workload"], y["vcpus"])
+        assert x["dt_uc"] == pytest.approx(y["dt_uc"] + 1.0)
+        assert "negligible" not in x["categories"]
+
+    both, _ = categorize("--build", "all")
+    assert len(both) == 2 * len(alone)
+    assert {x["config"].split("@")[1] for x in both} == {build_id(), other}
+
+    line = one_line_error(vcpulab("categorize", store, "--build", "9.9.9+nope", cwd=work))
+    assert "--build 9.9.9+nope" in line and other in line and build_id() in line, line
+
+
 @pytest.mark.parametrize("command", [("query", "SELECT 1"), ("summary",), ("categorize",)], ids=lambda c: c[0])
 def test_commands_on_a_missing_or_foreign_results_directory(command: tuple[str, ...], tmp_path: Path) -> None:
     name, *rest = command
