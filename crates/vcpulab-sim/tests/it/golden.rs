@@ -54,6 +54,12 @@ fn two_threads_share_one_core_fairly() {
     assert_eq!(finish, vec![10_000_000, 10_000_000]);
 }
 
+/// The wake-up of [`halt_and_wake_path_timeline`]: t0 computes 1 ms and arrives at a 2-party
+/// barrier where t1 waits; t1 then computes 100 µs.
+const WAKE_UP: &str = "objects = { b = { kind = \"barrier\", parties = 2 } }\n\
+    [[workloads.w.groups]]\nname = \"waker\"\nthreads = 1\nprogram = [ { compute = \"1ms\" }, { barrier = \"b\" } ]\n\
+    [[workloads.w.groups]]\nname = \"wakee\"\nthreads = 1\nprogram = [ { barrier = \"b\" }, { compute = \"100us\" } ]\n";
+
 /// The halt-and-wake path on 2 vCPUs of the default platform (TPDS-4S: Linux 4.15, APICv,
 /// host idle in C1 by MWAIT). Thread t1 blocks at a barrier at once; its vCPU halts. Thread t0 (on
 /// the other vCPU)
@@ -76,9 +82,7 @@ fn two_threads_share_one_core_fairly() {
 #[test]
 fn halt_and_wake_path_timeline() {
     let exp = "vcpus = [2]\n";
-    let prog = "objects = { b = { kind = \"barrier\", parties = 2 } }\n\
-                [[workloads.w.groups]]\nname = \"waker\"\nthreads = 1\nprogram = [ { compute = \"1ms\" }, { barrier = \"b\" } ]\n\
-                [[workloads.w.groups]]\nname = \"wakee\"\nthreads = 1\nprogram = [ { barrier = \"b\" }, { compute = \"100us\" } ]\n";
+    let prog = WAKE_UP;
     let native = run_inline(&format!("scenarios = [\"native\"]\n{exp}"), prog, &[]);
     assert_eq!(native[0].run.duration_ns, 1_105_500);
     assert_eq!(row(&native[0], "host", "host", "cstate_exit"), 2_000);
@@ -117,9 +121,7 @@ fn halt_and_wake_path_timeline() {
 #[test]
 fn halt_and_wake_path_with_lazy_fpu() {
     let exp = "scenarios = [\"UC\"]\nvcpus = [2]\n";
-    let prog = "objects = { b = { kind = \"barrier\", parties = 2 } }\n\
-                [[workloads.w.groups]]\nname = \"waker\"\nthreads = 1\nprogram = [ { compute = \"1ms\" }, { barrier = \"b\" } ]\n\
-                [[workloads.w.groups]]\nname = \"wakee\"\nthreads = 1\nprogram = [ { barrier = \"b\" }, { compute = \"100us\" } ]\n";
+    let prog = WAKE_UP;
     let eager = &run_inline(exp, prog, &[])[0];
     let lazy = &run_inline(exp, prog, &["vm.lazy_fpu=true"])[0];
     assert_eq!(eager.run.duration_ns, 1_116_741);
