@@ -110,7 +110,8 @@ fn halt_and_wake_path_timeline() {
 
 /// The halt-and-wake path of [`halt_and_wake_path_timeline`] with KVM's lazy FPU switching
 /// (`vm.lazy_fpu`, KVM before Linux 4.15: v3.19 arch/x86/kvm/x86.c `kvm_put_guest_fpu` at every
-/// `vcpu_put`, the #NM exit of `vmx_fpu_activate` at the guest's next FPU use).
+/// `vcpu_put`; arch/x86/kvm/vmx.c `handle_exception` → `vmx_fpu_activate` at the guest's next FPU
+/// use).
 ///
 /// Each vCPU's thread is switched out once with its guest FPU loaded: vCPU 1 when it halts at
 /// the start (the FPU is loaded from the first entry), vCPU 0 when t0 is done; each pays
