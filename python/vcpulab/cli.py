@@ -1168,19 +1168,16 @@ def _categorize_build(results: str, wanted: str | None, builds: Mapping[str, int
     if len(builds) < 2:
         return None
     current = build_id()
-    if current not in builds:
-        print(
-            f"vcpulab: note: {results} holds the results of {len(builds)} model builds, none of this one "
-            f"({current}): each build is a configuration of its own (--build ID to pick one)",
-            file=sys.stderr,
+    pick = current if current in builds else None
+    if pick is None:
+        what = f", none of this one ({current}): each build is a configuration of its own (--build ID to pick one)"
+    else:
+        what = (
+            f"; categorizing this build's ({current}, {builds[current]} cells) only "
+            "(--build all for every build, --build ID for another)"
         )
-        return None
-    print(
-        f"vcpulab: note: {results} holds the results of {len(builds)} model builds; categorizing this "
-        f"build's ({current}, {builds[current]} cells) only (--build all for every build, --build ID for another)",
-        file=sys.stderr,
-    )
-    return current
+    print(f"vcpulab: note: {results} holds the results of {len(builds)} model builds{what}", file=sys.stderr)
+    return pick
 
 
 def cmd_report(args: argparse.Namespace) -> int:
