@@ -15,10 +15,16 @@
  *   heap_churn
  *   GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=67108864 heap_churn
  * and count the calls with `strace -f -c -e trace=madvise` or the "TLB" row of /proc/interrupts.
+ *
+ * --first-free S: before the workers start, the main thread allocates and frees one buffer of S
+ * bytes (an input buffer, say).  Above the mmap threshold it is mapped on its own, and its free
+ * raises glibc's dynamic thresholds for the whole process: mmap_threshold = S and trim_threshold
+ * = 2 S (malloc/malloc.c __libc_free; mp_ is one per process, shared by every arena), so the
+ * workers' arenas then trim only when 2 S lies free at their top.
  */
 #include "common.h"
 
-static long long o_threads = 2, o_iters = 20000, o_blocks = 32, o_size = 32768;
+static long long o_threads = 2, o_iters = 20000, o_blocks = 32, o_size = 32768, o_first_free = 0;
 static long page_size;
 
 typedef struct {
@@ -59,6 +65,8 @@ int main(int argc, char **argv)
         OPT_INT("iters", "I", "iterations per thread", &o_iters, 0, 1000000000LL),
         OPT_INT("blocks", "B", "blocks allocated then freed per iteration", &o_blocks, 1, 1000000),
         OPT_INT("size", "S", "bytes per block", &o_size, 1, 1LL << 30),
+        OPT_INT("first-free", "S", "bytes the main thread allocates, touches and frees before the workers start (0: none)",
+                &o_first_free, 0, 1LL << 30),
     };
     opts_parse(argc, argv, "heap_churn",
                "glibc heap churn (dedup style; TPDS §6): per iteration each thread mallocs B blocks of\n"
@@ -68,6 +76,14 @@ int main(int argc, char **argv)
     page_size = sysconf(_SC_PAGESIZE);
     if (page_size <= 0)
         page_size = 4096;
+
+    if (o_first_free > 0) {
+        unsigned char *buf = malloc((size_t)o_first_free);
+        if (!buf)
+            die("malloc(%lld) failed", o_first_free);
+        memset(buf, 1, (size_t)o_first_free);
+        free(buf);
+    }
 
     int n = (int)o_threads;
     worker_t *ws = xcalloc((size_t)n, sizeof *ws);
@@ -91,6 +107,7 @@ int main(int argc, char **argv)
     json_int(&j, "iters", o_iters);
     json_int(&j, "blocks", o_blocks);
     json_int(&j, "size", o_size);
+    json_int(&j, "first_free", o_first_free);
     json_int(&j, "allocations", o_threads * o_iters * o_blocks);
     json_int(&j, "pages_touched", pages);
     json_str(&j, "glibc_tunables", tun ? tun : "");

@@ -550,6 +550,8 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
     if let Some(i) = rec.measured().next() {
         let t = &i.tlb;
         m.insert("tlb_shootdowns".into(), t.shootdowns as f64);
+        // Mapping changes that needed no other CPU's flush (no other CPU ran the process).
+        m.insert("tlb_local_only".into(), t.local_only as f64);
         m.insert("tlb_shootdowns_per_s".into(), t.shootdowns as f64 / (i.finish_ns.max(1) as f64 * 1e-9));
         m.insert("tlb_ipis".into(), t.ipis as f64);
         m.insert("tlb_deferred".into(), t.deferred as f64);

@@ -177,6 +177,8 @@ pub struct Instance {
     /// Its process's `mmap_sem` ([`super::rwsem`]): the threads of an instance share one
     /// address space.
     pub mmap_sem: super::rwsem::Rwsem,
+    /// Its process's malloc thresholds (glibc's `mp_`), shared by its threads' arenas.
+    pub malloc: crate::workload::heap::MallocPar,
     /// The work pools of dynamic loops, by (pc of the `LoopStart`, episode): the k-th
     /// time the threads of a group reach the loop they share pool k.
     pub pools: BTreeMap<(u32, u64), WorkPool>,

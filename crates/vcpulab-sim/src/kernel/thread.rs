@@ -157,6 +157,9 @@ pub struct Thread {
     pub pmt: PmtWait,
     /// Its heap arena.
     pub arena: crate::workload::heap::Arena,
+    /// The malloc thresholds of its process when the thread stands for a process of its own
+    /// (`processes = true`); otherwise its instance's ([`super::sync::Instance::malloc`]).
+    pub malloc: crate::workload::heap::MallocPar,
     /// Memory-management consequences of a heap operation still to carry out.
     pub mm_queue: std::collections::VecDeque<crate::workload::heap::MmOp>,
     /// The kernel path of the system call or fault under way ([`super::kpath`]).
@@ -529,19 +532,23 @@ impl World<'_> {
                 }
                 Instr::Malloc(d) => {
                     let th = &mut self.threads[t as usize];
+                    let inst = &self.insts[th.inst as usize];
+                    let par = if wl.processes { &th.malloc } else { &inst.malloc };
                     let bytes = d.sample(&mut th.rng).max(1);
                     let mut ops = Vec::new();
-                    th.arena.malloc(bytes, &mut ops);
+                    th.arena.malloc(par, bytes, &mut ops);
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::Free(n) | Instr::FreeLive(n) => {
                     let th = &mut self.threads[t as usize];
+                    let inst = &mut self.insts[th.inst as usize];
+                    let par = if wl.processes { &mut th.malloc } else { &mut inst.malloc };
                     let mut ops = Vec::new();
                     if matches!(wl.program.instrs[pc as usize], Instr::Free(_)) {
-                        th.arena.free(*n, &mut ops);
+                        th.arena.free(par, *n, &mut ops);
                     } else {
-                        th.arena.free_live(*n, &mut ops);
+                        th.arena.free_live(par, *n, &mut ops);
                     }
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)

@@ -4,7 +4,10 @@
 //! - `malloc(n)` with `n >= mmap_threshold` maps a chunk of its own; freeing it unmaps it
 //!   (a shootdown) and, with the dynamic threshold, raises `mmap_threshold` to `n` and
 //!   `trim_threshold` to `2n` (glibc malloc.c `free` → `munmap_chunk`, `DEFAULT_MMAP_THRESHOLD_MAX`
-//!   = 32 MiB on 64-bit).
+//!   = 32 MiB on 64-bit). The thresholds are the **process's**, not the arena's: glibc keeps
+//!   them in `mp_`, one `struct malloc_par` per process, which every arena reads
+//!   ([`MallocPar`]). One thread's free of a mapped buffer therefore stops the other threads'
+//!   arenas trimming below twice its size.
 //! - Smaller chunks come from the top of the arena's heap; growing past the mapped part
 //!   grows the heap by the request plus `top_pad` (`mprotect` adding permissions: no
 //!   shootdown), and touching pages not resident faults them in.
@@ -66,6 +69,53 @@ impl Default for HeapParams {
     }
 }
 
+/// The dynamic thresholds of a process (glibc malloc/malloc.c `mp_`, a single `struct
+/// malloc_par` shared by all of the process's arenas): `malloc` of an arena compares with
+/// `mmap_threshold`, its trims with `trim_threshold`, and `free` of any thread's mapped chunk
+/// raises both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MallocPar {
+    /// `mp_.mmap_threshold`.
+    pub mmap_threshold: u64,
+    /// `mp_.trim_threshold`.
+    pub trim_threshold: u64,
+    /// Whether the thresholds still adapt (`!mp_.no_dyn_threshold`).
+    pub dynamic: bool,
+}
+
+impl MallocPar {
+    /// A process's thresholds at start.
+    pub fn new(p: &HeapParams) -> MallocPar {
+        MallocPar { mmap_threshold: p.mmap_threshold, trim_threshold: p.trim_threshold, dynamic: p.dynamic }
+    }
+
+    /// The chunk `malloc(size)` maps on its own, if it does (glibc malloc.c `sysmalloc`): the
+    /// padded request `nb = request2size(size)` (size + SIZE_SZ rounded up to 16 bytes, at least
+    /// MINSIZE = 32) at or above the mmap threshold gets a mapping of `ALIGN_UP(nb + SIZE_SZ,
+    /// page)` bytes. So after a mapped chunk's free has raised the threshold to that chunk's
+    /// size, the next request of the same size is below it and comes from the heap.
+    pub fn mapped_chunk(&self, size: u64) -> Option<u64> {
+        let nb = request2size(size);
+        (nb >= self.mmap_threshold).then(|| (nb + SIZE_SZ).div_ceil(PAGE) * PAGE)
+    }
+
+    /// `free` of a mapped chunk of `size` bytes (glibc malloc.c `__libc_free`): a chunk above
+    /// the current mmap threshold and at most `DEFAULT_MMAP_THRESHOLD_MAX` raises it to its
+    /// size and the trim threshold to twice that.
+    pub fn unmapped(&mut self, size: u64) {
+        if self.dynamic && size > self.mmap_threshold && size <= MMAP_THRESHOLD_MAX {
+            self.mmap_threshold = size;
+            self.trim_threshold = 2 * size;
+        }
+    }
+}
+
+impl Default for MallocPar {
+    fn default() -> Self {
+        MallocPar::new(&HeapParams::default())
+    }
+}
+
 /// A memory-management consequence of a heap operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MmOp {
@@ -103,30 +153,44 @@ pub struct Arena {
     resident: u64,
 }
 
+/// `SIZE_SZ` on 64-bit: the chunk header word.
+const SIZE_SZ: u64 = 8;
+/// `MINSIZE` on 64-bit: the smallest chunk.
+const MINSIZE: u64 = 32;
+/// Bytes at the start of a non-main arena's first heap taken by its `heap_info` and
+/// `malloc_state` (glibc 2.19–2.36 on 64-bit: 32 + 2,200, aligned to 16).
+const ARENA_HEADER: u64 = 2_240;
+
+/// glibc's `request2size`: the chunk a request of `n` bytes takes (the header word added,
+/// rounded up to MALLOC_ALIGNMENT = 16, at least MINSIZE).
+fn request2size(n: u64) -> u64 {
+    (n.saturating_add(SIZE_SZ + 15) & !15).max(MINSIZE)
+}
+
 fn pages_up(b: u64) -> u64 {
     b.div_ceil(PAGE)
 }
 
 impl Arena {
-    /// An empty arena.
+    /// A new arena (glibc malloc/arena.c `_int_new_arena` → `new_heap(header, top_pad)`): its
+    /// first heap starts with the header plus `top_pad` made read-write, the header's page
+    /// resident.
     pub fn new(params: HeapParams) -> Arena {
-        Arena { params, prot: pages_up(params.mprotect_size) * PAGE, ..Default::default() }
+        let first = (ARENA_HEADER + params.top_pad).div_ceil(PAGE) * PAGE;
+        let prot = first.max(pages_up(params.mprotect_size) * PAGE);
+        Arena { params, top: ARENA_HEADER, mapped: first, prot, resident: PAGE, ..Default::default() }
     }
 
-    /// Current parameters (they change with the dynamic threshold).
-    pub fn params(&self) -> HeapParams {
-        self.params
-    }
-
-    /// `malloc(size)`; appends its consequences to `out`.
-    pub fn malloc(&mut self, size: u64, out: &mut Vec<MmOp>) {
+    /// `malloc(size)` under the process's thresholds `par`; appends its consequences to `out`.
+    pub fn malloc(&mut self, par: &MallocPar, size: u64, out: &mut Vec<MmOp>) {
         let size = size.max(16);
-        if size >= self.params.mmap_threshold {
-            self.chunks.push((size, true, true));
-            out.push(MmOp::Mmap(pages_up(size)));
+        if let Some(chunk) = par.mapped_chunk(size) {
+            self.chunks.push((chunk, true, true));
+            out.push(MmOp::Mmap(chunk / PAGE));
             out.push(MmOp::Faults(pages_up(size)));
             return;
         }
+        let size = request2size(size);
         if self.holes > 0 {
             if let Some(c) = self.chunks.iter_mut().find(|c| !c.2 && c.0 >= size) {
                 c.2 = true;
@@ -136,9 +200,11 @@ impl Arena {
         }
         self.chunks.push((size, false, true));
         self.top += size;
-        if self.top > self.mapped {
-            let grow = (self.top + self.params.top_pad - self.mapped).div_ceil(PAGE) * PAGE;
-            self.mapped += grow;
+        // The top chunk must keep MINSIZE after the split; a non-main arena grows its heap by
+        // just what is missing, page-rounded (malloc.c `sysmalloc`: `grow_heap(h, MINSIZE + nb -
+        // old_size)`; `top_pad` is added only when a heap is created and kept by trims).
+        if self.top + MINSIZE > self.mapped {
+            self.mapped = (self.top + MINSIZE).div_ceil(PAGE) * PAGE;
             if self.mapped > self.prot {
                 out.push(MmOp::Grow((self.mapped - self.prot) / PAGE));
                 self.prot = self.mapped;
@@ -152,17 +218,18 @@ impl Arena {
     }
 
     /// `free` of the `n` most recent live allocations (fewer if fewer are live).
-    pub fn free(&mut self, n: u64, out: &mut Vec<MmOp>) {
+    pub fn free(&mut self, par: &mut MallocPar, n: u64, out: &mut Vec<MmOp>) {
         for _ in 0..n {
-            if !self.free_live(0, out) {
+            if !self.free_live(par, 0, out) {
                 return;
             }
         }
     }
 
     /// `free` of the `k`-th most recent live allocation (0 = the most recent); false if
-    /// fewer than `k + 1` are live.
-    pub fn free_live(&mut self, k: u64, out: &mut Vec<MmOp>) -> bool {
+    /// fewer than `k + 1` are live. A mapped chunk's free raises the process's thresholds
+    /// `par`; a heap chunk's trim compares with them.
+    pub fn free_live(&mut self, par: &mut MallocPar, k: u64, out: &mut Vec<MmOp>) -> bool {
         let Some(i) = self.chunks.iter().rposition({
             let mut left = k;
             move |c| {
@@ -182,11 +249,7 @@ impl Arena {
         if mmapped {
             self.chunks.remove(i);
             out.push(MmOp::Munmap(pages_up(size)));
-            let p = &mut self.params;
-            if p.dynamic && size > p.mmap_threshold && size <= MMAP_THRESHOLD_MAX {
-                p.mmap_threshold = size;
-                p.trim_threshold = 2 * size;
-            }
+            par.unmapped(size);
             return true;
         }
         self.chunks[i].2 = false;
@@ -205,11 +268,10 @@ impl Arena {
         }
         if merged {
             let top_free = self.mapped - self.top;
-            let extra = if self.params.trim_always {
-                // glibc < 2.22 heap_trim: MINSIZE = 32 bytes on 64-bit.
-                top_free.saturating_sub(self.params.top_pad + 33) / PAGE * PAGE
-            } else if top_free >= self.params.trim_threshold {
-                top_free.saturating_sub(self.params.top_pad) / PAGE * PAGE
+            // heap_trim: `top_area = top_size - MINSIZE - 1`, released above `pad` in whole pages;
+            // from glibc 2.22 only once the top reaches the trim threshold.
+            let extra = if self.params.trim_always || top_free >= par.trim_threshold {
+                top_free.saturating_sub(self.params.top_pad + MINSIZE + 1) / PAGE * PAGE
             } else {
                 0
             };
@@ -249,19 +311,25 @@ mod tests {
     #[test]
     fn churn_at_the_top_trims_and_refaults() {
         let mut a = Arena::new(HeapParams::default());
+        let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..4 {
-            a.malloc(64 << 10, &mut ops);
+            a.malloc(&par, 64 << 10, &mut ops);
         }
-        assert_eq!(ops[0], MmOp::Grow(48), "the first growth maps 64 KiB + top_pad: {ops:?}");
+        // The first heap has its 2,240-byte header + top_pad read-write (33 pages): two 64 KiB
+        // chunks (65,552 bytes each with their header word) fit; beyond, the heap grows by
+        // what is missing, page-rounded: 16 pages each.
+        let (f, g) = (MmOp::Faults(16), MmOp::Grow(16));
+        assert_eq!(ops, vec![f, f, g, f, g, f]);
         ops.clear();
-        a.free(4, &mut ops);
-        // 384 KiB mapped; each free leaves more than trim_threshold free at the top, and the
-        // heap shrinks back to top + top_pad every time.
-        assert_eq!(ops, vec![MmOp::Trim(16); 4], "{ops:?}");
+        a.free(&mut par, 4, &mut ops);
+        // 65 pages mapped. The first free leaves 67,344 bytes free at the top (below the
+        // 128 KiB trim threshold); the second 132,896, of which nothing is a whole page above
+        // top_pad + MINSIZE + 1; the third and fourth release 16 pages each, down to top_pad.
+        assert_eq!(ops, vec![MmOp::Trim(16); 2], "{ops:?}");
         ops.clear();
         for _ in 0..3 {
-            a.malloc(64 << 10, &mut ops);
+            a.malloc(&par, 64 << 10, &mut ops);
         }
         assert!(ops.iter().any(|o| matches!(o, MmOp::Faults(_))), "trimmed pages fault again: {ops:?}");
     }
@@ -277,23 +345,27 @@ mod tests {
             ..HeapParams::default()
         };
         let mut a = Arena::new(params);
+        let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        a.malloc(512 << 10, &mut ops);
-        assert_eq!(ops, vec![MmOp::Grow(160), MmOp::Faults(128)], "512 KiB + top_pad mapped, 128 pages touched");
+        a.malloc(&par, 512 << 10, &mut ops);
+        // 524,304 bytes from the header's end: the heap grows from its first 33 pages to 129
+        // (96 made read-write), and the 128 pages beyond the header's are touched.
+        assert_eq!(ops, vec![MmOp::Grow(96), MmOp::Faults(128)]);
         for _ in 0..3 {
             ops.clear();
-            a.free(1, &mut ops);
-            // 640 KiB free at the top: (640 KiB - 128 KiB - 33) rounded down to pages = 127 pages.
-            assert_eq!(ops, vec![MmOp::Trim(127)], "trimmed below the 1 MiB threshold: {ops:?}");
+            a.free(&mut par, 1, &mut ops);
+            // 526,144 bytes free at the top: (526,144 - 128 KiB - 33) rounded down to pages = 96.
+            assert_eq!(ops, vec![MmOp::Trim(96)], "trimmed below the 1 MiB threshold: {ops:?}");
             ops.clear();
-            a.malloc(512 << 10, &mut ops);
-            assert_eq!(ops, vec![MmOp::Faults(95)], "regrown within mprotect_size: faults only ({ops:?})");
+            a.malloc(&par, 512 << 10, &mut ops);
+            assert_eq!(ops, vec![MmOp::Faults(96)], "regrown within mprotect_size: faults only ({ops:?})");
         }
         // glibc 2.22 and later: below the threshold nothing is trimmed.
         let mut b = Arena::new(HeapParams { trim_always: false, ..params });
-        b.malloc(512 << 10, &mut ops);
+        let mut par = MallocPar::new(&b.params);
+        b.malloc(&par, 512 << 10, &mut ops);
         ops.clear();
-        b.free(1, &mut ops);
+        b.free(&mut par, 1, &mut ops);
         assert!(ops.is_empty(), "{ops:?}");
     }
 
@@ -302,57 +374,99 @@ mod tests {
         // ebizzy after its first record: 512 KiB + top_pad already read-write.
         let params = HeapParams { mmap_threshold: 516 << 10, dynamic: false, mprotect_size: 640 << 10, ..HeapParams::default() };
         let mut a = Arena::new(params);
+        let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        a.malloc(512 << 10, &mut ops);
+        a.malloc(&par, 512 << 10, &mut ops);
         assert_eq!(ops, vec![MmOp::Faults(128)], "within mprotect_size: faults only");
         // Beyond it, only the difference is made read-write.
         ops.clear();
-        a.malloc(200 << 10, &mut ops);
-        assert_eq!(ops, vec![MmOp::Grow(50), MmOp::Faults(50)], "{ops:?}");
+        a.malloc(&par, 200 << 10, &mut ops);
+        // 204,816 bytes more: the heap end moves from 129 to 179 pages, 19 of them beyond the
+        // 160 already read-write.
+        assert_eq!(ops, vec![MmOp::Grow(19), MmOp::Faults(50)], "{ops:?}");
     }
 
     #[test]
     fn a_large_trim_threshold_stops_trimming() {
         let mut a = Arena::new(HeapParams { trim_threshold: 64 << 20, dynamic: false, ..HeapParams::default() });
+        let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..4 {
-            a.malloc(64 << 10, &mut ops);
+            a.malloc(&par, 64 << 10, &mut ops);
         }
         ops.clear();
-        a.free(4, &mut ops);
+        a.free(&mut par, 4, &mut ops);
         assert!(ops.is_empty(), "{ops:?}");
     }
 
     #[test]
     fn mmapped_chunks_unmap_and_raise_the_threshold() {
         let mut a = Arena::new(HeapParams::default());
+        let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        a.malloc(1 << 20, &mut ops);
-        a.free(1, &mut ops);
-        assert!(ops.contains(&MmOp::Munmap(256)));
-        assert_eq!(a.params().mmap_threshold, 1 << 20);
-        assert_eq!(a.params().trim_threshold, 2 << 20);
+        a.malloc(&par, 1 << 20, &mut ops);
+        assert_eq!(ops[0], MmOp::Mmap(257), "1 MiB + 16 bytes of header, page-rounded");
+        a.free(&mut par, 1, &mut ops);
+        assert!(ops.contains(&MmOp::Munmap(257)));
+        assert_eq!(par.mmap_threshold, (1 << 20) + PAGE);
+        assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
+        // The same request again is below the raised threshold: it comes from the heap.
+        ops.clear();
+        a.malloc(&par, 1 << 20, &mut ops);
+        assert!(matches!(ops[0], MmOp::Grow(_)), "{ops:?}");
+        assert_eq!(par.mapped_chunk(1 << 20), None);
+        assert_eq!(par.mapped_chunk((1 << 20) + PAGE), Some((1 << 20) + 2 * PAGE));
+    }
+
+    /// glibc's thresholds are the process's (`mp_`): one thread's free of a mapped buffer
+    /// raises them for every arena, so another thread's churn of 256 KiB at its heap top no
+    /// longer trims.
+    #[test]
+    fn a_mapped_free_in_one_arena_stops_trimming_in_the_others() {
+        let mut par = MallocPar::default();
+        let (mut main, mut worker) = (Arena::new(HeapParams::default()), Arena::new(HeapParams::default()));
+        let mut churn = |worker: &mut Arena, par: &mut MallocPar| {
+            let mut ops = Vec::new();
+            for _ in 0..8 {
+                worker.malloc(par, 32 << 10, &mut ops);
+            }
+            worker.free(par, 8, &mut ops);
+            ops.iter().filter(|o| matches!(o, MmOp::Trim(_))).count()
+        };
+        assert!(churn(&mut worker, &mut par) > 0, "128 KiB thresholds: the worker's heap top is trimmed");
+        let mut ops = Vec::new();
+        main.malloc(&par, 1 << 20, &mut ops);
+        main.free(&mut par, 1, &mut ops);
+        assert_eq!(ops.last(), Some(&MmOp::Munmap(257)));
+        assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
+        for _ in 0..3 {
+            assert_eq!(churn(&mut worker, &mut par), 0, "2 MiB trim threshold: nothing trimmed");
+        }
+        // The same churn with thresholds of its own (a separate process) goes on trimming.
+        let mut own = MallocPar::default();
+        assert!(churn(&mut Arena::new(HeapParams::default()), &mut own) > 0);
     }
 
     #[test]
     fn a_hole_is_reused_and_merges_into_the_top_when_what_is_above_it_goes() {
         let mut a = Arena::new(HeapParams::default());
+        let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..3 {
-            a.malloc(64 << 10, &mut ops);
+            a.malloc(&par, 64 << 10, &mut ops);
         }
         ops.clear();
-        assert!(a.free_live(1, &mut ops), "the middle chunk");
+        assert!(a.free_live(&mut par, 1, &mut ops), "the middle chunk");
         assert!(ops.is_empty(), "a hole below the top trims nothing: {ops:?}");
-        a.malloc(32 << 10, &mut ops);
+        a.malloc(&par, 32 << 10, &mut ops);
         assert!(ops.is_empty(), "a smaller request reuses the hole: {ops:?}");
-        assert!(a.free_live(1, &mut ops), "the reused hole again");
-        assert!(a.free_live(1, &mut ops), "the bottom chunk");
+        assert!(a.free_live(&mut par, 1, &mut ops), "the reused hole again");
+        assert!(a.free_live(&mut par, 1, &mut ops), "the bottom chunk");
         assert!(ops.is_empty(), "{ops:?}");
-        assert!(a.free_live(0, &mut ops), "the top chunk: everything below is free");
-        assert_eq!(a.top, 0);
+        assert!(a.free_live(&mut par, 0, &mut ops), "the top chunk: everything below is free");
+        assert_eq!(a.top, ARENA_HEADER);
         assert!(matches!(ops.as_slice(), [MmOp::Trim(_)]), "one trim for the merged top: {ops:?}");
-        assert!(!a.free_live(0, &mut ops), "nothing live is left");
+        assert!(!a.free_live(&mut par, 0, &mut ops), "nothing live is left");
     }
 
     #[test]

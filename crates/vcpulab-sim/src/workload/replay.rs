@@ -46,9 +46,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::dist::Dist;
-use super::heap::{Arena, HeapParams, MmOp, PAGE};
+use super::heap::{Arena, HeapParams, MallocPar, MmOp, PAGE};
 use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
 use crate::machine::costs::Costs;
+use crate::trace::ThreadTrace;
 use crate::trace::{Event, Process, Record, Trace};
 
 /// The tracer's own CPU time per record, which the traced CPU time includes: an allocator
@@ -229,6 +230,9 @@ struct Builder<'a> {
     /// [`Builder::replay_untraced_blocking`]).
     off_cpu: Vec<(usize, u64)>,
     heap: HeapParams,
+    /// When the process's malloc thresholds changed in the trace, and to what
+    /// ([`malloc_timeline`]).
+    malloc_timeline: Vec<(u64, MallocPar)>,
     costs: Costs,
     spin_then_block: Option<u64>,
     tracer_record_ns: [u64; 2],
@@ -276,10 +280,12 @@ impl<'a> Builder<'a> {
             stats: ReplayStats::default(),
             off_cpu: Vec::new(),
             heap,
+            malloc_timeline: Vec::new(),
             costs: Costs::default(),
             spin_then_block: None,
             tracer_record_ns: [0, 0],
         };
+        b.malloc_timeline = malloc_timeline(&b.threads, &heap);
         for i in 0..b.threads.len() {
             let g = i as u32;
             let hs = Handshake {
@@ -763,17 +769,27 @@ impl<'a> Builder<'a> {
                     FutexCall::NoSleep | FutexCall::Other => {}
                 },
                 Event::CondSignal { .. } | Event::CondBroadcast { .. } => self.send_wakeups(me, k),
-                Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => self.malloc(size, ptr, &mut live, &mut arena, &mut acct),
-                Event::Calloc { nmemb, size, ptr } => self.malloc(nmemb.saturating_mul(size), ptr, &mut live, &mut arena, &mut acct),
+                Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => {
+                    let mut par = self.malloc_par_at(r.t);
+                    self.malloc(size, ptr, &mut live, (&mut arena, &mut par), &mut acct);
+                }
+                Event::Calloc { nmemb, size, ptr } => {
+                    let mut par = self.malloc_par_at(r.t);
+                    self.malloc(nmemb.saturating_mul(size), ptr, &mut live, (&mut arena, &mut par), &mut acct);
+                }
                 Event::Realloc { old, size, ptr } => {
+                    let mut par = self.malloc_par_at(r.t);
                     if old != 0 {
-                        self.free(old, &mut live, &mut arena, &mut acct);
+                        self.free(old, &mut live, (&mut arena, &mut par), &mut acct);
                     }
                     if size > 0 {
-                        self.malloc(size, ptr, &mut live, &mut arena, &mut acct);
+                        self.malloc(size, ptr, &mut live, (&mut arena, &mut par), &mut acct);
                     }
                 }
-                Event::Free { ptr } => self.free(ptr, &mut live, &mut arena, &mut acct),
+                Event::Free { ptr } => {
+                    let mut par = self.malloc_par_at(r.t);
+                    self.free(ptr, &mut live, (&mut arena, &mut par), &mut acct);
+                }
                 Event::Munmap { len, ret: 0, .. } => self.shootdown(MmCall::Munmap, len),
                 Event::Madvise { len, advice, ret: 0, .. } if MADV_DROPS.contains(&advice) => self.shootdown(MmCall::Madvise, len),
                 Event::Mprotect { len, prot, ret: 0, .. } if prot & PROT_WRITE == 0 => self.shootdown(MmCall::Mprotect, len),
@@ -843,25 +859,36 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn malloc(&mut self, size: u64, ptr: u64, live: &mut Vec<u64>, arena: &mut Arena, a: &mut Account) {
+    /// The process's malloc thresholds at trace time `t` ([`malloc_timeline`]), for the
+    /// mirror of a thread's arena.
+    fn malloc_par_at(&self, t: u64) -> MallocPar {
+        let i = self.malloc_timeline.partition_point(|&(at, _)| at <= t);
+        if i == 0 {
+            MallocPar::new(&self.heap)
+        } else {
+            self.malloc_timeline[i - 1].1
+        }
+    }
+
+    fn malloc(&mut self, size: u64, ptr: u64, live: &mut Vec<u64>, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
         if ptr == 0 {
             return; // failed
         }
         live.push(ptr);
         self.push(Instr::Malloc(Dist::Fixed(size)));
         let mut ops = Vec::new();
-        arena.malloc(size.max(1), &mut ops);
+        arena.malloc(par, size.max(1), &mut ops);
         self.kernel_work(&ops, a);
     }
 
-    fn free(&mut self, ptr: u64, live: &mut Vec<u64>, arena: &mut Arena, a: &mut Account) {
+    fn free(&mut self, ptr: u64, live: &mut Vec<u64>, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
         match live.iter().rposition(|&p| p == ptr) {
             Some(i) => {
                 live.remove(i);
                 let k = (live.len() - i) as u64;
                 self.push(Instr::FreeLive(k));
                 let mut ops = Vec::new();
-                arena.free_live(k, &mut ops);
+                arena.free_live(par, k, &mut ops);
                 self.kernel_work(&ops, a);
             }
             None => self.stats.frees_unmatched += 1,
@@ -874,6 +901,52 @@ impl<'a> Builder<'a> {
             self.push(Instr::MmUnmap { call, pages });
         }
     }
+}
+
+/// The process's malloc thresholds over the trace (glibc's `mp_`, one per process): the
+/// allocations and frees of all its threads in time order, each allocation at or above the
+/// mmap threshold of its time mapped on its own, and each free of a mapped chunk (by whichever
+/// thread) raising the thresholds ([`MallocPar::unmapped`]). Returns each change as (trace
+/// time, thresholds from then on). The simulation keeps its own process-wide thresholds; this
+/// is for the mirror arenas that estimate the kernel work the simulation will re-create.
+fn malloc_timeline(threads: &[&ThreadTrace], heap: &HeapParams) -> Vec<(u64, MallocPar)> {
+    let mut events: Vec<(u64, usize, usize, &Event)> = Vec::new();
+    for (i, t) in threads.iter().enumerate() {
+        for (k, r) in t.records.iter().enumerate() {
+            if matches!(
+                r.event,
+                Event::Malloc { .. } | Event::Memalign { .. } | Event::Calloc { .. } | Event::Realloc { .. } | Event::Free { .. }
+            ) {
+                events.push((r.t, i, k, &r.event));
+            }
+        }
+    }
+    events.sort_unstable_by_key(|&(t, i, k, _)| (t, i, k));
+    let mut par = MallocPar::new(heap);
+    let mut mapped: BTreeMap<u64, u64> = BTreeMap::new(); // live mapped chunks: ptr -> bytes
+    let mut changes = Vec::new();
+    for (t, _, _, ev) in events {
+        let (freed, alloc) = match *ev {
+            Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => (0, Some((size, ptr))),
+            Event::Calloc { nmemb, size, ptr } => (0, Some((nmemb.saturating_mul(size), ptr))),
+            Event::Realloc { old, size, ptr } => (old, (size > 0).then_some((size, ptr))),
+            Event::Free { ptr } => (ptr, None),
+            _ => continue,
+        };
+        if let Some(bytes) = mapped.remove(&freed).filter(|_| freed != 0) {
+            let before = par;
+            par.unmapped(bytes);
+            if par != before {
+                changes.push((t, par));
+            }
+        }
+        if let Some((size, ptr)) = alloc.filter(|&(_, p)| p != 0) {
+            if let Some(chunk) = par.mapped_chunk(size) {
+                mapped.insert(ptr, chunk);
+            }
+        }
+    }
+    changes
 }
 
 /// A thread's time from its first record to its last, less its traced waits, as spans.

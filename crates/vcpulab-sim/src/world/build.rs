@@ -15,7 +15,7 @@ use crate::scenario::{Layout, RunConfig};
 use crate::virt::allocation::{Periods, VcpuAlloc};
 use crate::virt::vcpu::{Vcpu, Vm};
 use crate::workload::dist::Dist;
-use crate::workload::heap::Arena;
+use crate::workload::heap::{Arena, MallocPar};
 use crate::workload::program::{Instr, Program, Share, Times, Workload};
 
 use super::{Core, Leaf, Limits, Rem, World};
@@ -359,6 +359,7 @@ impl World<'_> {
                 pv_left: u64::MAX,
                 pmt: crate::kernel::thread::PmtWait::RACING,
                 arena: Arena::new(heap),
+                malloc: MallocPar::new(&heap),
                 mm_queue: VecDeque::new(),
                 kpath: VecDeque::new(),
                 blocking: None,
@@ -391,6 +392,7 @@ impl World<'_> {
             responses: Vec::new(),
             pools: BTreeMap::new(),
             mmap_sem: Default::default(),
+            malloc: MallocPar::new(&heap),
         });
     }
 }

@@ -18,24 +18,26 @@ fn metric(r: &ScenarioResult, m: &str) -> f64 {
 const RECORD: &str = "heap = { mmap_threshold = \"516KiB\", trim_threshold = \"1032KiB\" }\n";
 
 /// One native thread: malloc 512 KiB (touching it), free it. By hand, with the default costs:
-/// - malloc: the heap grows (one mprotect, `syscall_mm` 1,000 ns) and 128 pages fault in
-///   (128 × `page_fault` 700 = 89,600 ns). The CPU's page list starts empty and is refilled
-///   5 times with 31 pages under `zone->lock` (5 × 31 × `zone_page` 60 = 9,300 ns), and the
-///   LRU pagevec fills 9 times (9 × 14 × `lru_page` 40 = 5,040 ns; 2 pages stay in it).
-/// - free: 640 KiB are free at the top; glibc 2.19 trims (640 KiB − 128 KiB − 33) rounded
-///   down = 127 pages with madvise (`syscall_mm` 1,000 ns, and a full local flush, counted as
-///   TLB flushing), then `release_pages` takes them off the LRU in sections of 32, 32, 32 and
-///   31 (127 × 40 = 5,080 ns) and frees them to the page list: 27 + 127 = 154 pages, below
-///   `high` (186), so no `zone->lock`.
+/// - malloc: the arena's first heap has its 2,240-byte header and top_pad read-write (33
+///   pages); the 524,304-byte chunk grows it to 129 pages (one mprotect, `syscall_mm` 1,000
+///   ns) and 128 pages fault in (128 × `page_fault` 700 = 89,600 ns). The CPU's page list
+///   starts empty and is refilled 5 times with 31 pages under `zone->lock` (5 × 31 ×
+///   `zone_page` 60 = 9,300 ns), and the LRU pagevec fills 9 times (9 × 14 × `lru_page` 40 =
+///   5,040 ns; 2 pages stay in it).
+/// - free: 526,144 bytes are free at the top; glibc 2.19 trims (526,144 − 128 KiB − 33)
+///   rounded down = 96 pages with madvise (`syscall_mm` 1,000 ns, and a full local flush,
+///   counted as TLB flushing), then `release_pages` takes them off the LRU in sections of 32
+///   (96 × 40 = 3,840 ns) and frees them to the page list: 27 + 96 = 123 pages, below `high`
+///   (186), so no `zone->lock`.
 ///
-/// Kernel memory-operation time: 1,000 + 89,600 + 9,300 + 5,040 + 1,000 + 5,080 = 111,020 ns.
+/// Kernel memory-operation time: 1,000 + 89,600 + 9,300 + 5,040 + 1,000 + 3,840 = 109,780 ns.
 /// With glibc 2.22 or later nothing is trimmed: 1,000 + 89,600 + 9,300 + 5,040 = 104,940 ns.
 #[test]
 fn a_malloc_free_cycle_takes_the_page_allocator_locks_by_hand() {
     let prog = format!("{RECORD}program = [ {{ malloc = \"512KiB\" }}, {{ free = 1 }} ]\n");
     let exp = "scenarios = [\"native\"]\nvcpus = [1]\n";
     let old = run_inline(exp, &prog, &["host.arena_trim=\"always\""]);
-    assert_eq!(kernel_ns(&old[0], "memory_op"), 111_020, "{:?}", old[0].run.ledger);
+    assert_eq!(kernel_ns(&old[0], "memory_op"), 109_780, "{:?}", old[0].run.ledger);
     let new = run_inline(exp, &prog, &["host.arena_trim=\"threshold\""]);
     assert_eq!(kernel_ns(&new[0], "memory_op"), 104_940, "{:?}", new[0].run.ledger);
 }
@@ -197,8 +199,11 @@ fn a_bit_spinlock_is_test_and_set_in_a_ticket_lock_kernel_and_is_never_paravirtu
 /// - Separate processes (`processes = true`) share no mmap_sem.
 #[test]
 fn mmap_sem_writers_spin_on_a_preempted_owner_only_before_linux_4_10() {
-    let prog =
-        "program = [ { repeat = { times = 60, body = [ { malloc = \"1MiB\" }, { compute = { exp = \"50us\" } }, { free = 1 } ] } } ]\n";
+    // A set mmap threshold stays put (glibc: setting M_MMAP_THRESHOLD turns the dynamic
+    // thresholds off), so every 1 MiB is mapped and unmapped; with the dynamic one only the
+    // first would be, and the rest would come from the heap.
+    let prog = "heap = { mmap_threshold = \"512KiB\" }\n\
+                program = [ { repeat = { times = 60, body = [ { malloc = \"1MiB\" }, { compute = { exp = \"50us\" } }, { free = 1 } ] } } ]\n";
     let exp = "scenarios = [\"OC\"]\nvcpus = [2]\nthreads = 3\n";
     let spin_on_preempted = |rule: &str| {
         let set = format!("guest.rwsem_spin=\"{rule}\"");

@@ -43,10 +43,13 @@ fn only_kernels_from_5_13_boost_a_preempted_shootdown_target() {
         .replace("enabled = false", "enabled = true");
     let r = run_text(&spec, &[]);
     let mean = |i: usize| metric(&r[i], "tlb_latency_mean_us");
+    let wait = |i: usize| metric(&r[i], "tlb_wait_ms");
     assert!(r.iter().all(|x| metric(x, "ple_exits") > 0.0), "the senders' spins reach the PLE window");
-    // (About 2.8x since the trims' page faults and frees take the guest's page-allocator
-    // locks; 3.05x before, with lock-free faults.)
-    assert!(mean(1) > 2.5 * mean(2), "4.14 {} vs 5.13 {}", mean(1), mean(2));
+    // The senders spin far less once the target is boosted (seed 1: 54.7 against 0.25 ms). The
+    // mean latency falls less (1.46x). It fell 2.8x while the heap model grew heaps by top_pad
+    // and trimmed twice per item; with glibc's exact growth it trims once per item.
+    assert!(wait(1) > 20.0 * wait(2), "4.14 {} ms vs 5.13 {} ms of waiting", wait(1), wait(2));
+    assert!(mean(1) > 1.3 * mean(2), "4.14 {} vs 5.13 {}", mean(1), mean(2));
     // 3.10 boosts some preempted vCPU, not necessarily the target; the host's tick then
     // preempts the spinner once it leads its queue by a slice, so the gap is smaller.
     assert!(mean(0) > mean(2), "3.10 {} vs 5.13 {}", mean(0), mean(2));
