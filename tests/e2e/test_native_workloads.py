@@ -107,7 +107,7 @@ def test_build_from_scratch_is_warning_free_and_incremental(tmp_path: Path) -> N
 
 OPTIONS = {
     "spin_barrier": ["--threads", "--rounds", "--work-us", "--work-iters", "--barrier"],
-    "heap_churn": ["--threads", "--iters", "--blocks", "--size"],
+    "heap_churn": ["--threads", "--iters", "--blocks", "--size", "--first-free"],
     "pipeline": ["--stages", "--threads-per-stage", "--items", "--work-us", "--work-iters", "--queue-cap"],
     "parallel": ["--threads", "--work-ms", "--work-iters"],
     "syscall_storm": ["--groups", "--fds", "--loops", "--msg-size", "--mode"],
