@@ -553,6 +553,14 @@ impl World<'_> {
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
+                Instr::FreeMapped(bytes) => {
+                    let th = &mut self.threads[t as usize];
+                    let inst = &mut self.insts[th.inst as usize];
+                    let par = if wl.processes { &mut th.malloc } else { &mut inst.malloc };
+                    par.unmapped(*bytes);
+                    th.mm_queue.push_back(crate::workload::heap::MmOp::Munmap(bytes.div_ceil(crate::workload::heap::PAGE)));
+                    self.run_mm_queue(k, cpu, t)
+                }
                 Instr::MmUnmap { call, pages } => {
                     use crate::workload::heap::MmOp;
                     let op = if *call == crate::workload::program::MmCall::Mprotect { MmOp::Protect(*pages) } else { MmOp::Munmap(*pages) };

@@ -1,25 +1,34 @@
 //! A glibc-like per-thread heap (a non-main arena), enough to make heap churn cause TLB
 //! shootdowns as TPDS found (TPDS §6; glibc malloc/arena.c `shrink_heap`).
 //!
-//! - `malloc(n)` with `n >= mmap_threshold` maps a chunk of its own; freeing it unmaps it
-//!   (a shootdown) and, with the dynamic threshold, raises `mmap_threshold` to `n` and
-//!   `trim_threshold` to `2n` (glibc malloc.c `free` → `munmap_chunk`, `DEFAULT_MMAP_THRESHOLD_MAX`
-//!   = 32 MiB on 64-bit). The thresholds are the **process's**, not the arena's: glibc keeps
-//!   them in `mp_`, one `struct malloc_par` per process, which every arena reads
-//!   ([`MallocPar`]). One thread's free of a mapped buffer therefore stops the other threads'
-//!   arenas trimming below twice its size.
-//! - Smaller chunks come from the top of the arena's heap; growing past the mapped part
-//!   grows the heap by the request plus `top_pad` (`mprotect` adding permissions: no
-//!   shootdown), and touching pages not resident faults them in.
+//! - Chunks carry glibc's header word: a request of `n` bytes takes `request2size(n)` (n + 8
+//!   rounded up to 16, at least 32).
+//! - A chunk at or above `mmap_threshold` is mapped on its own, page-rounded with its header;
+//!   freeing it unmaps it (a shootdown) and, with the dynamic threshold, raises
+//!   `mmap_threshold` to that chunk size and `trim_threshold` to twice it (glibc malloc.c
+//!   `__libc_free` → `munmap_chunk`, `DEFAULT_MMAP_THRESHOLD_MAX` = 32 MiB on 64-bit), so the
+//!   next request of the same size comes from the heap. The thresholds are the **process's**,
+//!   not the arena's: glibc keeps them in `mp_`, one `struct malloc_par` per process, which
+//!   every arena reads ([`MallocPar`]). One thread's free of a mapped buffer therefore stops
+//!   the other threads' arenas trimming below twice its size.
+//! - A thread's first `malloc` creates its arena (`_int_new_arena` → `new_heap`): the first heap
+//!   is that request plus the arena's header plus `top_pad`, made read-write (`mprotect`).
+//!   Smaller chunks come from the top of the heap; growing past the mapped part grows it by
+//!   just the shortfall (`sysmalloc` → `grow_heap(MINSIZE + nb − old_size)`, page-rounded;
+//!   `mprotect` adding permissions: no shootdown), and touching pages not resident faults them in.
 //! - `free` of the top chunk merges it into the top; when the top's free space reaches
-//!   `trim_threshold` the heap shrinks by `ALIGN_DOWN(top_free − top_pad, page)` with
-//!   `madvise(MADV_DONTNEED)` (glibc malloc/arena.c `heap_trim` / `shrink_heap`): a
+//!   `trim_threshold` the heap shrinks by `ALIGN_DOWN(top_free − MINSIZE − 1 − top_pad, page)`
+//!   with `madvise(MADV_DONTNEED)` (glibc malloc/arena.c `heap_trim` / `shrink_heap`): a
 //!   shootdown, and the next growth faults those pages in again. glibc before 2.22 ignores
 //!   `trim_threshold` for these per-thread heaps ([`HeapParams::trim_always`]): every free
 //!   that leaves a page free above `top_pad` shrinks the heap.
 //! - Shrinking with `madvise` keeps the pages' permissions (`shrink_heap` leaves
 //!   `mprotect_size`), so growing back into them makes no system call (`grow_heap` calls
 //!   `mprotect` only beyond `mprotect_size`): only the page faults.
+//! - Not modelled: the main arena's `sbrk` heap (every thread here has a non-main arena),
+//!   arenas shared once a process has more than glibc's limit (`arena_get2`: 8 × CPUs, the
+//!   main one included) or reused from exited threads, tcache and fastbins (small frees
+//!   never reach the top, and trim nothing either way).
 //!
 //! Profiles free LIFO (the most recent allocation first), the pattern that trims. A replayed
 //! trace frees any live chunk ([`Arena::free_live`]): a chunk below the top becomes a hole that
@@ -161,6 +170,11 @@ const MINSIZE: u64 = 32;
 /// `malloc_state` (glibc 2.19–2.36 on 64-bit: 32 + 2,200, aligned to 16).
 const ARENA_HEADER: u64 = 2_240;
 
+/// glibc's HEAP_MIN_SIZE and HEAP_MAX_SIZE on 64-bit (malloc/arena.c; the maximum is 2 ×
+/// DEFAULT_MMAP_THRESHOLD_MAX).
+const HEAP_MIN_SIZE: u64 = 32 << 10;
+const HEAP_MAX_SIZE: u64 = 64 << 20;
+
 /// glibc's `request2size`: the chunk a request of `n` bytes takes (the header word added,
 /// rounded up to MALLOC_ALIGNMENT = 16, at least MINSIZE).
 fn request2size(n: u64) -> u64 {
@@ -172,18 +186,32 @@ fn pages_up(b: u64) -> u64 {
 }
 
 impl Arena {
-    /// A new arena (glibc malloc/arena.c `_int_new_arena` → `new_heap(header, top_pad)`): its
-    /// first heap starts with the header plus `top_pad` made read-write, the header's page
-    /// resident.
+    /// A thread's arena, created at its first `malloc` ([`Arena::malloc`]).
     pub fn new(params: HeapParams) -> Arena {
-        let first = (ARENA_HEADER + params.top_pad).div_ceil(PAGE) * PAGE;
-        let prot = first.max(pages_up(params.mprotect_size) * PAGE);
-        Arena { params, top: ARENA_HEADER, mapped: first, prot, resident: PAGE, ..Default::default() }
+        Arena { params, ..Default::default() }
+    }
+
+    /// The thread's first `malloc(size)` creates its arena (glibc malloc/arena.c `arena_get2` →
+    /// `_int_new_arena(size)` → `new_heap(size + header, top_pad)`): the first heap is the
+    /// request plus the arena's header plus `top_pad`, page-rounded (at least HEAP_MIN_SIZE =
+    /// 32 KiB, at most HEAP_MAX_SIZE = 64 MiB), made read-write with one `mprotect`, and the
+    /// header's page is resident. An arena that starts in its steady state (`mprotect_size` >
+    /// 0) was created before the run: no `mprotect` then.
+    fn create(&mut self, size: u64, out: &mut Vec<MmOp>) {
+        let first = (size.saturating_add(ARENA_HEADER + self.params.top_pad)).clamp(HEAP_MIN_SIZE, HEAP_MAX_SIZE).div_ceil(PAGE) * PAGE;
+        (self.top, self.mapped, self.resident) = (ARENA_HEADER, first, PAGE);
+        self.prot = first.max(pages_up(self.params.mprotect_size) * PAGE);
+        if self.params.mprotect_size == 0 {
+            out.push(MmOp::Grow(first / PAGE));
+        }
     }
 
     /// `malloc(size)` under the process's thresholds `par`; appends its consequences to `out`.
     pub fn malloc(&mut self, par: &MallocPar, size: u64, out: &mut Vec<MmOp>) {
         let size = size.max(16);
+        if self.mapped == 0 {
+            self.create(size, out);
+        }
         if let Some(chunk) = par.mapped_chunk(size) {
             self.chunks.push((chunk, true, true));
             out.push(MmOp::Mmap(chunk / PAGE));
@@ -316,11 +344,12 @@ mod tests {
         for _ in 0..4 {
             a.malloc(&par, 64 << 10, &mut ops);
         }
-        // The first heap has its 2,240-byte header + top_pad read-write (33 pages): two 64 KiB
-        // chunks (65,552 bytes each with their header word) fit; beyond, the heap grows by
-        // what is missing, page-rounded: 16 pages each.
-        let (f, g) = (MmOp::Faults(16), MmOp::Grow(16));
-        assert_eq!(ops, vec![f, f, g, f, g, f]);
+        // The first malloc creates the arena: its first heap is the 64 KiB request + the
+        // 2,240-byte header + top_pad, page-rounded (49 pages, one mprotect). Three 64 KiB
+        // chunks (65,552 bytes each with their header word) fit; the fourth grows the heap by
+        // what is missing, page-rounded: 16 pages.
+        let f = MmOp::Faults(16);
+        assert_eq!(ops, vec![MmOp::Grow(49), f, f, f, MmOp::Grow(16), f]);
         ops.clear();
         a.free(&mut par, 4, &mut ops);
         // 65 pages mapped. The first free leaves 67,344 bytes free at the top (below the
@@ -348,14 +377,15 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         a.malloc(&par, 512 << 10, &mut ops);
-        // 524,304 bytes from the header's end: the heap grows from its first 33 pages to 129
-        // (96 made read-write), and the 128 pages beyond the header's are touched.
-        assert_eq!(ops, vec![MmOp::Grow(96), MmOp::Faults(128)]);
-        for _ in 0..3 {
+        // The arena's first heap: 512 KiB + header + top_pad = 161 pages read-write; the
+        // 524,304-byte chunk fits, and the 128 pages beyond the header's are touched.
+        assert_eq!(ops, vec![MmOp::Grow(161), MmOp::Faults(128)]);
+        for trimmed in [128, 96, 96] {
             ops.clear();
             a.free(&mut par, 1, &mut ops);
-            // 526,144 bytes free at the top: (526,144 - 128 KiB - 33) rounded down to pages = 96.
-            assert_eq!(ops, vec![MmOp::Trim(96)], "trimmed below the 1 MiB threshold: {ops:?}");
+            // 657,216 bytes free at the top the first time (the first heap's 161 pages), then
+            // 526,144 (129 pages regrown): less 128 KiB + 33, rounded down to pages.
+            assert_eq!(ops, vec![MmOp::Trim(trimmed)], "trimmed below the 1 MiB threshold: {ops:?}");
             ops.clear();
             a.malloc(&par, 512 << 10, &mut ops);
             assert_eq!(ops, vec![MmOp::Faults(96)], "regrown within mprotect_size: faults only ({ops:?})");
@@ -374,16 +404,16 @@ mod tests {
         // ebizzy after its first record: 512 KiB + top_pad already read-write.
         let params = HeapParams { mmap_threshold: 516 << 10, dynamic: false, mprotect_size: 640 << 10, ..HeapParams::default() };
         let mut a = Arena::new(params);
-        let mut par = MallocPar::new(&a.params);
+        let par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         a.malloc(&par, 512 << 10, &mut ops);
         assert_eq!(ops, vec![MmOp::Faults(128)], "within mprotect_size: faults only");
         // Beyond it, only the difference is made read-write.
         ops.clear();
         a.malloc(&par, 200 << 10, &mut ops);
-        // 204,816 bytes more: the heap end moves from 129 to 179 pages, 19 of them beyond the
-        // 160 already read-write.
-        assert_eq!(ops, vec![MmOp::Grow(19), MmOp::Faults(50)], "{ops:?}");
+        // 204,816 bytes more: the heap end moves from 129 to 179 pages, 18 of them beyond the
+        // first heap's 161 (which cover the 640 KiB already read-write).
+        assert_eq!(ops, vec![MmOp::Grow(18), MmOp::Faults(50)], "{ops:?}");
     }
 
     #[test]
@@ -405,15 +435,18 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         a.malloc(&par, 1 << 20, &mut ops);
-        assert_eq!(ops[0], MmOp::Mmap(257), "1 MiB + 16 bytes of header, page-rounded");
+        // The arena is created for the request (1 MiB + header + top_pad: 289 pages), which
+        // is then mapped on its own: 1 MiB + 16 bytes of header, page-rounded.
+        assert_eq!(ops[..2], [MmOp::Grow(289), MmOp::Mmap(257)]);
         a.free(&mut par, 1, &mut ops);
         assert!(ops.contains(&MmOp::Munmap(257)));
         assert_eq!(par.mmap_threshold, (1 << 20) + PAGE);
         assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
-        // The same request again is below the raised threshold: it comes from the heap.
+        // The same request again is below the raised threshold: it comes from the heap, which
+        // was made large enough for it.
         ops.clear();
         a.malloc(&par, 1 << 20, &mut ops);
-        assert!(matches!(ops[0], MmOp::Grow(_)), "{ops:?}");
+        assert_eq!(ops, vec![MmOp::Faults(256)]);
         assert_eq!(par.mapped_chunk(1 << 20), None);
         assert_eq!(par.mapped_chunk((1 << 20) + PAGE), Some((1 << 20) + 2 * PAGE));
     }
@@ -425,7 +458,7 @@ mod tests {
     fn a_mapped_free_in_one_arena_stops_trimming_in_the_others() {
         let mut par = MallocPar::default();
         let (mut main, mut worker) = (Arena::new(HeapParams::default()), Arena::new(HeapParams::default()));
-        let mut churn = |worker: &mut Arena, par: &mut MallocPar| {
+        let churn = |worker: &mut Arena, par: &mut MallocPar| {
             let mut ops = Vec::new();
             for _ in 0..8 {
                 worker.malloc(par, 32 << 10, &mut ops);

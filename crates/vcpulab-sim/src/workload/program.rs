@@ -397,6 +397,11 @@ pub enum Instr {
     /// `free` of the thread's k-th most recent live allocation (0 = the most recent): what a
     /// replayed trace frees (see [`super::heap::Arena::free_live`]).
     FreeLive(u64),
+    /// `free` of a mapped chunk of this many bytes that another thread allocated (a replayed
+    /// trace): `munmap` and a shootdown, and the process's malloc thresholds raised as glibc's
+    /// `__libc_free` does for any thread's chunk. The allocating thread's arena keeps its record
+    /// of the chunk, which it never frees itself.
+    FreeMapped(u64),
     /// A memory-management system call that removes or downgrades mappings of this many
     /// pages (a TLB shootdown to the other CPUs running the process).
     MmUnmap {

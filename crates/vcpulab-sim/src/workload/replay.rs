@@ -230,9 +230,8 @@ struct Builder<'a> {
     /// [`Builder::replay_untraced_blocking`]).
     off_cpu: Vec<(usize, u64)>,
     heap: HeapParams,
-    /// When the process's malloc thresholds changed in the trace, and to what
-    /// ([`malloc_timeline`]).
-    malloc_timeline: Vec<(u64, MallocPar)>,
+    /// The process's allocations and frees together ([`malloc_history`]).
+    malloc: MallocHistory,
     costs: Costs,
     spin_then_block: Option<u64>,
     tracer_record_ns: [u64; 2],
@@ -280,12 +279,12 @@ impl<'a> Builder<'a> {
             stats: ReplayStats::default(),
             off_cpu: Vec::new(),
             heap,
-            malloc_timeline: Vec::new(),
+            malloc: MallocHistory::default(),
             costs: Costs::default(),
             spin_then_block: None,
             tracer_record_ns: [0, 0],
         };
-        b.malloc_timeline = malloc_timeline(&b.threads, &heap);
+        b.malloc = malloc_history(&b.threads, &heap);
         for i in 0..b.threads.len() {
             let g = i as u32;
             let hs = Handshake {
@@ -780,7 +779,7 @@ impl<'a> Builder<'a> {
                 Event::Realloc { old, size, ptr } => {
                     let mut par = self.malloc_par_at(r.t);
                     if old != 0 {
-                        self.free(old, &mut live, (&mut arena, &mut par), &mut acct);
+                        self.free(old, (me, k), &mut live, (&mut arena, &mut par), &mut acct);
                     }
                     if size > 0 {
                         self.malloc(size, ptr, &mut live, (&mut arena, &mut par), &mut acct);
@@ -788,7 +787,7 @@ impl<'a> Builder<'a> {
                 }
                 Event::Free { ptr } => {
                     let mut par = self.malloc_par_at(r.t);
-                    self.free(ptr, &mut live, (&mut arena, &mut par), &mut acct);
+                    self.free(ptr, (me, k), &mut live, (&mut arena, &mut par), &mut acct);
                 }
                 Event::Munmap { len, ret: 0, .. } => self.shootdown(MmCall::Munmap, len),
                 Event::Madvise { len, advice, ret: 0, .. } if MADV_DROPS.contains(&advice) => self.shootdown(MmCall::Madvise, len),
@@ -859,14 +858,13 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The process's malloc thresholds at trace time `t` ([`malloc_timeline`]), for the
+    /// The process's malloc thresholds at trace time `t` ([`malloc_history`]), for the
     /// mirror of a thread's arena.
     fn malloc_par_at(&self, t: u64) -> MallocPar {
-        let i = self.malloc_timeline.partition_point(|&(at, _)| at <= t);
-        if i == 0 {
-            MallocPar::new(&self.heap)
-        } else {
-            self.malloc_timeline[i - 1].1
+        let changes = &self.malloc.changes;
+        match changes.partition_point(|&(at, _)| at <= t) {
+            0 => MallocPar::new(&self.heap),
+            i => changes[i - 1].1,
         }
     }
 
@@ -881,7 +879,8 @@ impl<'a> Builder<'a> {
         self.kernel_work(&ops, a);
     }
 
-    fn free(&mut self, ptr: u64, live: &mut Vec<u64>, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
+    /// `free(ptr)` by this thread, record `at` = (thread, record index).
+    fn free(&mut self, ptr: u64, at: (usize, usize), live: &mut Vec<u64>, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
         match live.iter().rposition(|&p| p == ptr) {
             Some(i) => {
                 live.remove(i);
@@ -891,7 +890,15 @@ impl<'a> Builder<'a> {
                 arena.free_live(par, k, &mut ops);
                 self.kernel_work(&ops, a);
             }
-            None => self.stats.frees_unmatched += 1,
+            // Another thread's mapped chunk: glibc unmaps it whoever frees it.
+            None => match self.malloc.remote_mapped.get(&at).copied() {
+                Some(bytes) => {
+                    self.push(Instr::FreeMapped(bytes));
+                    par.unmapped(bytes);
+                    self.kernel_work(&[MmOp::Munmap(bytes / PAGE)], a);
+                }
+                None => self.stats.frees_unmatched += 1,
+            },
         }
     }
 
@@ -903,13 +910,23 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// The process's malloc thresholds over the trace (glibc's `mp_`, one per process): the
-/// allocations and frees of all its threads in time order, each allocation at or above the
-/// mmap threshold of its time mapped on its own, and each free of a mapped chunk (by whichever
-/// thread) raising the thresholds ([`MallocPar::unmapped`]). Returns each change as (trace
-/// time, thresholds from then on). The simulation keeps its own process-wide thresholds; this
-/// is for the mirror arenas that estimate the kernel work the simulation will re-create.
-fn malloc_timeline(threads: &[&ThreadTrace], heap: &HeapParams) -> Vec<(u64, MallocPar)> {
+/// What the process's allocations and frees, taken together in time order, decide (glibc's
+/// `mp_` is one per process, and any thread may free any thread's chunk).
+#[derive(Debug, Default, PartialEq)]
+struct MallocHistory {
+    /// Each change of the malloc thresholds: (trace time, thresholds from then on).
+    changes: Vec<(u64, MallocPar)>,
+    /// Frees of a mapped chunk that another thread allocated, by (thread, record): the
+    /// chunk's bytes.
+    remote_mapped: BTreeMap<(usize, usize), u64>,
+}
+
+/// The allocations and frees of all the process's threads in time order: each allocation at
+/// or above the mmap threshold of its time is mapped on its own, and each free of a mapped
+/// chunk (by whichever thread) raises the thresholds ([`MallocPar::unmapped`]). The simulation
+/// keeps its own process-wide thresholds; the changes are for the mirror arenas that estimate
+/// the kernel work the simulation will re-create.
+fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams) -> MallocHistory {
     let mut events: Vec<(u64, usize, usize, &Event)> = Vec::new();
     for (i, t) in threads.iter().enumerate() {
         for (k, r) in t.records.iter().enumerate() {
@@ -923,9 +940,9 @@ fn malloc_timeline(threads: &[&ThreadTrace], heap: &HeapParams) -> Vec<(u64, Mal
     }
     events.sort_unstable_by_key(|&(t, i, k, _)| (t, i, k));
     let mut par = MallocPar::new(heap);
-    let mut mapped: BTreeMap<u64, u64> = BTreeMap::new(); // live mapped chunks: ptr -> bytes
-    let mut changes = Vec::new();
-    for (t, _, _, ev) in events {
+    let mut mapped: BTreeMap<u64, (usize, u64)> = BTreeMap::new(); // live mapped chunks: ptr -> (thread, bytes)
+    let mut history = MallocHistory::default();
+    for (t, i, k, ev) in events {
         let (freed, alloc) = match *ev {
             Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => (0, Some((size, ptr))),
             Event::Calloc { nmemb, size, ptr } => (0, Some((nmemb.saturating_mul(size), ptr))),
@@ -933,20 +950,23 @@ fn malloc_timeline(threads: &[&ThreadTrace], heap: &HeapParams) -> Vec<(u64, Mal
             Event::Free { ptr } => (ptr, None),
             _ => continue,
         };
-        if let Some(bytes) = mapped.remove(&freed).filter(|_| freed != 0) {
+        if let Some((owner, bytes)) = mapped.remove(&freed).filter(|_| freed != 0) {
+            if owner != i {
+                history.remote_mapped.insert((i, k), bytes);
+            }
             let before = par;
             par.unmapped(bytes);
             if par != before {
-                changes.push((t, par));
+                history.changes.push((t, par));
             }
         }
         if let Some((size, ptr)) = alloc.filter(|&(_, p)| p != 0) {
             if let Some(chunk) = par.mapped_chunk(size) {
-                mapped.insert(ptr, chunk);
+                mapped.insert(ptr, (i, chunk));
             }
         }
     }
-    changes
+    history
 }
 
 /// A thread's time from its first record to its last, less its traced waits, as spans.
@@ -1408,6 +1428,46 @@ mod tests {
             ]
         );
         assert_eq!(stats.frees_unmatched, 1);
+    }
+
+    /// glibc's thresholds are the process's: a mapped buffer freed by any thread (here by
+    /// another than its allocator's) raises them for all, in time order; a second buffer of
+    /// the same size then comes from the heap and its free changes nothing.
+    #[test]
+    fn the_malloc_thresholds_follow_the_process_in_time_order() {
+        let mib = 1u64 << 20;
+        let a = thread(
+            10,
+            None,
+            vec![
+                rec(0, Some(0), Event::ProcessStart { pid: 10 }),
+                rec(10, None, Event::Malloc { size: mib, ptr: 0xa }),
+                rec(40, None, Event::Malloc { size: mib, ptr: 0xc }),
+                rec(50, None, Event::Free { ptr: 0xc }),
+            ],
+        );
+        let b = thread(
+            11,
+            None,
+            vec![
+                rec(1, Some(0), start(11, None)),
+                rec(20, None, Event::Malloc { size: 64 << 10, ptr: 0xb }),
+                rec(30, None, Event::Free { ptr: 0xa }),
+            ],
+        );
+        let t = trace(vec![a, b]);
+        let threads: Vec<&ThreadTrace> = t.processes[0].threads.iter().collect();
+        let raised = MallocPar { mmap_threshold: mib + PAGE, trim_threshold: 2 * (mib + PAGE), dynamic: true };
+        let h = malloc_history(&threads, &HeapParams::default());
+        assert_eq!(h.changes, vec![(30, raised)]);
+        assert_eq!(h.remote_mapped, BTreeMap::from([((1, 2), mib + PAGE)]), "thread 1's record 2 frees thread 0's mapping");
+        // Set thresholds stay put.
+        let fixed = HeapParams { dynamic: false, ..HeapParams::default() };
+        assert_eq!(malloc_history(&threads, &fixed).changes, vec![]);
+        // The replay: thread 1 unmaps thread 0's buffer; thread 0's second buffer is not mapped.
+        let (w, stats) = replay(&t);
+        assert!(w.program.instrs.contains(&Instr::FreeMapped(mib + PAGE)), "{:?}", w.program.instrs);
+        assert_eq!(stats.frees_unmatched, 0);
     }
 
     #[test]
