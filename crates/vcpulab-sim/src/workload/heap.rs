@@ -547,7 +547,7 @@ mod tests {
     fn a_shared_arena_frees_each_threads_own_chunks_and_trims_less() {
         let churn = |shared: bool| {
             let mut par = MallocPar::default();
-            let mut arenas = vec![Arena::new(HeapParams::default()), Arena::new(HeapParams::default())];
+            let mut arenas = [Arena::new(HeapParams::default()), Arena::new(HeapParams::default())];
             let mut trims = 0;
             for _ in 0..10 {
                 let mut ops = Vec::new();
