@@ -197,14 +197,20 @@ impl Arena {
     /// request plus the arena's header plus `top_pad`, page-rounded (at least HEAP_MIN_SIZE =
     /// 32 KiB, at most HEAP_MAX_SIZE = 64 MiB), made read-write with one `mprotect`, and the
     /// header's page is resident. An arena that starts in its steady state (`mprotect_size` >
-    /// 0) was created before the run: no `mprotect` then.
+    /// 0) was created, grown and trimmed before the run: no `mprotect`, `mprotect_size` bytes
+    /// read-write, and the heap as the last trim left it (`heap_trim` keeps `top_pad` +
+    /// MINSIZE + 1 above the top, page-rounded), its pages resident.
     fn create(&mut self, size: u64, out: &mut Vec<MmOp>) {
-        let first = (size.saturating_add(ARENA_HEADER + self.params.top_pad)).clamp(HEAP_MIN_SIZE, HEAP_MAX_SIZE).div_ceil(PAGE) * PAGE;
-        (self.top, self.mapped, self.resident) = (ARENA_HEADER, first, PAGE);
-        self.prot = first.max(pages_up(self.params.mprotect_size) * PAGE);
-        if self.params.mprotect_size == 0 {
-            out.push(MmOp::Grow(first / PAGE));
+        self.top = ARENA_HEADER;
+        if self.params.mprotect_size > 0 {
+            self.mapped = (ARENA_HEADER + self.params.top_pad + MINSIZE + 1).min(HEAP_MAX_SIZE).div_ceil(PAGE) * PAGE;
+            self.resident = self.mapped;
+            self.prot = self.mapped.max(pages_up(self.params.mprotect_size) * PAGE);
+            return;
         }
+        let first = (size.saturating_add(ARENA_HEADER + self.params.top_pad)).clamp(HEAP_MIN_SIZE, HEAP_MAX_SIZE).div_ceil(PAGE) * PAGE;
+        (self.mapped, self.prot, self.resident) = (first, first, PAGE);
+        out.push(MmOp::Grow(first / PAGE));
     }
 
     /// `malloc(size)` by thread `owner` under the process's thresholds `par`; appends its
@@ -433,14 +439,16 @@ mod tests {
         let mut a = Arena::new(params);
         let par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
+        // The heap as the previous record's trim left it: 33 pages, resident; the record
+        // grows it to 129 within the 160 pages already read-write, and faults 96.
         a.malloc(&par, 0, 512 << 10, &mut ops);
-        assert_eq!(ops, vec![MmOp::Faults(128)], "within mprotect_size: faults only");
+        assert_eq!(ops, vec![MmOp::Faults(96)], "within mprotect_size: faults only");
         // Beyond it, only the difference is made read-write.
         ops.clear();
         a.malloc(&par, 0, 200 << 10, &mut ops);
-        // 204,816 bytes more: the heap end moves from 129 to 179 pages, 18 of them beyond the
-        // first heap's 161 (which cover the 640 KiB already read-write).
-        assert_eq!(ops, vec![MmOp::Grow(18), MmOp::Faults(50)], "{ops:?}");
+        // 204,816 bytes more: the heap end moves from 129 to 179 pages, 19 of them beyond the
+        // 160 already read-write.
+        assert_eq!(ops, vec![MmOp::Grow(19), MmOp::Faults(50)], "{ops:?}");
     }
 
     #[test]
