@@ -179,10 +179,6 @@ pub struct Instance {
     pub mmap_sem: super::rwsem::Rwsem,
     /// Its process's malloc thresholds (glibc's `mp_`), shared by its threads' arenas.
     pub malloc: crate::workload::heap::MallocPar,
-    /// Its process's heap arenas: one per thread up to glibc's arena limit for the CPUs its
-    /// kernel has, shared beyond ([`crate::workload::heap::arena_of`]); one per thread where
-    /// its threads stand for processes (`processes = true`).
-    pub arenas: Vec<crate::workload::heap::Arena>,
     /// The work pools of dynamic loops, by (pc of the `LoopStart`, episode): the k-th
     /// time the threads of a group reach the loop they share pool k.
     pub pools: BTreeMap<(u32, u64), WorkPool>,

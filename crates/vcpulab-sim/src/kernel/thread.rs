@@ -155,8 +155,8 @@ pub struct Thread {
     pub pv_left: u64,
     /// Where a PMT spinlock waiter is in its preemptable loop.
     pub pmt: PmtWait,
-    /// Its heap arena: an index into its instance's arenas ([`super::sync::Instance::arenas`]).
-    pub arena: u32,
+    /// Its heap arena.
+    pub arena: crate::workload::heap::Arena,
     /// The malloc thresholds of its process when the thread stands for a process of its own
     /// (`processes = true`); otherwise its instance's ([`super::sync::Instance::malloc`]).
     pub malloc: crate::workload::heap::MallocPar,
@@ -532,11 +532,11 @@ impl World<'_> {
                 }
                 Instr::Malloc(d) => {
                     let th = &mut self.threads[t as usize];
-                    let inst = &mut self.insts[th.inst as usize];
+                    let inst = &self.insts[th.inst as usize];
                     let par = if wl.processes { &th.malloc } else { &inst.malloc };
                     let bytes = d.sample(&mut th.rng).max(1);
                     let mut ops = Vec::new();
-                    inst.arenas[th.arena as usize].malloc(par, t, bytes, &mut ops);
+                    th.arena.malloc(par, bytes, &mut ops);
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
@@ -544,12 +544,11 @@ impl World<'_> {
                     let th = &mut self.threads[t as usize];
                     let inst = &mut self.insts[th.inst as usize];
                     let par = if wl.processes { &mut th.malloc } else { &mut inst.malloc };
-                    let arena = &mut inst.arenas[th.arena as usize];
                     let mut ops = Vec::new();
                     if matches!(wl.program.instrs[pc as usize], Instr::Free(_)) {
-                        arena.free(par, t, *n, &mut ops);
+                        th.arena.free(par, *n, &mut ops);
                     } else {
-                        arena.free_live(par, t, *n, &mut ops);
+                        th.arena.free_live(par, *n, &mut ops);
                     }
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)

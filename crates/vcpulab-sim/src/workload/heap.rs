@@ -142,14 +142,13 @@ pub enum MmOp {
     Protect(u64),
 }
 
-/// An arena: one thread's, or shared by several beyond glibc's arena limit ([`arena_of`]).
+/// One thread's arena.
 #[derive(Clone, Debug, Default)]
 pub struct Arena {
     params: HeapParams,
-    /// Chunks, most recent last: (bytes, mmapped, live, the thread that allocated it). A chunk
-    /// that is not live is a hole (only heap chunks become holes; an mmapped chunk is unmapped
-    /// when freed).
-    chunks: Vec<(u64, bool, bool, u32)>,
+    /// Chunks, most recent last: (bytes, mmapped, live). A chunk that is not live is a hole
+    /// (only heap chunks become holes; an mmapped chunk is unmapped when freed).
+    chunks: Vec<(u64, bool, bool)>,
     /// Holes among `chunks`.
     holes: usize,
     /// Bytes in use from the heap base.
@@ -213,15 +212,14 @@ impl Arena {
         out.push(MmOp::Grow(first / PAGE));
     }
 
-    /// `malloc(size)` by thread `owner` under the process's thresholds `par`; appends its
-    /// consequences to `out`.
-    pub fn malloc(&mut self, par: &MallocPar, owner: u32, size: u64, out: &mut Vec<MmOp>) {
+    /// `malloc(size)` under the process's thresholds `par`; appends its consequences to `out`.
+    pub fn malloc(&mut self, par: &MallocPar, size: u64, out: &mut Vec<MmOp>) {
         let size = size.max(16);
         if self.mapped == 0 {
             self.create(size, out);
         }
         if let Some(chunk) = par.mapped_chunk(size) {
-            self.chunks.push((chunk, true, true, owner));
+            self.chunks.push((chunk, true, true));
             out.push(MmOp::Mmap(chunk / PAGE));
             out.push(MmOp::Faults(pages_up(size)));
             return;
@@ -229,12 +227,12 @@ impl Arena {
         let size = request2size(size);
         if self.holes > 0 {
             if let Some(c) = self.chunks.iter_mut().find(|c| !c.2 && c.0 >= size) {
-                (c.2, c.3) = (true, owner);
+                c.2 = true;
                 self.holes -= 1;
                 return;
             }
         }
-        self.chunks.push((size, false, true, owner));
+        self.chunks.push((size, false, true));
         self.top += size;
         // The top chunk must keep MINSIZE after the split; a non-main arena grows its heap by
         // just what is missing, page-rounded (malloc.c `sysmalloc`: `grow_heap(h, MINSIZE + nb -
@@ -253,23 +251,23 @@ impl Arena {
         }
     }
 
-    /// `free` of thread `owner`'s `n` most recent live allocations (fewer if fewer are live).
-    pub fn free(&mut self, par: &mut MallocPar, owner: u32, n: u64, out: &mut Vec<MmOp>) {
+    /// `free` of the `n` most recent live allocations (fewer if fewer are live).
+    pub fn free(&mut self, par: &mut MallocPar, n: u64, out: &mut Vec<MmOp>) {
         for _ in 0..n {
-            if !self.free_live(par, owner, 0, out) {
+            if !self.free_live(par, 0, out) {
                 return;
             }
         }
     }
 
-    /// `free` of thread `owner`'s `k`-th most recent live allocation (0 = the most recent);
-    /// false if fewer than `k + 1` are live. A mapped chunk's free raises the process's
-    /// thresholds `par`; a heap chunk's trim compares with them.
-    pub fn free_live(&mut self, par: &mut MallocPar, owner: u32, k: u64, out: &mut Vec<MmOp>) -> bool {
+    /// `free` of the `k`-th most recent live allocation (0 = the most recent); false if
+    /// fewer than `k + 1` are live. A mapped chunk's free raises the process's thresholds
+    /// `par`; a heap chunk's trim compares with them.
+    pub fn free_live(&mut self, par: &mut MallocPar, k: u64, out: &mut Vec<MmOp>) -> bool {
         let Some(i) = self.chunks.iter().rposition({
             let mut left = k;
             move |c| {
-                if !c.2 || c.3 != owner {
+                if !c.2 {
                     return false;
                 }
                 if left == 0 {
@@ -281,7 +279,7 @@ impl Arena {
         }) else {
             return false;
         };
-        let (size, mmapped, _, _) = self.chunks[i];
+        let (size, mmapped, _) = self.chunks[i];
         if mmapped {
             self.chunks.remove(i);
             out.push(MmOp::Munmap(pages_up(size)));
@@ -293,7 +291,7 @@ impl Arena {
         // Free chunks at the top merge into it (mmapped chunks are not in the heap).
         let mut merged = false;
         while let Some(j) = self.chunks.iter().rposition(|c| !c.1) {
-            let (size, _, live, _) = self.chunks[j];
+            let (size, _, live) = self.chunks[j];
             if live {
                 break;
             }
@@ -318,31 +316,6 @@ impl Arena {
             }
         }
         true
-    }
-}
-
-/// glibc's arena limit (malloc/arena.c `arena_get2`): a thread's first `malloc` creates an
-/// arena while the process has fewer than `narenas_limit` = 8 × CPUs on 64-bit
-/// (`NARENAS_FROM_NCORES`), the main arena included; the limit is computed only once more than
-/// `arena_test` = 8 arenas exist, so there are at least 9.
-pub fn arena_limit(ncpus: u32) -> usize {
-    (8 * ncpus as usize).max(9)
-}
-
-/// The arena of a process's `j`-th thread (0, the main thread, is on the main arena, index
-/// 0), given the arena limit: its own below the limit; beyond it shared, in the order glibc's
-/// `reused_arena` hands them out: the main arena first, then from the newest arena to the
-/// oldest (`next_to_use` follows each arena's `next`, and `_int_new_arena` links a new arena
-/// right after the main one), round robin. (glibc passes over an arena whose lock another
-/// thread holds at that instant, and gives an exited thread's arena to the next new thread,
-/// `get_free_list`; neither is modelled.)
-pub fn arena_of(j: usize, limit: usize) -> usize {
-    match j.checked_sub(limit) {
-        None => j,
-        Some(excess) => match excess % limit {
-            0 => 0,
-            k => limit - k,
-        },
     }
 }
 
@@ -375,7 +348,7 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..4 {
-            a.malloc(&par, 0, 64 << 10, &mut ops);
+            a.malloc(&par, 64 << 10, &mut ops);
         }
         // The first malloc creates the arena: its first heap is the 64 KiB request + the
         // 2,240-byte header + top_pad, page-rounded (49 pages, one mprotect). Three 64 KiB
@@ -384,14 +357,14 @@ mod tests {
         let f = MmOp::Faults(16);
         assert_eq!(ops, vec![MmOp::Grow(49), f, f, f, MmOp::Grow(16), f]);
         ops.clear();
-        a.free(&mut par, 0, 4, &mut ops);
+        a.free(&mut par, 4, &mut ops);
         // 65 pages mapped. The first free leaves 67,344 bytes free at the top (below the
         // 128 KiB trim threshold); the second 132,896, of which nothing is a whole page above
         // top_pad + MINSIZE + 1; the third and fourth release 16 pages each, down to top_pad.
         assert_eq!(ops, vec![MmOp::Trim(16); 2], "{ops:?}");
         ops.clear();
         for _ in 0..3 {
-            a.malloc(&par, 0, 64 << 10, &mut ops);
+            a.malloc(&par, 64 << 10, &mut ops);
         }
         assert!(ops.iter().any(|o| matches!(o, MmOp::Faults(_))), "trimmed pages fault again: {ops:?}");
     }
@@ -409,26 +382,26 @@ mod tests {
         let mut a = Arena::new(params);
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        a.malloc(&par, 0, 512 << 10, &mut ops);
+        a.malloc(&par, 512 << 10, &mut ops);
         // The arena's first heap: 512 KiB + header + top_pad = 161 pages read-write; the
         // 524,304-byte chunk fits, and the 128 pages beyond the header's are touched.
         assert_eq!(ops, vec![MmOp::Grow(161), MmOp::Faults(128)]);
         for trimmed in [128, 96, 96] {
             ops.clear();
-            a.free(&mut par, 0, 1, &mut ops);
+            a.free(&mut par, 1, &mut ops);
             // 657,216 bytes free at the top the first time (the first heap's 161 pages), then
             // 526,144 (129 pages regrown): less 128 KiB + 33, rounded down to pages.
             assert_eq!(ops, vec![MmOp::Trim(trimmed)], "trimmed below the 1 MiB threshold: {ops:?}");
             ops.clear();
-            a.malloc(&par, 0, 512 << 10, &mut ops);
+            a.malloc(&par, 512 << 10, &mut ops);
             assert_eq!(ops, vec![MmOp::Faults(96)], "regrown within mprotect_size: faults only ({ops:?})");
         }
         // glibc 2.22 and later: below the threshold nothing is trimmed.
         let mut b = Arena::new(HeapParams { trim_always: false, ..params });
         let mut par = MallocPar::new(&b.params);
-        b.malloc(&par, 0, 512 << 10, &mut ops);
+        b.malloc(&par, 512 << 10, &mut ops);
         ops.clear();
-        b.free(&mut par, 0, 1, &mut ops);
+        b.free(&mut par, 1, &mut ops);
         assert!(ops.is_empty(), "{ops:?}");
     }
 
@@ -441,11 +414,11 @@ mod tests {
         let mut ops = Vec::new();
         // The heap as the previous record's trim left it: 33 pages, resident; the record
         // grows it to 129 within the 160 pages already read-write, and faults 96.
-        a.malloc(&par, 0, 512 << 10, &mut ops);
+        a.malloc(&par, 512 << 10, &mut ops);
         assert_eq!(ops, vec![MmOp::Faults(96)], "within mprotect_size: faults only");
         // Beyond it, only the difference is made read-write.
         ops.clear();
-        a.malloc(&par, 0, 200 << 10, &mut ops);
+        a.malloc(&par, 200 << 10, &mut ops);
         // 204,816 bytes more: the heap end moves from 129 to 179 pages, 19 of them beyond the
         // 160 already read-write.
         assert_eq!(ops, vec![MmOp::Grow(19), MmOp::Faults(50)], "{ops:?}");
@@ -457,10 +430,10 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..4 {
-            a.malloc(&par, 0, 64 << 10, &mut ops);
+            a.malloc(&par, 64 << 10, &mut ops);
         }
         ops.clear();
-        a.free(&mut par, 0, 4, &mut ops);
+        a.free(&mut par, 4, &mut ops);
         assert!(ops.is_empty(), "{ops:?}");
     }
 
@@ -469,18 +442,18 @@ mod tests {
         let mut a = Arena::new(HeapParams::default());
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        a.malloc(&par, 0, 1 << 20, &mut ops);
+        a.malloc(&par, 1 << 20, &mut ops);
         // The arena is created for the request (1 MiB + header + top_pad: 289 pages), which
         // is then mapped on its own: 1 MiB + 16 bytes of header, page-rounded.
         assert_eq!(ops[..2], [MmOp::Grow(289), MmOp::Mmap(257)]);
-        a.free(&mut par, 0, 1, &mut ops);
+        a.free(&mut par, 1, &mut ops);
         assert!(ops.contains(&MmOp::Munmap(257)));
         assert_eq!(par.mmap_threshold, (1 << 20) + PAGE);
         assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
         // The same request again is below the raised threshold: it comes from the heap, which
         // was made large enough for it.
         ops.clear();
-        a.malloc(&par, 0, 1 << 20, &mut ops);
+        a.malloc(&par, 1 << 20, &mut ops);
         assert_eq!(ops, vec![MmOp::Faults(256)]);
         assert_eq!(par.mapped_chunk(1 << 20), None);
         assert_eq!(par.mapped_chunk((1 << 20) + PAGE), Some((1 << 20) + 2 * PAGE));
@@ -496,15 +469,15 @@ mod tests {
         let churn = |worker: &mut Arena, par: &mut MallocPar| {
             let mut ops = Vec::new();
             for _ in 0..8 {
-                worker.malloc(par, 0, 32 << 10, &mut ops);
+                worker.malloc(par, 32 << 10, &mut ops);
             }
-            worker.free(par, 0, 8, &mut ops);
+            worker.free(par, 8, &mut ops);
             ops.iter().filter(|o| matches!(o, MmOp::Trim(_))).count()
         };
         assert!(churn(&mut worker, &mut par) > 0, "128 KiB thresholds: the worker's heap top is trimmed");
         let mut ops = Vec::new();
-        main.malloc(&par, 0, 1 << 20, &mut ops);
-        main.free(&mut par, 0, 1, &mut ops);
+        main.malloc(&par, 1 << 20, &mut ops);
+        main.free(&mut par, 1, &mut ops);
         assert_eq!(ops.last(), Some(&MmOp::Munmap(257)));
         assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
         for _ in 0..3 {
@@ -521,62 +494,20 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..3 {
-            a.malloc(&par, 0, 64 << 10, &mut ops);
+            a.malloc(&par, 64 << 10, &mut ops);
         }
         ops.clear();
-        assert!(a.free_live(&mut par, 0, 1, &mut ops), "the middle chunk");
+        assert!(a.free_live(&mut par, 1, &mut ops), "the middle chunk");
         assert!(ops.is_empty(), "a hole below the top trims nothing: {ops:?}");
-        a.malloc(&par, 0, 32 << 10, &mut ops);
+        a.malloc(&par, 32 << 10, &mut ops);
         assert!(ops.is_empty(), "a smaller request reuses the hole: {ops:?}");
-        assert!(a.free_live(&mut par, 0, 1, &mut ops), "the reused hole again");
-        assert!(a.free_live(&mut par, 0, 1, &mut ops), "the bottom chunk");
+        assert!(a.free_live(&mut par, 1, &mut ops), "the reused hole again");
+        assert!(a.free_live(&mut par, 1, &mut ops), "the bottom chunk");
         assert!(ops.is_empty(), "{ops:?}");
-        assert!(a.free_live(&mut par, 0, 0, &mut ops), "the top chunk: everything below is free");
+        assert!(a.free_live(&mut par, 0, &mut ops), "the top chunk: everything below is free");
         assert_eq!(a.top, ARENA_HEADER);
         assert!(matches!(ops.as_slice(), [MmOp::Trim(_)]), "one trim for the merged top: {ops:?}");
-        assert!(!a.free_live(&mut par, 0, 0, &mut ops), "nothing live is left");
-    }
-
-    /// glibc on 2 CPUs: 16 arenas (the main one included); the 17th thread gets the main arena,
-    /// the next ones the newest arenas first. On 1 CPU, `arena_test` still lets 9 exist.
-    #[test]
-    fn threads_beyond_the_arena_limit_share_in_reused_arena_order() {
-        let limit = arena_limit(2);
-        assert_eq!((limit, arena_limit(1), arena_limit(64)), (16, 9, 512));
-        let arenas: Vec<usize> = (0..34).map(|j| arena_of(j, limit)).collect();
-        assert_eq!(arenas[..16], (0..16).collect::<Vec<_>>()[..]);
-        assert_eq!(arenas[16..], [0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15]);
-    }
-
-    /// Two threads churning in one shared arena: each one's chunks sit among the other's, so a
-    /// free merges into the top only when what lies above it is free too, and the arena
-    /// trims less often than two arenas of their own would.
-    #[test]
-    fn a_shared_arena_frees_each_threads_own_chunks_and_trims_less() {
-        let churn = |shared: bool| {
-            let mut par = MallocPar::default();
-            let mut arenas = [Arena::new(HeapParams::default()), Arena::new(HeapParams::default())];
-            let mut trims = 0;
-            for _ in 0..10 {
-                let mut ops = Vec::new();
-                for _ in 0..8 {
-                    for owner in 0..2u32 {
-                        let a = if shared { 0 } else { owner as usize };
-                        arenas[a].malloc(&par, owner, 32 << 10, &mut ops);
-                    }
-                }
-                // Thread 0 frees its batch first, then thread 1.
-                for owner in 0..2u32 {
-                    let a = if shared { 0 } else { owner as usize };
-                    arenas[a].free(&mut par, owner, 8, &mut ops);
-                }
-                trims += ops.iter().filter(|o| matches!(o, MmOp::Trim(_))).count();
-            }
-            trims
-        };
-        let (own, shared) = (churn(false), churn(true));
-        assert_eq!(own, 10 * 2 * 4, "4 trims per batch in an arena of one's own");
-        assert!(shared < own, "shared {shared} against own {own}");
+        assert!(!a.free_live(&mut par, 0, &mut ops), "nothing live is left");
     }
 
     #[test]

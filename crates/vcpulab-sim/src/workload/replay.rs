@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::dist::Dist;
-use super::heap::{arena_limit, arena_of, Arena, HeapParams, MallocPar, MmOp, PAGE};
+use super::heap::{Arena, HeapParams, MallocPar, MmOp, PAGE};
 use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
 use crate::machine::costs::Costs;
 use crate::trace::ThreadTrace;
@@ -229,6 +229,7 @@ struct Builder<'a> {
     /// The current thread's computes that lost off-CPU time, and how much (see
     /// [`Builder::replay_untraced_blocking`]).
     off_cpu: Vec<(usize, u64)>,
+    heap: HeapParams,
     /// The process's allocations and frees together ([`malloc_history`]).
     malloc: MallocHistory,
     costs: Costs,
@@ -277,12 +278,13 @@ impl<'a> Builder<'a> {
             groups: Vec::new(),
             stats: ReplayStats::default(),
             off_cpu: Vec::new(),
+            heap,
             malloc: MallocHistory::default(),
             costs: Costs::default(),
             spin_then_block: None,
             tracer_record_ns: [0, 0],
         };
-        b.malloc = malloc_history(&b.threads, &heap, process.start.as_ref().map_or(2, |s| s.cpus));
+        b.malloc = malloc_history(&b.threads, &heap);
         for i in 0..b.threads.len() {
             let g = i as u32;
             let hs = Handshake {
@@ -686,6 +688,7 @@ impl<'a> Builder<'a> {
         let mut held: BTreeMap<ObjId, u32> = BTreeMap::new();
         let mut readers: BTreeMap<u64, u32> = BTreeMap::new();
         let mut live: Vec<u64> = Vec::new(); // this thread's live allocations, oldest first
+        let mut arena = Arena::new(self.heap); // a mirror of the simulated arena
         let mut acct = Account { prev_t: t.records[0].t, cpu_start: t.records[0].cpu.unwrap_or(0), ..Account::default() };
         for (k, r) in t.records.iter().enumerate() {
             self.stats.records += 1;
@@ -766,25 +769,25 @@ impl<'a> Builder<'a> {
                 },
                 Event::CondSignal { .. } | Event::CondBroadcast { .. } => self.send_wakeups(me, k),
                 Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => {
-                    self.malloc(ptr, size, &mut live);
-                    self.heap_work((me, k), &mut acct);
+                    let mut par = self.malloc_par_at(r.t);
+                    self.malloc(size, ptr, &mut live, (&mut arena, &mut par), &mut acct);
                 }
                 Event::Calloc { nmemb, size, ptr } => {
-                    self.malloc(ptr, nmemb.saturating_mul(size), &mut live);
-                    self.heap_work((me, k), &mut acct);
+                    let mut par = self.malloc_par_at(r.t);
+                    self.malloc(nmemb.saturating_mul(size), ptr, &mut live, (&mut arena, &mut par), &mut acct);
                 }
                 Event::Realloc { old, size, ptr } => {
+                    let mut par = self.malloc_par_at(r.t);
                     if old != 0 {
-                        self.free(old, (me, k), &mut live);
+                        self.free(old, (me, k), &mut live, (&mut arena, &mut par), &mut acct);
                     }
                     if size > 0 {
-                        self.malloc(ptr, size, &mut live);
+                        self.malloc(size, ptr, &mut live, (&mut arena, &mut par), &mut acct);
                     }
-                    self.heap_work((me, k), &mut acct);
                 }
                 Event::Free { ptr } => {
-                    self.free(ptr, (me, k), &mut live);
-                    self.heap_work((me, k), &mut acct);
+                    let mut par = self.malloc_par_at(r.t);
+                    self.free(ptr, (me, k), &mut live, (&mut arena, &mut par), &mut acct);
                 }
                 Event::Munmap { len, ret: 0, .. } => self.shootdown(MmCall::Munmap, len),
                 Event::Madvise { len, advice, ret: 0, .. } if MADV_DROPS.contains(&advice) => self.shootdown(MmCall::Madvise, len),
@@ -831,13 +834,6 @@ impl<'a> Builder<'a> {
             .sum::<u64>();
     }
 
-    /// The kernel work of the heap model's consequences of record `at` ([`malloc_history`]).
-    fn heap_work(&self, at: (usize, usize), a: &mut Account) {
-        if let Some(ops) = self.malloc.ops.get(&at) {
-            self.kernel_work(ops, a);
-        }
-    }
-
     fn sleep(&mut self, ns: u64) {
         if ns > 0 {
             self.push(Instr::Sleep(Dist::Fixed(ns)));
@@ -862,24 +858,45 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn malloc(&mut self, ptr: u64, size: u64, live: &mut Vec<u64>) {
+    /// The process's malloc thresholds at trace time `t` ([`malloc_history`]), for the
+    /// mirror of a thread's arena.
+    fn malloc_par_at(&self, t: u64) -> MallocPar {
+        let changes = &self.malloc.changes;
+        match changes.partition_point(|&(at, _)| at <= t) {
+            0 => MallocPar::new(&self.heap),
+            i => changes[i - 1].1,
+        }
+    }
+
+    fn malloc(&mut self, size: u64, ptr: u64, live: &mut Vec<u64>, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
         if ptr == 0 {
             return; // failed
         }
         live.push(ptr);
         self.push(Instr::Malloc(Dist::Fixed(size)));
+        let mut ops = Vec::new();
+        arena.malloc(par, size.max(1), &mut ops);
+        self.kernel_work(&ops, a);
     }
 
     /// `free(ptr)` by this thread, record `at` = (thread, record index).
-    fn free(&mut self, ptr: u64, at: (usize, usize), live: &mut Vec<u64>) {
+    fn free(&mut self, ptr: u64, at: (usize, usize), live: &mut Vec<u64>, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
         match live.iter().rposition(|&p| p == ptr) {
             Some(i) => {
                 live.remove(i);
-                self.push(Instr::FreeLive((live.len() - i) as u64));
+                let k = (live.len() - i) as u64;
+                self.push(Instr::FreeLive(k));
+                let mut ops = Vec::new();
+                arena.free_live(par, k, &mut ops);
+                self.kernel_work(&ops, a);
             }
             // Another thread's mapped chunk: glibc unmaps it whoever frees it.
             None => match self.malloc.remote_mapped.get(&at).copied() {
-                Some(bytes) => self.push(Instr::FreeMapped(bytes)),
+                Some(bytes) => {
+                    self.push(Instr::FreeMapped(bytes));
+                    par.unmapped(bytes);
+                    self.kernel_work(&[MmOp::Munmap(bytes / PAGE)], a);
+                }
                 None => self.stats.frees_unmatched += 1,
             },
         }
@@ -894,8 +911,7 @@ impl<'a> Builder<'a> {
 }
 
 /// What the process's allocations and frees, taken together in time order, decide (glibc's
-/// `mp_` is one per process, threads beyond the arena limit share arenas, and any thread may
-/// free any thread's chunk).
+/// `mp_` is one per process, and any thread may free any thread's chunk).
 #[derive(Debug, Default, PartialEq)]
 struct MallocHistory {
     /// Each change of the malloc thresholds: (trace time, thresholds from then on).
@@ -903,17 +919,14 @@ struct MallocHistory {
     /// Frees of a mapped chunk that another thread allocated, by (thread, record): the
     /// chunk's bytes.
     remote_mapped: BTreeMap<(usize, usize), u64>,
-    /// The heap model's consequences of each allocation and free, by (thread, record): what
-    /// the simulation will re-create, to be taken out of the traced compute.
-    ops: BTreeMap<(usize, usize), Vec<MmOp>>,
 }
 
-/// Runs the heap model over the allocations and frees of all the process's threads in time
-/// order, as the traced process ran them: thread `i` on arena [`arena_of`]`(i)` for the traced
-/// machine's CPUs (thread 0, the main thread, on the main arena), the thresholds the process's
-/// ([`MallocPar`]), a mapped chunk freed by another thread than its allocator's unmapped
-/// ([`Instr::FreeMapped`]). The simulation runs the same model on its own CPUs and timing.
-fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, traced_cpus: u32) -> MallocHistory {
+/// The allocations and frees of all the process's threads in time order: each allocation at
+/// or above the mmap threshold of its time is mapped on its own, and each free of a mapped
+/// chunk (by whichever thread) raises the thresholds ([`MallocPar::unmapped`]). The simulation
+/// keeps its own process-wide thresholds; the changes are for the mirror arenas that estimate
+/// the kernel work the simulation will re-create.
+fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams) -> MallocHistory {
     let mut events: Vec<(u64, usize, usize, &Event)> = Vec::new();
     for (i, t) in threads.iter().enumerate() {
         for (k, r) in t.records.iter().enumerate() {
@@ -926,11 +939,8 @@ fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, traced_cpus: u32)
         }
     }
     events.sort_unstable_by_key(|&(t, i, k, _)| (t, i, k));
-    let limit = arena_limit(traced_cpus);
-    let mut arenas = vec![Arena::new(*heap); threads.len().min(limit)];
-    let mut live: Vec<Vec<u64>> = vec![Vec::new(); threads.len()]; // as the threads' replays see them
-    let mut owner_of: BTreeMap<u64, (usize, Option<u64>)> = BTreeMap::new(); // live chunk -> (thread, mapped bytes)
     let mut par = MallocPar::new(heap);
+    let mut mapped: BTreeMap<u64, (usize, u64)> = BTreeMap::new(); // live mapped chunks: ptr -> (thread, bytes)
     let mut history = MallocHistory::default();
     for (t, i, k, ev) in events {
         let (freed, alloc) = match *ev {
@@ -940,30 +950,20 @@ fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, traced_cpus: u32)
             Event::Free { ptr } => (ptr, None),
             _ => continue,
         };
-        let before = par;
-        let mut ops = Vec::new();
-        if let Some((owner, mapped)) = (freed != 0).then(|| owner_of.remove(&freed)).flatten() {
-            if let Some(pos) = live[i].iter().rposition(|&p| p == freed) {
-                live[i].remove(pos);
-                let nth = (live[i].len() - pos) as u64;
-                arenas[arena_of(i, limit)].free_live(&mut par, i as u32, nth, &mut ops);
-            } else if let Some(bytes) = mapped.filter(|_| owner != i) {
+        if let Some((owner, bytes)) = mapped.remove(&freed).filter(|_| freed != 0) {
+            if owner != i {
                 history.remote_mapped.insert((i, k), bytes);
-                par.unmapped(bytes);
-                ops.push(MmOp::Munmap(bytes / PAGE));
+            }
+            let before = par;
+            par.unmapped(bytes);
+            if par != before {
+                history.changes.push((t, par));
             }
         }
         if let Some((size, ptr)) = alloc.filter(|&(_, p)| p != 0) {
-            let size = size.max(1);
-            owner_of.insert(ptr, (i, par.mapped_chunk(size.max(16))));
-            live[i].push(ptr);
-            arenas[arena_of(i, limit)].malloc(&par, i as u32, size, &mut ops);
-        }
-        if par != before {
-            history.changes.push((t, par));
-        }
-        if !ops.is_empty() {
-            history.ops.entry((i, k)).or_default().extend(ops);
+            if let Some(chunk) = par.mapped_chunk(size) {
+                mapped.insert(ptr, (i, chunk));
+            }
         }
     }
     history
@@ -1458,12 +1458,12 @@ mod tests {
         let t = trace(vec![a, b]);
         let threads: Vec<&ThreadTrace> = t.processes[0].threads.iter().collect();
         let raised = MallocPar { mmap_threshold: mib + PAGE, trim_threshold: 2 * (mib + PAGE), dynamic: true };
-        let h = malloc_history(&threads, &HeapParams::default(), 2);
+        let h = malloc_history(&threads, &HeapParams::default());
         assert_eq!(h.changes, vec![(30, raised)]);
         assert_eq!(h.remote_mapped, BTreeMap::from([((1, 2), mib + PAGE)]), "thread 1's record 2 frees thread 0's mapping");
         // Set thresholds stay put.
         let fixed = HeapParams { dynamic: false, ..HeapParams::default() };
-        assert_eq!(malloc_history(&threads, &fixed, 2).changes, vec![]);
+        assert_eq!(malloc_history(&threads, &fixed).changes, vec![]);
         // The replay: thread 1 unmaps thread 0's buffer; thread 0's second buffer is not mapped.
         let (w, stats) = replay(&t);
         assert!(w.program.instrs.contains(&Instr::FreeMapped(mib + PAGE)), "{:?}", w.program.instrs);

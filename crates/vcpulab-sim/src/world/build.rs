@@ -336,12 +336,6 @@ impl World<'_> {
         // The C library of the kernel the threads run on decides when their heaps trim.
         let trim = if k == HOST { cfg.host.arena_trim } else { cfg.guest.arena_trim };
         let heap = crate::workload::heap::HeapParams { trim_always: trim == crate::spec::kernel::ArenaTrim::Always, ..wl.heap };
-        // glibc's arenas: one per thread up to the limit for the CPUs this kernel has (what
-        // `get_nprocs` tells the C library), shared beyond; one per process where the threads
-        // stand for processes.
-        let arena_limit = crate::workload::heap::arena_limit(ncpus);
-        let arena_of = |i: u32| if wl.processes { i } else { crate::workload::heap::arena_of(i as usize, arena_limit) as u32 };
-        let narenas = if wl.processes { threads as usize } else { (threads as usize).min(arena_limit) };
         let slots = wl.groups.iter().enumerate().flat_map(|(g, grp)| (0..grp.threads.value(n)).map(move |j| (g as u32, j, grp.entry)));
         for (i, (group, idx, entry)) in slots.enumerate() {
             let i = i as u32;
@@ -364,7 +358,7 @@ impl World<'_> {
                 ple_epoch: 0,
                 pv_left: u64::MAX,
                 pmt: crate::kernel::thread::PmtWait::RACING,
-                arena: arena_of(i),
+                arena: Arena::new(heap),
                 malloc: MallocPar::new(&heap),
                 mm_queue: VecDeque::new(),
                 kpath: VecDeque::new(),
@@ -399,7 +393,6 @@ impl World<'_> {
             pools: BTreeMap::new(),
             mmap_sem: Default::default(),
             malloc: MallocPar::new(&heap),
-            arenas: vec![Arena::new(heap); narenas],
         });
     }
 }
