@@ -49,8 +49,7 @@ use super::dist::Dist;
 use super::heap::{Arena, HeapParams, MallocPar, MmOp, PAGE};
 use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
 use crate::machine::costs::Costs;
-use crate::trace::ThreadTrace;
-use crate::trace::{Event, Process, Record, Trace};
+use crate::trace::{Event, Process, Record, ThreadTrace, Trace};
 
 /// The tracer's own CPU time per record, which the traced CPU time includes: an allocator
 /// record, any other record (docs/trace-format.md, "Overhead": ≈ 66 ns and ≈ 110 ns there).
