@@ -132,6 +132,7 @@ def test_help_exits_0_and_lists_every_option(prog: str) -> None:
         ("spin_barrier", ["--barrier=futex"], "--barrier"),
         ("spin_barrier", ["--rounds", "10", "--work-us"], "--work-us"),  # value missing
         ("heap_churn", ["--size", "0"], "--size"),
+        ("heap_churn", ["--first-free", "-1"], "--first-free"),
         ("pipeline", ["--stages=1"], "--stages"),
         ("parallel", ["--bogus", "3"], "--bogus"),
         ("syscall_storm", ["--mode", "tcp"], "--mode"),

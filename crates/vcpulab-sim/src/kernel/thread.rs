@@ -191,6 +191,16 @@ pub struct Thread {
 }
 
 impl Thread {
+    /// Its arena and the malloc thresholds it allocates under: its own where it stands for a
+    /// process (`processes`), else its instance's.
+    pub fn heap<'a>(
+        &'a mut self,
+        inst: &'a mut super::sync::Instance,
+        processes: bool,
+    ) -> (&'a mut crate::workload::heap::Arena, &'a mut crate::workload::heap::MallocPar) {
+        (&mut self.arena, if processes { &mut self.malloc } else { &mut inst.malloc })
+    }
+
     /// Whether it executes at CPL 0 (inside a kernel spinlock section or a shootdown wait).
     pub fn in_kernel(&self) -> bool {
         self.kdepth > 0
@@ -532,32 +542,28 @@ impl World<'_> {
                 }
                 Instr::Malloc(d) => {
                     let th = &mut self.threads[t as usize];
-                    let inst = &self.insts[th.inst as usize];
-                    let par = if wl.processes { &th.malloc } else { &inst.malloc };
                     let bytes = d.sample(&mut th.rng).max(1);
+                    let (arena, par) = th.heap(&mut self.insts[th.inst as usize], wl.processes);
                     let mut ops = Vec::new();
-                    th.arena.malloc(par, bytes, &mut ops);
+                    arena.malloc(par, bytes, &mut ops);
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::Free(n) | Instr::FreeLive(n) => {
                     let th = &mut self.threads[t as usize];
-                    let inst = &mut self.insts[th.inst as usize];
-                    let par = if wl.processes { &mut th.malloc } else { &mut inst.malloc };
+                    let (arena, par) = th.heap(&mut self.insts[th.inst as usize], wl.processes);
                     let mut ops = Vec::new();
                     if matches!(wl.program.instrs[pc as usize], Instr::Free(_)) {
-                        th.arena.free(par, *n, &mut ops);
+                        arena.free(par, *n, &mut ops);
                     } else {
-                        th.arena.free_live(par, *n, &mut ops);
+                        arena.free_live(par, *n, &mut ops);
                     }
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::FreeMapped(bytes) => {
                     let th = &mut self.threads[t as usize];
-                    let inst = &mut self.insts[th.inst as usize];
-                    let par = if wl.processes { &mut th.malloc } else { &mut inst.malloc };
-                    par.unmapped(*bytes);
+                    th.heap(&mut self.insts[th.inst as usize], wl.processes).1.unmapped(*bytes);
                     th.mm_queue.push_back(crate::workload::heap::MmOp::Munmap(bytes.div_ceil(crate::workload::heap::PAGE)));
                     self.run_mm_queue(k, cpu, t)
                 }
