@@ -199,7 +199,9 @@ def test_fidelity_bad_input() -> None:
 
 def test_predict_takes_lists_and_refuses_a_repeated_single_value(tmp_path: Path) -> None:
     trace = tmp_path / "par.vtrace"
-    assert run_cli("trace", "-o", trace, "--", BIN / "parallel", "--threads", 2, "--work-ms", 40).code == 0
+    # 150 ms of work: a creator that a loaded machine keeps from its join for a few ms stays
+    # under the period-long floor of `threads_at_once` (replay.rs, most_at_once).
+    assert run_cli("trace", "-o", trace, "--", BIN / "parallel", "--threads", 2, "--work-ms", 150).code == 0
     out = tmp_path / "pred.json"
     r = run_cli("predict", trace, "--vcpus", "2,4", "--vcpus", 2, "--scenario", "UC,OC", "-o", out)
     assert r.code == 0, r.err

@@ -280,6 +280,11 @@ impl Spec {
         let platform = apply_preset(&mut doc, &|path: &str| overrides::blame(&sets, source, path))?;
         materialize_builtins(&mut doc, &|path: &str| overrides::blame(&sets, source, path))?;
         overrides::apply_all(&mut doc, &sets)?;
+        // The second pass puts back a `--set platform.preset=` as typed; the stored spec names
+        // the preset as the catalogue spells it.
+        if let Some(toml::Value::Table(t)) = doc.get_mut("platform") {
+            t.insert("preset".into(), toml::Value::String(platform.clone()));
+        }
         fold_suite_tables(&mut doc);
         drop_params_unused_after_patches(&mut doc);
         let materialized = toml::to_string(&doc).unwrap_or_default();

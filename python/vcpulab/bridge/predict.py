@@ -202,8 +202,8 @@ def unexplained_warning(replay: dict[str, Any]) -> str | None:
 
 def idle_vcpus(pred: Prediction) -> list[str]:
     """A note for each vCPU count above the most threads the program had running at once
-    (alive and not in a traced wait, for at least 1 % of its run: the replay's
-    ``threads_at_once``): those vCPUs idle, and δη then measures a VM bigger than the program
+    (alive and not in a traced wait, for at least 1 % of its run and a scheduling period of the
+    traced machine or a tenth of the run: the replay's ``threads_at_once``): those vCPUs idle, and δη then measures a VM bigger than the program
     can use."""
     at_once = int(pred.info["replay"].get("threads_at_once") or pred.info["replay"]["threads"])
     counts = sorted({int(r["vcpus"]) for r in pred.results if r["scenario"] != "native"})

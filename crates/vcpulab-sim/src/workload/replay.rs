@@ -326,7 +326,8 @@ impl<'a> Builder<'a> {
         let last = b.threads.iter().filter_map(|t| t.records.last()).map(|r| r.t).max().unwrap_or(0);
         b.stats.traced_ns = last - first;
         b.stats.threads = b.threads.len() as u32;
-        b.stats.threads_at_once = most_at_once(b.threads.iter().flat_map(|t| busy_spans(&t.records)));
+        let cpus = process.start.as_ref().map_or(1, |s| s.cpus);
+        b.stats.threads_at_once = most_at_once(b.threads.iter().flat_map(|t| busy_spans(&t.records)), cpus);
         b
     }
 
@@ -982,9 +983,12 @@ fn busy_spans(records: &[Record]) -> Vec<(u64, u64)> {
     spans
 }
 
-/// The most of the `[start, end)` spans that overlap for at least 1 % of the time they cover
-/// (so that a thread starting while its creator has not yet reached its join does not count).
-fn most_at_once(spans: impl Iterator<Item = (u64, u64)>) -> u32 {
+/// The most of the `[start, end)` spans that overlap for at least 1 % of the time they cover,
+/// and for at least one scheduling period of the traced machine where that is under a tenth of
+/// the run: so that a thread starting while its creator has not yet reached its join does not
+/// count, nor a creator that a loaded machine kept waiting for a CPU before its join (a
+/// runnable thread can wait up to a period for its turn).
+fn most_at_once(spans: impl Iterator<Item = (u64, u64)>, cpus: u32) -> u32 {
     let mut edges: Vec<(u64, i64)> = spans.flat_map(|(a, b)| [(a, 1), (b, -1)]).collect();
     edges.sort_unstable();
     let (Some(&(first, _)), Some(&(last, _))) = (edges.first(), edges.last()) else { return 0 };
@@ -999,7 +1003,8 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64)>) -> u32 {
         time_at[n] += t - since;
         (open, since) = (open + e, t);
     }
-    let floor = (last - first).div_ceil(100);
+    let run = last - first;
+    let floor = (run.div_ceil(100)).max(sched_period_ns(cpus).min(run / 10));
     // The highest n such that the time with n or more open reaches the floor.
     let mut at_least = 0u64;
     for n in (1..time_at.len()).rev() {
@@ -1009,6 +1014,14 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64)>) -> u32 {
         }
     }
     0
+}
+
+/// CFS's scheduling period on `cpus` CPUs: `sysctl_sched_latency` (6 ms) scaled by
+/// `1 + ilog2(min(cpus, 8))` (kernel/sched/fair.c, `get_update_sysctl_factor`, the default
+/// `SCHED_TUNABLESCALING_LOG`, Linux 4.x–6.5): the time in which every runnable task on a CPU
+/// gets its turn.
+fn sched_period_ns(cpus: u32) -> u64 {
+    6_000_000 * u64::from(1 + cpus.clamp(1, 8).ilog2())
 }
 
 /// What a token channel between two threads carries (see [`Builder::channel`]).
@@ -1140,12 +1153,21 @@ mod tests {
         assert_eq!(stats.unexplained_ns, 2_050_000);
         assert_eq!(stats.traced_ns, 4_100_000);
         // main waits in the join while the worker runs: two at once only for the 50 µs between
-        // the worker's start and main's join, 1.2 % of the run.
-        assert_eq!(stats.threads_at_once, 2);
-        assert_eq!(most_at_once([(0, 1000), (0, 1000), (500, 501)].into_iter()), 2, "1 ‰ of three at once");
-        assert_eq!(most_at_once([(0, 1000), (0, 1000), (500, 520)].into_iter()), 3, "2 % of three at once");
-        assert_eq!(most_at_once([(0, 10), (11, 20)].into_iter()), 1);
-        assert_eq!(most_at_once(std::iter::empty()), 0);
+        // the worker's start and main's join, 1.2 % of the run but under a tenth of it (the
+        // 12 ms period of 2 CPUs, capped at a tenth of a 4.1 ms run): one at once.
+        assert_eq!(stats.threads_at_once, 1);
+        assert_eq!(most_at_once([(0, 1000), (0, 1000), (500, 501)].into_iter(), 2), 2, "1 ‰ of three at once");
+        let (ms, s) = (1_000_000, 1_000_000_000);
+        assert_eq!(most_at_once([(0, 10 * s), (0, 10 * s), (5 * s, 5 * s + 200 * ms)].into_iter(), 2), 3, "2 % of three at once");
+        assert_eq!(most_at_once([(0, 10), (11, 20)].into_iter(), 2), 1);
+        assert_eq!(most_at_once(std::iter::empty(), 2), 0);
+        // 100 ms runs on 2 CPUs (a 12 ms period, capped at a tenth of the run): 5 ms of three
+        // at once is a creator kept waiting for a CPU; 15 ms is three threads.
+        assert_eq!(sched_period_ns(2), 12 * ms);
+        assert_eq!(sched_period_ns(64), 24 * ms);
+        assert_eq!(most_at_once([(0, 100 * ms), (0, 100 * ms), (50 * ms, 55 * ms)].into_iter(), 2), 2);
+        assert_eq!(most_at_once([(0, 100 * ms), (0, 100 * ms), (50 * ms, 65 * ms)].into_iter(), 2), 3);
+        assert_eq!(most_at_once([(0, 1000 * ms), (0, 1000 * ms), (500 * ms, 511 * ms)].into_iter(), 2), 2);
     }
 
     /// The worker of [`fork_join`] computes 1 ms of its 3 ms: 2 ms off a CPU with no traced
