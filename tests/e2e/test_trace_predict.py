@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -246,6 +247,28 @@ def test_the_heap_model_makes_the_trims_glibc_makes_with_16_threads(tmp_path: Pa
     measured, replayed = f["measured_trim_calls"], f["replayed_unmap_calls"]
     assert measured > 16 * 30 * 3, f
     assert abs(replayed - measured) <= 0.15 * measured, f
+
+
+def test_threads_past_the_arena_limit_reuse_or_share_arenas(tmp_path: Path) -> None:
+    """glibc makes at most 8 × CPUs arenas (the main one included; `arena_get2`); with 8 × CPUs
+    + 8 worker threads at least 9 of them get an exited thread's arena or share one, in the
+    simulation and in the traced run's order of first mallocs and exits alike."""
+    cpus = len(os.sched_getaffinity(0))
+    n = 8 * cpus + 8
+    trace = tmp_path / "heap.vtrace"
+    argv = [BIN / "heap_churn", "--threads", n, "--iters", 5, "--blocks", 8, "--size", 32768]
+    assert run_cli("trace", "-o", trace, "--", *argv).code == 0
+    out = tmp_path / "pred.json"
+    r = run_cli("predict", trace, "--scenario", "UC", "--vcpus", 2, "-o", out)
+    assert r.code == 0, r.err
+    pred = json.loads(out.read_text())
+    replay = pred["trace"]["replay"]
+    assert replay["cpus"] == cpus
+    bound = n - (max(8 * cpus, 9) - 1)
+    assert replay["arenas_reused_traced"] + replay["arenas_shared_traced"] >= bound, replay
+    native = next(x for x in pred["results"] if x["scenario"] == "native")
+    m = native["metrics"]
+    assert m["arenas_reused"] + m["arenas_shared"] >= bound, m
 
 
 def test_one_mapped_free_stops_every_threads_trimming(tmp_path: Path) -> None:

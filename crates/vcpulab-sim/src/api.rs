@@ -561,6 +561,11 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("tlb_latency_p99_bucket_us".into(), t.latency.p99_ns as f64 / 1e3);
         }
         m.insert("tlb_wait_ms".into(), i.counters.tlb_wait_ns as f64 / 1e6);
+        // glibc's arenas, where threads other than a main one allocated.
+        if i.arenas.made > 0 {
+            m.insert("arenas_reused".into(), i.arenas.reused as f64);
+            m.insert("arenas_shared".into(), i.arenas.shared as f64);
+        }
         // DIS ch.4 inputs (see `characterize`): average running threads, and voluntary
         // context switches per thread per second.
         let secs = i.finish_ns.max(1) as f64 * 1e-9;

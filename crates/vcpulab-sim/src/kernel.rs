@@ -365,4 +365,7 @@ pub struct Task {
     pub last_wakee: Option<TaskId>,
     /// `wakee_flip_decay_ts`: when `wakee_flips` was last halved.
     pub wakee_flip_decay: SimTime,
+    /// A thread not yet created: its first wake-up is its creation (`wake_up_new_task`,
+    /// [`World::wake_task`]), not a sleeper's return.
+    pub newborn: bool,
 }

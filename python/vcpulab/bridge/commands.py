@@ -516,6 +516,9 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         # tracing (TLB interrupts are the whole machine's) and in the native replay.
         "measured_trim_calls": traced.count(TRIM_MADVISE),
         "measured_munmap_calls": traced.count("syscalls:sys_enter_munmap"),
+        # The main arena trims by shrinking brk (malloc.c systrim), not by madvise: a thread
+        # given the main arena past the arena limit trims there (brk counts growth too).
+        "measured_brk_calls": traced.count("syscalls:sys_enter_brk"),
         "measured_tlb_interrupts_machine": traced.tlb_shootdowns,
         "replayed_shootdowns": int(pred["metrics"]["tlb_shootdowns"]),
         # Every munmap / trimming madvise / read-only mprotect the replay made, shot down or
@@ -551,7 +554,8 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         "",
         "shootdowns",
         "",
-        f"{_num(result['measured_trim_calls'])} madvise(DONTNEED/FREE) + {_num(result['measured_munmap_calls'])} munmap; "
+        f"{_num(result['measured_trim_calls'])} madvise(DONTNEED/FREE) + {_num(result['measured_munmap_calls'])} munmap "
+        f"(+ {_num(result['measured_brk_calls'])} brk); "
         f"{_num(result['measured_tlb_interrupts_machine'])} TLB interrupts (whole machine)",
         f"{result['replayed_unmap_calls']:,} calls, {result['replayed_shootdowns']:,} shot down",
         "",

@@ -49,6 +49,7 @@ EVENTS = (
     "syscalls:sys_enter_madvise",
     TRIM_MADVISE,
     "syscalls:sys_enter_mprotect",
+    "syscalls:sys_enter_brk",  # the main arena's growth and trims (malloc.c sysmalloc / systrim)
     "syscalls:sys_enter_futex",
     "syscalls:sys_enter_sched_yield",
 )

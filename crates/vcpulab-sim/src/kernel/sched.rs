@@ -594,6 +594,10 @@ impl World<'_> {
             }
             return;
         }
+        if std::mem::take(&mut self.tasks[t as usize].newborn) {
+            self.wake_up_new_task(t, waker);
+            return;
+        }
         let affine = !self.wake_wide(t, waker);
         let target = self.select_cpu(t, waker.filter(|_| affine));
         let half_latency = self.kernels[k as usize].params.latency / 2;
@@ -603,6 +607,46 @@ impl World<'_> {
             task.vr = task.vr.saturating_sub(old_min) + new_min;
         }
         task.vr = task.vr.max(new_min.saturating_sub(half_latency));
+        task.woken_at = Some(self.now);
+        self.enqueue(k, target, t);
+        self.preempt_for(k, target, t, waker);
+    }
+
+    /// A thread's creation (Linux 4.15 kernel/sched/core.c `wake_up_new_task`):
+    /// - its CPU is the idlest (`select_task_rq` with `SD_BALANCE_FORK` → `find_idlest_group`
+    ///   / `find_idlest_cpu`): an idle CPU, the creator's first, else the least loaded; no
+    ///   `wake_affine`;
+    /// - `task_fork_fair` starts it at its creator's vruntime and `place_entity(initial)` with
+    ///   `START_DEBIT` at least one virtual slice past `min_vruntime` (`sched_vslice`, the
+    ///   slice it would get with itself queued), so it queues behind the tasks already there
+    ///   instead of taking the sleeper's credit a woken task gets;
+    /// - then `check_preempt_curr` as for any wake-up.
+    ///
+    /// (The task groups' share of the slice is left out: the root's is used.)
+    fn wake_up_new_task(&mut self, t: TaskId, waker: Option<(KernelId, u32)>) {
+        let k = self.tasks[t as usize].kernel;
+        let parent = waker.filter(|&(wk, _)| wk == k).and_then(|(_, c)| self.running(k, c));
+        let target = match self.tasks[t as usize].pinned {
+            Some(p) => p,
+            None => {
+                let n = self.kernels[k as usize].cpus.len() as u32;
+                let from = parent.map_or(self.tasks[t as usize].cpu, |p| self.tasks[p as usize].cpu);
+                let order = (0..n).map(|i| (from + i) % n);
+                order.clone().find(|&c| self.cpu_idle(k, c)).unwrap_or_else(|| order.min_by_key(|&c| self.cpu_load(k, c)).unwrap_or(from))
+            }
+        };
+        let parent_rel = parent.map_or(0, |p| {
+            let pc = self.tasks[p as usize].cpu;
+            self.tasks[p as usize].vr.saturating_sub(self.cfs_min_vr(k, pc, p))
+        });
+        let w = self.tasks[t as usize].weight;
+        let kc = &self.kernels[k as usize].cpus[target as usize];
+        let nr = kc.rq.len() as u64 + u64::from(self.running(k, target).is_some()) + 1;
+        let slice = self.sched_period(k, nr) * w / (self.cpu_load(k, target) + w).max(1);
+        let vslice = slice * 1024 / w.max(1);
+        let min = self.cfs_min_vr(k, target, t);
+        let task = &mut self.tasks[t as usize];
+        task.vr = min + parent_rel.max(vslice);
         task.woken_at = Some(self.now);
         self.enqueue(k, target, t);
         self.preempt_for(k, target, t, waker);

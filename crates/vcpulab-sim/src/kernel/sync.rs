@@ -177,8 +177,9 @@ pub struct Instance {
     /// Its process's `mmap_sem` ([`super::rwsem`]): the threads of an instance share one
     /// address space.
     pub mmap_sem: super::rwsem::Rwsem,
-    /// Its process's malloc thresholds (glibc's `mp_`), shared by its threads' arenas.
-    pub malloc: crate::workload::heap::MallocPar,
+    /// Its process's heap (glibc's `mp_` thresholds and its arenas); one per thread where its
+    /// threads stand for processes (`processes = true`), each thread the main one of its own.
+    pub heaps: Vec<crate::workload::heap::ProcessHeap>,
     /// The work pools of dynamic loops, by (pc of the `LoopStart`, episode): the k-th
     /// time the threads of a group reach the loop they share pool k.
     pub pools: BTreeMap<(u32, u64), WorkPool>,

@@ -155,11 +155,12 @@ pub struct Thread {
     pub pv_left: u64,
     /// Where a PMT spinlock waiter is in its preemptable loop.
     pub pmt: PmtWait,
-    /// Its heap arena.
-    pub arena: crate::workload::heap::Arena,
-    /// The malloc thresholds of its process when the thread stands for a process of its own
-    /// (`processes = true`); otherwise its instance's ([`super::sync::Instance::malloc`]).
-    pub malloc: crate::workload::heap::MallocPar,
+    /// Its process among its instance's ([`super::sync::Instance::heaps`]): 0, or its own
+    /// where the threads stand for processes.
+    pub process: u32,
+    /// Its arena in its process's heap: none until its first `malloc`, the main arena from
+    /// the start for a main thread ([`crate::workload::heap::ProcessHeap`]).
+    pub arena: Option<u32>,
     /// Memory-management consequences of a heap operation still to carry out.
     pub mm_queue: std::collections::VecDeque<crate::workload::heap::MmOp>,
     /// The kernel path of the system call or fault under way ([`super::kpath`]).
@@ -191,14 +192,14 @@ pub struct Thread {
 }
 
 impl Thread {
-    /// Its arena and the malloc thresholds it allocates under: its own where it stands for a
-    /// process (`processes`), else its instance's.
+    /// Its arena (given it at its first `malloc`) and the malloc thresholds of its process.
     pub fn heap<'a>(
-        &'a mut self,
+        &mut self,
         inst: &'a mut super::sync::Instance,
-        processes: bool,
     ) -> (&'a mut crate::workload::heap::Arena, &'a mut crate::workload::heap::MallocPar) {
-        (&mut self.arena, if processes { &mut self.malloc } else { &mut inst.malloc })
+        let heap = &mut inst.heaps[self.process as usize];
+        let a = *self.arena.get_or_insert_with(|| heap.attach());
+        heap.get(a)
     }
 
     /// Whether it executes at CPL 0 (inside a kernel spinlock section or a shootdown wait).
@@ -543,27 +544,27 @@ impl World<'_> {
                 Instr::Malloc(d) => {
                     let th = &mut self.threads[t as usize];
                     let bytes = d.sample(&mut th.rng).max(1);
-                    let (arena, par) = th.heap(&mut self.insts[th.inst as usize], wl.processes);
+                    let (arena, par) = th.heap(&mut self.insts[th.inst as usize]);
                     let mut ops = Vec::new();
-                    arena.malloc(par, bytes, &mut ops);
+                    arena.malloc(par, t, bytes, &mut ops);
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::Free(n) | Instr::FreeLive(n) => {
                     let th = &mut self.threads[t as usize];
-                    let (arena, par) = th.heap(&mut self.insts[th.inst as usize], wl.processes);
+                    let (arena, par) = th.heap(&mut self.insts[th.inst as usize]);
                     let mut ops = Vec::new();
                     if matches!(wl.program.instrs[pc as usize], Instr::Free(_)) {
-                        arena.free(par, *n, &mut ops);
+                        arena.free(par, t, *n, &mut ops);
                     } else {
-                        arena.free_live(par, *n, &mut ops);
+                        arena.free_live(par, t, *n, &mut ops);
                     }
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::FreeMapped(bytes) => {
                     let th = &mut self.threads[t as usize];
-                    th.heap(&mut self.insts[th.inst as usize], wl.processes).1.unmapped(*bytes);
+                    self.insts[th.inst as usize].heaps[th.process as usize].par.unmapped(*bytes);
                     th.mm_queue.push_back(crate::workload::heap::MmOp::Munmap(bytes.div_ceil(crate::workload::heap::PAGE)));
                     self.run_mm_queue(k, cpu, t)
                 }
@@ -701,7 +702,11 @@ impl World<'_> {
     pub(crate) fn thread_finish(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
         self.threads[t as usize].act = Act::Done;
         self.block_curr(k, cpu, true);
-        let inst = &mut self.insts[self.threads[t as usize].inst as usize];
+        let th = &self.threads[t as usize];
+        let inst = &mut self.insts[th.inst as usize];
+        if let Some(a) = th.arena {
+            inst.heaps[th.process as usize].detach(a);
+        }
         inst.live -= 1;
         if inst.live == 0 {
             inst.finish = Some(self.now);

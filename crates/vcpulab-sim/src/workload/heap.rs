@@ -25,10 +25,19 @@
 //! - Shrinking with `madvise` keeps the pages' permissions (`shrink_heap` leaves
 //!   `mprotect_size`), so growing back into them makes no system call (`grow_heap` calls
 //!   `mprotect` only beyond `mprotect_size`): only the page faults.
-//! - Not modelled: the main arena's `sbrk` heap (every thread here has a non-main arena),
-//!   arenas shared once a process has more than glibc's limit (`arena_get2`: 8 × CPUs, the
-//!   main one included) or reused from exited threads, tcache and fastbins (small frees
-//!   never reach the top, and trim nothing either way).
+//! - A free trims only when the chunk it leaves (merged with its free neighbours, the top
+//!   included) is at least `FASTBIN_CONSOLIDATION_THRESHOLD` = 64 KiB (malloc.c `_int_free`:
+//!   `heap_trim` is called only then).
+//! - Arenas are handed out as glibc's malloc/arena.c does ([`ProcessHeap`]): the main thread
+//!   is on the main arena; another thread's first `malloc` takes the arena an exited thread
+//!   left (`get_free_list`), else creates one while the process has fewer than the limit
+//!   (`arena_get2`: 8 × CPUs, at least 9, the main one included), else shares one in
+//!   `reused_arena`'s round-robin order. Each thread frees its own chunks.
+//! - Not modelled: the main arena's `sbrk` heap (it grows and trims as a non-main arena does
+//!   here; glibc grows it by `top_pad` more each time and trims it by shrinking `brk`, which
+//!   flushes the TLB as `madvise` does), tcache and fastbins (small frees never reach the top,
+//!   and trim nothing either way), and `reused_arena` passing over an arena another thread
+//!   holds locked at that instant.
 //!
 //! Profiles free LIFO (the most recent allocation first), the pattern that trims. A replayed
 //! trace frees any live chunk ([`Arena::free_live`]): a chunk below the top becomes a hole that
@@ -142,13 +151,14 @@ pub enum MmOp {
     Protect(u64),
 }
 
-/// One thread's arena.
-#[derive(Clone, Debug, Default)]
+/// An arena: one thread's, or shared by several beyond glibc's arena limit ([`ProcessHeap`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Arena {
     params: HeapParams,
-    /// Chunks, most recent last: (bytes, mmapped, live). A chunk that is not live is a hole
-    /// (only heap chunks become holes; an mmapped chunk is unmapped when freed).
-    chunks: Vec<(u64, bool, bool)>,
+    /// Chunks, most recent last: (bytes, mmapped, live, the thread that allocated it). A chunk
+    /// that is not live is a hole (only heap chunks become holes; an mmapped chunk is unmapped
+    /// when freed).
+    chunks: Vec<(u64, bool, bool, u32)>,
     /// Holes among `chunks`.
     holes: usize,
     /// Bytes in use from the heap base.
@@ -174,6 +184,9 @@ const ARENA_HEADER: u64 = 2_240;
 /// DEFAULT_MMAP_THRESHOLD_MAX).
 const HEAP_MIN_SIZE: u64 = 32 << 10;
 const HEAP_MAX_SIZE: u64 = 64 << 20;
+/// glibc's `FASTBIN_CONSOLIDATION_THRESHOLD` (malloc.c): a free trims only when the chunk it
+/// leaves is at least this large.
+const FASTBIN_CONSOLIDATION_THRESHOLD: u64 = 64 << 10;
 
 /// glibc's `request2size`: the chunk a request of `n` bytes takes (the header word added,
 /// rounded up to MALLOC_ALIGNMENT = 16, at least MINSIZE).
@@ -212,14 +225,15 @@ impl Arena {
         out.push(MmOp::Grow(first / PAGE));
     }
 
-    /// `malloc(size)` under the process's thresholds `par`; appends its consequences to `out`.
-    pub fn malloc(&mut self, par: &MallocPar, size: u64, out: &mut Vec<MmOp>) {
+    /// `malloc(size)` by thread `owner` under the process's thresholds `par`; appends its
+    /// consequences to `out`.
+    pub fn malloc(&mut self, par: &MallocPar, owner: u32, size: u64, out: &mut Vec<MmOp>) {
         let size = size.max(16);
         if self.mapped == 0 {
             self.create(size, out);
         }
         if let Some(chunk) = par.mapped_chunk(size) {
-            self.chunks.push((chunk, true, true));
+            self.chunks.push((chunk, true, true, owner));
             out.push(MmOp::Mmap(chunk / PAGE));
             out.push(MmOp::Faults(pages_up(size)));
             return;
@@ -227,12 +241,12 @@ impl Arena {
         let size = request2size(size);
         if self.holes > 0 {
             if let Some(c) = self.chunks.iter_mut().find(|c| !c.2 && c.0 >= size) {
-                c.2 = true;
+                (c.2, c.3) = (true, owner);
                 self.holes -= 1;
                 return;
             }
         }
-        self.chunks.push((size, false, true));
+        self.chunks.push((size, false, true, owner));
         self.top += size;
         // The top chunk must keep MINSIZE after the split; a non-main arena grows its heap by
         // just what is missing, page-rounded (malloc.c `sysmalloc`: `grow_heap(h, MINSIZE + nb -
@@ -251,23 +265,23 @@ impl Arena {
         }
     }
 
-    /// `free` of the `n` most recent live allocations (fewer if fewer are live).
-    pub fn free(&mut self, par: &mut MallocPar, n: u64, out: &mut Vec<MmOp>) {
+    /// `free` of thread `owner`'s `n` most recent live allocations (fewer if fewer are live).
+    pub fn free(&mut self, par: &mut MallocPar, owner: u32, n: u64, out: &mut Vec<MmOp>) {
         for _ in 0..n {
-            if !self.free_live(par, 0, out) {
+            if !self.free_live(par, owner, 0, out) {
                 return;
             }
         }
     }
 
-    /// `free` of the `k`-th most recent live allocation (0 = the most recent); false if
-    /// fewer than `k + 1` are live. A mapped chunk's free raises the process's thresholds
-    /// `par`; a heap chunk's trim compares with them.
-    pub fn free_live(&mut self, par: &mut MallocPar, k: u64, out: &mut Vec<MmOp>) -> bool {
+    /// `free` of thread `owner`'s `k`-th most recent live allocation (0 = the most recent);
+    /// false if fewer than `k + 1` are live. A mapped chunk's free raises the process's
+    /// thresholds `par`; a heap chunk's trim compares with them.
+    pub fn free_live(&mut self, par: &mut MallocPar, owner: u32, k: u64, out: &mut Vec<MmOp>) -> bool {
         let Some(i) = self.chunks.iter().rposition({
             let mut left = k;
             move |c| {
-                if !c.2 {
+                if !c.2 || c.3 != owner {
                     return false;
                 }
                 if left == 0 {
@@ -279,7 +293,7 @@ impl Arena {
         }) else {
             return false;
         };
-        let (size, mmapped, _) = self.chunks[i];
+        let (size, mmapped, _, _) = self.chunks[i];
         if mmapped {
             self.chunks.remove(i);
             out.push(MmOp::Munmap(pages_up(size)));
@@ -291,7 +305,7 @@ impl Arena {
         // Free chunks at the top merge into it (mmapped chunks are not in the heap).
         let mut merged = false;
         while let Some(j) = self.chunks.iter().rposition(|c| !c.1) {
-            let (size, _, live) = self.chunks[j];
+            let (size, _, live, _) = self.chunks[j];
             if live {
                 break;
             }
@@ -300,7 +314,10 @@ impl Arena {
             self.top -= size;
             merged = true;
         }
-        if merged {
+        // `_int_free` calls `heap_trim` only when the merged chunk, here the new top, is at
+        // least FASTBIN_CONSOLIDATION_THRESHOLD (a hole below the top never trims: its top is
+        // what the last trim check left).
+        if merged && self.mapped - self.top >= FASTBIN_CONSOLIDATION_THRESHOLD {
             let top_free = self.mapped - self.top;
             // heap_trim: `top_area = top_size - MINSIZE - 1`, released above `pad` in whole pages;
             // from glibc 2.22 only once the top reaches the trim threshold.
@@ -316,6 +333,110 @@ impl Arena {
             }
         }
         true
+    }
+}
+
+/// glibc's arena limit (malloc/arena.c `arena_get2`): a thread's first `malloc` creates an
+/// arena while the process has fewer than `narenas_limit` = 8 × CPUs on 64-bit
+/// (`NARENAS_FROM_NCORES`), the main arena included; the limit is computed only once more than
+/// `arena_test` = 8 arenas exist, so there are at least 9.
+pub fn arena_limit(ncpus: u32) -> usize {
+    (8 * ncpus as usize).max(9)
+}
+
+/// A process's heap: its malloc thresholds (`mp_`) and its arenas as glibc hands them out
+/// (malloc/arena.c, glibc 2.26–2.40).
+/// - The main thread is on the main arena (index 0) from its start (`ptmalloc_init`).
+/// - Another thread has no arena until its first `malloc` (`arena_get` → `arena_get2`): it
+///   takes the arena most recently left by an exiting thread (`get_free_list`; the free list
+///   is LIFO), else creates one (`_int_new_arena`) while fewer than [`arena_limit`] exist,
+///   else shares one (`reused_arena`): from `next_to_use` (the main arena at first), the
+///   ring that `_int_new_arena` links as main → newest → … → oldest → main, and `next_to_use`
+///   moves to the one after it.
+/// - A thread's exit detaches it (`arena_thread_freeres`); an arena no thread is attached to
+///   goes on the free list, with its chunks and its heap as they are.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessHeap {
+    /// The process's thresholds (`mp_`).
+    pub par: MallocPar,
+    params: HeapParams,
+    /// Its arenas, 0 the main one, the others in creation order.
+    arenas: Vec<Arena>,
+    /// Threads attached to each (`attached_threads`).
+    attached: Vec<u32>,
+    /// Arenas no thread is attached to, the most recently left last.
+    free_list: Vec<u32>,
+    /// `reused_arena`'s `next_to_use`.
+    next_to_use: u32,
+    limit: usize,
+    /// First `malloc`s given an exited thread's arena from the free list.
+    pub reused: u32,
+    /// First `malloc`s given an arena other threads were attached to (`reused_arena`).
+    pub shared: u32,
+}
+
+impl ProcessHeap {
+    /// A process on `ncpus` CPUs whose main thread (modelled or not) is on the main arena.
+    pub fn new(params: HeapParams, ncpus: u32) -> ProcessHeap {
+        ProcessHeap {
+            par: MallocPar::new(&params),
+            params,
+            arenas: vec![Arena::new(params)],
+            attached: vec![1],
+            free_list: Vec::new(),
+            next_to_use: 0,
+            limit: arena_limit(ncpus),
+            reused: 0,
+            shared: 0,
+        }
+    }
+
+    /// The main arena, for the process's main thread.
+    pub const MAIN: u32 = 0;
+
+    /// The arena for a thread's first `malloc` (`arena_get2`), attached to it.
+    pub fn attach(&mut self) -> u32 {
+        if let Some(a) = self.free_list.pop() {
+            self.reused += 1;
+            self.attached[a as usize] = 1;
+            return a;
+        }
+        if self.arenas.len() < self.limit {
+            self.arenas.push(Arena::new(self.params));
+            self.attached.push(1);
+            return (self.arenas.len() - 1) as u32;
+        }
+        let a = self.next_to_use;
+        // The ring: main → newest → … → oldest → main.
+        self.next_to_use = if a == 0 { (self.arenas.len() - 1) as u32 } else { a - 1 };
+        self.attached[a as usize] += 1;
+        self.shared += 1;
+        a
+    }
+
+    /// A thread attached to arena `a` exits (`arena_thread_freeres`).
+    pub fn detach(&mut self, a: u32) {
+        let n = &mut self.attached[a as usize];
+        *n -= 1;
+        if *n == 0 {
+            self.free_list.push(a);
+        }
+    }
+
+    /// Arena `a` and the process's thresholds.
+    pub fn get(&mut self, a: u32) -> (&mut Arena, &mut MallocPar) {
+        (&mut self.arenas[a as usize], &mut self.par)
+    }
+
+    /// The arenas the process has made.
+    pub fn arenas(&self) -> usize {
+        self.arenas.len()
+    }
+}
+
+impl Default for ProcessHeap {
+    fn default() -> Self {
+        ProcessHeap::new(HeapParams::default(), 1)
     }
 }
 
@@ -348,7 +469,7 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..4 {
-            a.malloc(&par, 64 << 10, &mut ops);
+            a.malloc(&par, 0, 64 << 10, &mut ops);
         }
         // The first malloc creates the arena: its first heap is the 64 KiB request + the
         // 2,240-byte header + top_pad, page-rounded (49 pages, one mprotect). Three 64 KiB
@@ -357,14 +478,14 @@ mod tests {
         let f = MmOp::Faults(16);
         assert_eq!(ops, vec![MmOp::Grow(49), f, f, f, MmOp::Grow(16), f]);
         ops.clear();
-        a.free(&mut par, 4, &mut ops);
+        a.free(&mut par, 0, 4, &mut ops);
         // 65 pages mapped. The first free leaves 67,344 bytes free at the top (below the
         // 128 KiB trim threshold); the second 132,896, of which nothing is a whole page above
         // top_pad + MINSIZE + 1; the third and fourth release 16 pages each, down to top_pad.
         assert_eq!(ops, vec![MmOp::Trim(16); 2], "{ops:?}");
         ops.clear();
         for _ in 0..3 {
-            a.malloc(&par, 64 << 10, &mut ops);
+            a.malloc(&par, 0, 64 << 10, &mut ops);
         }
         assert!(ops.iter().any(|o| matches!(o, MmOp::Faults(_))), "trimmed pages fault again: {ops:?}");
     }
@@ -382,26 +503,26 @@ mod tests {
         let mut a = Arena::new(params);
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        a.malloc(&par, 512 << 10, &mut ops);
+        a.malloc(&par, 0, 512 << 10, &mut ops);
         // The arena's first heap: 512 KiB + header + top_pad = 161 pages read-write; the
         // 524,304-byte chunk fits, and the 128 pages beyond the header's are touched.
         assert_eq!(ops, vec![MmOp::Grow(161), MmOp::Faults(128)]);
         for trimmed in [128, 96, 96] {
             ops.clear();
-            a.free(&mut par, 1, &mut ops);
+            a.free(&mut par, 0, 1, &mut ops);
             // 657,216 bytes free at the top the first time (the first heap's 161 pages), then
             // 526,144 (129 pages regrown): less 128 KiB + 33, rounded down to pages.
             assert_eq!(ops, vec![MmOp::Trim(trimmed)], "trimmed below the 1 MiB threshold: {ops:?}");
             ops.clear();
-            a.malloc(&par, 512 << 10, &mut ops);
+            a.malloc(&par, 0, 512 << 10, &mut ops);
             assert_eq!(ops, vec![MmOp::Faults(96)], "regrown within mprotect_size: faults only ({ops:?})");
         }
         // glibc 2.22 and later: below the threshold nothing is trimmed.
         let mut b = Arena::new(HeapParams { trim_always: false, ..params });
         let mut par = MallocPar::new(&b.params);
-        b.malloc(&par, 512 << 10, &mut ops);
+        b.malloc(&par, 0, 512 << 10, &mut ops);
         ops.clear();
-        b.free(&mut par, 1, &mut ops);
+        b.free(&mut par, 0, 1, &mut ops);
         assert!(ops.is_empty(), "{ops:?}");
     }
 
@@ -414,11 +535,11 @@ mod tests {
         let mut ops = Vec::new();
         // The heap as the previous record's trim left it: 33 pages, resident; the record
         // grows it to 129 within the 160 pages already read-write, and faults 96.
-        a.malloc(&par, 512 << 10, &mut ops);
+        a.malloc(&par, 0, 512 << 10, &mut ops);
         assert_eq!(ops, vec![MmOp::Faults(96)], "within mprotect_size: faults only");
         // Beyond it, only the difference is made read-write.
         ops.clear();
-        a.malloc(&par, 200 << 10, &mut ops);
+        a.malloc(&par, 0, 200 << 10, &mut ops);
         // 204,816 bytes more: the heap end moves from 129 to 179 pages, 19 of them beyond the
         // 160 already read-write.
         assert_eq!(ops, vec![MmOp::Grow(19), MmOp::Faults(50)], "{ops:?}");
@@ -430,10 +551,10 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..4 {
-            a.malloc(&par, 64 << 10, &mut ops);
+            a.malloc(&par, 0, 64 << 10, &mut ops);
         }
         ops.clear();
-        a.free(&mut par, 4, &mut ops);
+        a.free(&mut par, 0, 4, &mut ops);
         assert!(ops.is_empty(), "{ops:?}");
     }
 
@@ -442,18 +563,18 @@ mod tests {
         let mut a = Arena::new(HeapParams::default());
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        a.malloc(&par, 1 << 20, &mut ops);
+        a.malloc(&par, 0, 1 << 20, &mut ops);
         // The arena is created for the request (1 MiB + header + top_pad: 289 pages), which
         // is then mapped on its own: 1 MiB + 16 bytes of header, page-rounded.
         assert_eq!(ops[..2], [MmOp::Grow(289), MmOp::Mmap(257)]);
-        a.free(&mut par, 1, &mut ops);
+        a.free(&mut par, 0, 1, &mut ops);
         assert!(ops.contains(&MmOp::Munmap(257)));
         assert_eq!(par.mmap_threshold, (1 << 20) + PAGE);
         assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
         // The same request again is below the raised threshold: it comes from the heap, which
         // was made large enough for it.
         ops.clear();
-        a.malloc(&par, 1 << 20, &mut ops);
+        a.malloc(&par, 0, 1 << 20, &mut ops);
         assert_eq!(ops, vec![MmOp::Faults(256)]);
         assert_eq!(par.mapped_chunk(1 << 20), None);
         assert_eq!(par.mapped_chunk((1 << 20) + PAGE), Some((1 << 20) + 2 * PAGE));
@@ -469,15 +590,15 @@ mod tests {
         let churn = |worker: &mut Arena, par: &mut MallocPar| {
             let mut ops = Vec::new();
             for _ in 0..8 {
-                worker.malloc(par, 32 << 10, &mut ops);
+                worker.malloc(par, 0, 32 << 10, &mut ops);
             }
-            worker.free(par, 8, &mut ops);
+            worker.free(par, 0, 8, &mut ops);
             ops.iter().filter(|o| matches!(o, MmOp::Trim(_))).count()
         };
         assert!(churn(&mut worker, &mut par) > 0, "128 KiB thresholds: the worker's heap top is trimmed");
         let mut ops = Vec::new();
-        main.malloc(&par, 1 << 20, &mut ops);
-        main.free(&mut par, 1, &mut ops);
+        main.malloc(&par, 0, 1 << 20, &mut ops);
+        main.free(&mut par, 0, 1, &mut ops);
         assert_eq!(ops.last(), Some(&MmOp::Munmap(257)));
         assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
         for _ in 0..3 {
@@ -494,20 +615,101 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..3 {
-            a.malloc(&par, 64 << 10, &mut ops);
+            a.malloc(&par, 0, 64 << 10, &mut ops);
         }
         ops.clear();
-        assert!(a.free_live(&mut par, 1, &mut ops), "the middle chunk");
+        assert!(a.free_live(&mut par, 0, 1, &mut ops), "the middle chunk");
         assert!(ops.is_empty(), "a hole below the top trims nothing: {ops:?}");
-        a.malloc(&par, 32 << 10, &mut ops);
+        a.malloc(&par, 0, 32 << 10, &mut ops);
         assert!(ops.is_empty(), "a smaller request reuses the hole: {ops:?}");
-        assert!(a.free_live(&mut par, 1, &mut ops), "the reused hole again");
-        assert!(a.free_live(&mut par, 1, &mut ops), "the bottom chunk");
+        assert!(a.free_live(&mut par, 0, 1, &mut ops), "the reused hole again");
+        assert!(a.free_live(&mut par, 0, 1, &mut ops), "the bottom chunk");
         assert!(ops.is_empty(), "{ops:?}");
-        assert!(a.free_live(&mut par, 0, &mut ops), "the top chunk: everything below is free");
+        assert!(a.free_live(&mut par, 0, 0, &mut ops), "the top chunk: everything below is free");
         assert_eq!(a.top, ARENA_HEADER);
         assert!(matches!(ops.as_slice(), [MmOp::Trim(_)]), "one trim for the merged top: {ops:?}");
-        assert!(!a.free_live(&mut par, 0, &mut ops), "nothing live is left");
+        assert!(!a.free_live(&mut par, 0, 0, &mut ops), "nothing live is left");
+    }
+
+    /// glibc on 2 CPUs: 16 arenas, the main one included. Threads 1–15 create theirs; the
+    /// 16th and later share in `reused_arena`'s order (main, newest, …, oldest); an exited
+    /// thread's arena goes to the next new thread, the most recently left first.
+    #[test]
+    fn arenas_are_created_to_the_limit_then_reused_from_the_free_list_or_shared() {
+        assert_eq!((arena_limit(2), arena_limit(1), arena_limit(64)), (16, 9, 512));
+        let mut h = ProcessHeap::new(HeapParams::default(), 2);
+        let firsts: Vec<u32> = (0..15).map(|_| h.attach()).collect();
+        assert_eq!(firsts, (1..16).collect::<Vec<_>>());
+        assert_eq!(h.arenas(), 16);
+        let shared: Vec<u32> = (0..18).map(|_| h.attach()).collect();
+        assert_eq!(shared, [0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15]);
+        // Arena 3 has two threads: it is free once both have gone.
+        h.detach(3);
+        h.detach(7);
+        h.detach(7);
+        h.detach(3);
+        assert_eq!((h.attach(), h.attach()), (3, 7), "the most recently left first");
+        assert_eq!(h.attach(), 14, "the free list empty: shared again where next_to_use points");
+        assert_eq!(h.arenas(), 16);
+        // Below the limit an exited thread's arena is still reused rather than a new one made.
+        let mut h = ProcessHeap::new(HeapParams::default(), 2);
+        let a = h.attach();
+        h.detach(a);
+        assert_eq!((h.attach(), h.arenas()), (a, 2));
+    }
+
+    /// Two threads churning in one shared arena: each one's chunks sit among the other's, so a
+    /// free merges into the top only when what lies above it is free too, and the arena
+    /// trims less often than two arenas of their own would. A thread frees only its own.
+    #[test]
+    fn a_shared_arena_frees_each_threads_own_chunks_and_trims_less() {
+        let churn = |shared: bool| {
+            let mut par = MallocPar::default();
+            let mut arenas = [Arena::new(HeapParams::default()), Arena::new(HeapParams::default())];
+            let mut trims = 0;
+            for _ in 0..10 {
+                let mut ops = Vec::new();
+                for _ in 0..8 {
+                    for owner in 0..2u32 {
+                        let a = if shared { 0 } else { owner as usize };
+                        arenas[a].malloc(&par, owner, 32 << 10, &mut ops);
+                    }
+                }
+                // Thread 0 frees its batch first, then thread 1.
+                for owner in 0..2u32 {
+                    let a = if shared { 0 } else { owner as usize };
+                    arenas[a].free(&mut par, owner, 8, &mut ops);
+                }
+                trims += ops.iter().filter(|o| matches!(o, MmOp::Trim(_))).count();
+            }
+            trims
+        };
+        let (own, shared) = (churn(false), churn(true));
+        assert_eq!(own, 10 * 2 * 4, "4 trims per batch in an arena of one's own");
+        // Shared: thread 0's frees leave holes under thread 1's chunks (no trim); thread 1's
+        // frees then merge everything into the top.
+        assert!(shared < own, "shared {shared} against own {own}");
+        let mut a = Arena::new(HeapParams::default());
+        let mut ops = Vec::new();
+        a.malloc(&MallocPar::default(), 1, 64 << 10, &mut ops);
+        assert!(!a.free_live(&mut MallocPar::default(), 2, 0, &mut ops), "thread 2 has nothing live here");
+    }
+
+    /// `_int_free` tries a trim only when the chunk it leaves is at least 64 KiB: with no
+    /// `top_pad`, freeing a 32 KiB chunk into a top that had less than 32 KiB trims nothing.
+    #[test]
+    fn a_free_leaving_less_than_64_kib_at_the_top_trims_nothing() {
+        let p = HeapParams { top_pad: 0, trim_threshold: 0, dynamic: false, ..HeapParams::default() };
+        let (mut a, mut par) = (Arena::new(p), MallocPar::new(&p));
+        let mut ops = Vec::new();
+        for _ in 0..4 {
+            a.malloc(&par, 0, 32 << 10, &mut ops);
+        }
+        ops.clear();
+        a.free(&mut par, 0, 1, &mut ops);
+        assert!(ops.is_empty(), "33 KiB at the top: {ops:?}");
+        a.free(&mut par, 0, 1, &mut ops);
+        assert!(matches!(ops.as_slice(), [MmOp::Trim(16)]), "65 KiB at the top, 16 pages above MINSIZE + 1: {ops:?}");
     }
 
     #[test]

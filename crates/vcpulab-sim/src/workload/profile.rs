@@ -246,7 +246,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         let mut drains = ctx.drains.clone();
         drains.sort_unstable();
         drains.dedup();
-        groups.push(Group { name: gname, threads: count, entry, pushes, drains });
+        groups.push(Group { name: gname, threads: count, entry, pushes, drains, created: false });
     }
     check_queues(&decls, &groups)?;
     Ok(Workload {
@@ -263,6 +263,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         stochastic: ctx.stochastic,
         heap,
         processes,
+        main_thread: None,
     })
 }
 

@@ -234,6 +234,10 @@ pub struct Group {
     pub pushes: Vec<(ObjId, Lane)>,
     /// Queues its program drains, and how it picks their lanes.
     pub drains: Vec<(ObjId, Lane)>,
+    /// Its threads are created by another thread during the run (a replay's traced threads
+    /// that a THREAD_CREATE names): each waits for its creation first, and the wake-up that
+    /// ends that wait is its `wake_up_new_task` (kernel/sched/fair.c `task_fork_fair`).
+    pub created: bool,
 }
 
 /// How a loop's iterations are shared among the threads of its group.
@@ -470,6 +474,11 @@ pub struct Workload {
     /// compiler processes): they share no address space, so no `mmap_sem`
     /// ([`crate::kernel::rwsem`]) is taken by two of them.
     pub processes: bool,
+    /// The thread (its index among the instance's threads) that is the process's main thread,
+    /// on glibc's main arena from its start (a replay's traced main thread). None: the main
+    /// thread is not among its threads (a profile's threads are the ones it creates) and holds
+    /// the main arena unused ([`super::heap::ProcessHeap`]).
+    pub main_thread: Option<u32>,
 }
 
 /// Descriptive metadata of a workload profile (`docs/profiles.md`).

@@ -24,7 +24,8 @@
 //! compute, scaled down in proportion so that the segment's compute equals the CPU time measured
 //! over it, less what its calls spin (spin locks: the simulator spins again) and less the
 //! allocator's kernel work the simulator re-creates (page faults, heap growth, trims and their
-//! shootdowns, from a mirror of the thread's arena, at the default cost table's prices) and the
+//! shootdowns, from a mirror arena of the thread's own (not the one the simulator may share
+//! with others beyond glibc's arena limit), at the default cost table's prices) and the
 //! tracer's own cost per record (measured in docs/trace-format.md). What
 //! the wall time leaves over was spent off a CPU without a traced reason (I/O, preemption); it
 //! is counted in [`ReplayStats`] and not replayed.
@@ -46,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::dist::Dist;
-use super::heap::{Arena, HeapParams, MallocPar, MmOp, PAGE};
+use super::heap::{Arena, HeapParams, MallocPar, MmOp, ProcessHeap, PAGE};
 use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
 use crate::machine::costs::Costs;
 use crate::trace::{Event, Process, Record, ThreadTrace, Trace};
@@ -106,6 +107,12 @@ pub struct ReplayStats {
     pub waits_slept: u64,
     /// futex(2) waits that slept (calls through libc's `syscall()`; counted in the two above).
     pub futex_waits: u64,
+    /// Threads whose first `malloc`, in the traced order of first `malloc`s and exits, glibc
+    /// gave an exited thread's arena (`get_free_list`).
+    pub arenas_reused_traced: u32,
+    /// Threads it gave an arena other threads were attached to (past its arena limit,
+    /// `reused_arena`): they share it, and trim less than in arenas of their own.
+    pub arenas_shared_traced: u32,
     /// Frees of chunks allocated by another thread, or never seen allocated (not replayed).
     pub frees_unmatched: u64,
     /// Unlocks of locks this thread was not seen taking (not replayed).
@@ -160,6 +167,8 @@ pub fn from_trace(name: &str, trace: &Trace, opts: &Options) -> Result<(Workload
     for i in 0..b.threads.len() {
         b.thread(i);
     }
+    // Each traced thread is a group of one, in the order of `b.threads`.
+    let main_thread = b.threads.iter().position(|t| t.tid == process.pid).map(|i| i as u32);
     let Builder { objects, instrs, groups, mut stats, .. } = b;
     stats.instructions = instrs.len() as u64;
     let start = process.start.as_ref();
@@ -186,6 +195,7 @@ pub fn from_trace(name: &str, trace: &Trace, opts: &Options) -> Result<(Workload
         stochastic: false,
         heap: opts.heap,
         processes: false,
+        main_thread,
     };
     Ok((workload, stats))
 }
@@ -283,7 +293,9 @@ impl<'a> Builder<'a> {
             spin_then_block: None,
             tracer_record_ns: [0, 0],
         };
-        b.malloc = malloc_history(&b.threads, &heap);
+        let cpus = process.start.as_ref().map_or(1, |s| s.cpus);
+        b.malloc = malloc_history(&b.threads, &heap, process.pid, cpus);
+        (b.stats.arenas_reused_traced, b.stats.arenas_shared_traced) = (b.malloc.arenas.reused, b.malloc.arenas.shared);
         for i in 0..b.threads.len() {
             let g = i as u32;
             let hs = Handshake {
@@ -671,17 +683,18 @@ impl<'a> Builder<'a> {
     fn thread(&mut self, me: usize) {
         let t = self.threads[me];
         let entry = self.instrs.len() as u32;
+        // Waits for its creator's start token only if a THREAD_CREATE names it: a child the
+        // reader could not link (traces of tracers before the THREAD_CREATE seq fix) would
+        // wait forever; it starts at once instead.
+        let created = self.linked.contains(&me);
         self.groups.push(Group {
             name: format!("tid{}", t.tid),
             threads: CountExpr::fixed(1),
             entry,
             pushes: Vec::new(),
             drains: Vec::new(),
+            created,
         });
-        // Waits for its creator's start token only if a THREAD_CREATE names it: a child the
-        // reader could not link (traces of tracers before the THREAD_CREATE seq fix) would
-        // wait forever; it starts at once instead.
-        let created = self.linked.contains(&me);
         if created {
             self.wait_tokens(me, &[self.handshakes[me].start]);
         }
@@ -875,7 +888,7 @@ impl<'a> Builder<'a> {
         live.push(ptr);
         self.push(Instr::Malloc(Dist::Fixed(size)));
         let mut ops = Vec::new();
-        arena.malloc(par, size.max(1), &mut ops);
+        arena.malloc(par, 0, size.max(1), &mut ops);
         self.kernel_work(&ops, a);
     }
 
@@ -887,7 +900,7 @@ impl<'a> Builder<'a> {
                 let k = (live.len() - i) as u64;
                 self.push(Instr::FreeLive(k));
                 let mut ops = Vec::new();
-                arena.free_live(par, k, &mut ops);
+                arena.free_live(par, 0, k, &mut ops);
                 self.kernel_work(&ops, a);
             }
             // Another thread's mapped chunk: glibc unmaps it whoever frees it.
@@ -919,20 +932,29 @@ struct MallocHistory {
     /// Frees of a mapped chunk that another thread allocated, by (thread, record): the
     /// chunk's bytes.
     remote_mapped: BTreeMap<(usize, usize), u64>,
+    /// The arenas glibc handed out in the traced run's order of first `malloc`s and exits.
+    arenas: ProcessHeap,
 }
 
 /// The allocations and frees of all the process's threads in time order: each allocation at
 /// or above the mmap threshold of its time is mapped on its own, and each free of a mapped
 /// chunk (by whichever thread) raises the thresholds ([`MallocPar::unmapped`]). The simulation
 /// keeps its own process-wide thresholds; the changes are for the mirror arenas that estimate
-/// the kernel work the simulation will re-create.
-fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams) -> MallocHistory {
+/// the kernel work the simulation will re-create. The arenas glibc gave the threads follow
+/// their first `malloc`s and exits in the same order ([`ProcessHeap`], `cpus` as traced): how
+/// many were reused or shared, for the user to compare with the simulation's.
+fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, pid: u32, cpus: u32) -> MallocHistory {
     let mut events: Vec<(u64, usize, usize, &Event)> = Vec::new();
     for (i, t) in threads.iter().enumerate() {
         for (k, r) in t.records.iter().enumerate() {
             if matches!(
                 r.event,
-                Event::Malloc { .. } | Event::Memalign { .. } | Event::Calloc { .. } | Event::Realloc { .. } | Event::Free { .. }
+                Event::Malloc { .. }
+                    | Event::Memalign { .. }
+                    | Event::Calloc { .. }
+                    | Event::Realloc { .. }
+                    | Event::Free { .. }
+                    | Event::ThreadExit
             ) {
                 events.push((r.t, i, k, &r.event));
             }
@@ -941,8 +963,18 @@ fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams) -> MallocHistory 
     events.sort_unstable_by_key(|&(t, i, k, _)| (t, i, k));
     let mut par = MallocPar::new(heap);
     let mut mapped: BTreeMap<u64, (usize, u64)> = BTreeMap::new(); // live mapped chunks: ptr -> (thread, bytes)
-    let mut history = MallocHistory::default();
+    let mut history = MallocHistory { arenas: ProcessHeap::new(*heap, cpus), ..MallocHistory::default() };
+    let mut arena: Vec<Option<u32>> = threads.iter().map(|t| (t.tid == pid).then_some(ProcessHeap::MAIN)).collect();
     for (t, i, k, ev) in events {
+        if matches!(ev, Event::ThreadExit) {
+            if let Some(a) = arena[i].take() {
+                history.arenas.detach(a);
+            }
+            continue;
+        }
+        if !matches!(ev, Event::Free { .. }) && arena[i].is_none() {
+            arena[i] = Some(history.arenas.attach());
+        }
         let (freed, alloc) = match *ev {
             Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => (0, Some((size, ptr))),
             Event::Calloc { nmemb, size, ptr } => (0, Some((nmemb.saturating_mul(size), ptr))),
@@ -1479,12 +1511,12 @@ mod tests {
         let t = trace(vec![a, b]);
         let threads: Vec<&ThreadTrace> = t.processes[0].threads.iter().collect();
         let raised = MallocPar { mmap_threshold: mib + PAGE, trim_threshold: 2 * (mib + PAGE), dynamic: true };
-        let h = malloc_history(&threads, &HeapParams::default());
+        let h = malloc_history(&threads, &HeapParams::default(), 10, 2);
         assert_eq!(h.changes, vec![(30, raised)]);
         assert_eq!(h.remote_mapped, BTreeMap::from([((1, 2), mib + PAGE)]), "thread 1's record 2 frees thread 0's mapping");
         // Set thresholds stay put.
         let fixed = HeapParams { dynamic: false, ..HeapParams::default() };
-        assert_eq!(malloc_history(&threads, &fixed).changes, vec![]);
+        assert_eq!(malloc_history(&threads, &fixed, 10, 2).changes, vec![]);
         // The replay: thread 1 unmaps thread 0's buffer; thread 0's second buffer is not mapped.
         let (w, stats) = replay(&t);
         assert!(w.program.instrs.contains(&Instr::FreeMapped(mib + PAGE)), "{:?}", w.program.instrs);
@@ -1546,5 +1578,39 @@ mod tests {
         let t = fork_join();
         assert_eq!(choose_process(&t, None).map(|p| p.pid), Ok(10));
         assert!(choose_process(&t, Some(99)).unwrap_err().contains("no process 99"));
+    }
+
+    /// A created thread starts as a new task (`wake_up_new_task`, `START_DEBIT`): on one CPU
+    /// the worker main creates after 5 ms of compute queues behind main, which computes on to
+    /// its join and is never preempted; a woken sleeper's credit (placed half a latency behind
+    /// `min_vruntime`, 3 ms ahead of main by more than the wake-up granularity) would have
+    /// preempted it at once.
+    #[test]
+    fn a_created_thread_queues_behind_its_creator() {
+        let text =
+            "[experiment]\nworkloads = [\"w\"]\nscenarios = [\"native\"]\nvcpus = [1]\n[workloads.w]\nprogram = [{ compute = \"1ms\" }]\n";
+        let plan = crate::api::Plan::new(text, "test.toml", &[]).expect("spec");
+        let cell = plan.cells()[0].clone();
+        let mut cfg = plan.run_config(&cell, crate::scenario::Layout::Native { instances: 1 });
+        // main computes 5 ms, creates the worker, computes 1 ms and joins it.
+        let main = thread(
+            10,
+            None,
+            vec![
+                rec(0, Some(0), Event::ProcessStart { pid: 10 }),
+                rec(5_000_000, Some(5_000_000), Event::ThreadCreate { seq: 11, ret: 0, handle: 7, child: Some(11) }),
+                rec(7_000_000, Some(6_000_000), Event::ThreadJoin { tid: Some(11), ret: 0, handle: 7, wait_ns: 1_000_000 }),
+                rec(7_000_100, Some(6_000_100), Event::ThreadExit),
+            ],
+        );
+        let worker =
+            thread(11, Some(10), vec![rec(5_000_100, Some(0), start(11, Some(10))), rec(7_000_000, Some(1_000_000), Event::ThreadExit)]);
+        let (w, _) = replay(&trace(vec![main, worker]));
+        cfg.workload = std::sync::Arc::new(w);
+        let rec = crate::scenario::simulate_run(&cfg).expect("runs");
+        let inst = rec.measured().next().expect("the instance");
+        let main = &inst.thread_stats[0];
+        assert_eq!(main.counters.nivcsw, 0, "main was preempted: {:?}", inst.thread_stats);
+        assert!(inst.thread_stats[1].counters.compute_ns > 0);
     }
 }

@@ -15,7 +15,7 @@ use crate::scenario::{Layout, RunConfig};
 use crate::virt::allocation::{Periods, VcpuAlloc};
 use crate::virt::vcpu::{Vcpu, Vm};
 use crate::workload::dist::Dist;
-use crate::workload::heap::{Arena, MallocPar};
+use crate::workload::heap::ProcessHeap;
 use crate::workload::program::{Instr, Program, Share, Times, Workload};
 
 use super::{Core, Leaf, Limits, Rem, World};
@@ -212,6 +212,7 @@ impl<'i> World<'i> {
             wakee_flips: 0,
             last_wakee: None,
             wakee_flip_decay: SimTime::ZERO,
+            newborn: false,
         });
         id
     }
@@ -281,6 +282,7 @@ fn daemon_workload(name: &str, description: &str, d: &crate::spec::kernel::Daemo
             entry: 0,
             pushes: Vec::new(),
             drains: Vec::new(),
+            created: false,
         }],
         meta: Default::default(),
         memory: Default::default(),
@@ -288,6 +290,7 @@ fn daemon_workload(name: &str, description: &str, d: &crate::spec::kernel::Daemo
         stochastic: true,
         heap: Default::default(),
         processes: true,
+        main_thread: None,
     }
 }
 
@@ -343,6 +346,9 @@ impl World<'_> {
             let cpu = if pin_threads { i % ncpus } else { (first + i) % ncpus };
             let task = self.new_task(TaskKind::Thread(tid), k, owner, cpu, 1024);
             self.tasks[task as usize].pinned = pin_threads.then_some(cpu);
+            // A thread its program creates during the run (a replay's traced threads) waits
+            // for its creation; that wake-up places it as a new task.
+            self.tasks[task as usize].newborn = wl.groups[group as usize].created;
             self.threads.push(Thread {
                 inst,
                 idx,
@@ -358,8 +364,8 @@ impl World<'_> {
                 ple_epoch: 0,
                 pv_left: u64::MAX,
                 pmt: crate::kernel::thread::PmtWait::RACING,
-                arena: Arena::new(heap),
-                malloc: MallocPar::new(&heap),
+                process: if wl.processes { i } else { 0 },
+                arena: (wl.processes || wl.main_thread == Some(i)).then_some(ProcessHeap::MAIN),
                 mm_queue: VecDeque::new(),
                 kpath: VecDeque::new(),
                 blocking: None,
@@ -376,6 +382,8 @@ impl World<'_> {
             });
             ids.push(tid);
         }
+        // glibc's arenas for the CPUs this kernel has (what `get_nprocs` tells the C library).
+        let processes = if wl.processes { threads as usize } else { 1 };
         self.insts.push(Instance {
             name,
             kernel: k,
@@ -392,7 +400,7 @@ impl World<'_> {
             responses: Vec::new(),
             pools: BTreeMap::new(),
             mmap_sem: Default::default(),
-            malloc: MallocPar::new(&heap),
+            heaps: vec![ProcessHeap::new(heap, ncpus); processes],
         });
     }
 }

@@ -70,6 +70,8 @@ pub struct InstanceRecord {
     pub tlb: TlbRecord,
     /// `membarrier` calls of its threads.
     pub membarrier: MembarrierRecord,
+    /// How glibc's arenas were handed to its threads ([`crate::workload::heap::ProcessHeap`]).
+    pub arenas: ArenaRecord,
     /// Response times of the requests its threads answered (`respond`), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub responses: Option<ResponseRecord>,
@@ -146,6 +148,17 @@ pub struct MembarrierRecord {
     pub ipis: u64,
     /// Latency from the call to the last target's acknowledgement.
     pub latency: LatencySummary,
+}
+
+/// The arenas of an instance's process(es), summed (glibc malloc/arena.c).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ArenaRecord {
+    /// Arenas made beside the main ones.
+    pub made: u64,
+    /// Threads given an exited thread's arena at their first `malloc`.
+    pub reused: u64,
+    /// Threads given an arena other threads were attached to (past the arena limit).
+    pub shared: u64,
 }
 
 /// TLB shootdowns of one instance (sender's view, as S4U measured).
@@ -537,6 +550,11 @@ impl RunRecord {
                     deferred: inst.tlb.deferred,
                     latency: (&inst.tlb.latency).into(),
                     samples_ns: inst.tlb.samples.clone(),
+                },
+                arenas: ArenaRecord {
+                    made: inst.heaps.iter().map(|h| h.arenas() as u64 - 1).sum(),
+                    reused: inst.heaps.iter().map(|h| u64::from(h.reused)).sum(),
+                    shared: inst.heaps.iter().map(|h| u64::from(h.shared)).sum(),
                 },
                 responses: ResponseRecord::new(&inst.responses, inst.finish.unwrap_or(end).ns(), inst.wl.qos),
                 membarrier: MembarrierRecord {
