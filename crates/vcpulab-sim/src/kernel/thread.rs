@@ -159,8 +159,11 @@ pub struct Thread {
     /// where the threads stand for processes.
     pub process: u32,
     /// Its arena in its process's heap: none until its first `malloc`, the main arena from
-    /// the start for a main thread ([`crate::workload::heap::ProcessHeap`]).
+    /// the start for a main thread ([`crate::workload::heap::ProcessHeap`]); kept after its
+    /// exit, for the chunks it left there.
     pub arena: Option<u32>,
+    /// Its `malloc`s so far (the next one's [`crate::workload::heap::ChunkId::seq`]).
+    pub allocs: u32,
     /// Memory-management consequences of a heap operation still to carry out.
     pub mm_queue: std::collections::VecDeque<crate::workload::heap::MmOp>,
     /// The kernel path of the system call or fault under way ([`super::kpath`]).
@@ -544,28 +547,32 @@ impl World<'_> {
                 Instr::Malloc(d) => {
                     let th = &mut self.threads[t as usize];
                     let bytes = d.sample(&mut th.rng).max(1);
+                    let id = crate::workload::heap::ChunkId { thread: t, seq: th.allocs };
+                    th.allocs += 1;
                     let (arena, par) = th.heap(&mut self.insts[th.inst as usize]);
                     let mut ops = Vec::new();
-                    arena.malloc(par, t, bytes, &mut ops);
+                    arena.malloc(par, id, bytes, &mut ops);
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
-                Instr::Free(n) | Instr::FreeLive(n) => {
+                Instr::Free(n) => {
                     let th = &mut self.threads[t as usize];
                     let (arena, par) = th.heap(&mut self.insts[th.inst as usize]);
                     let mut ops = Vec::new();
-                    if matches!(wl.program.instrs[pc as usize], Instr::Free(_)) {
-                        arena.free(par, t, *n, &mut ops);
-                    } else {
-                        arena.free_live(par, t, *n, &mut ops);
+                    arena.free(par, t, *n, &mut ops);
+                    th.mm_queue.extend(ops);
+                    self.run_mm_queue(k, cpu, t)
+                }
+                Instr::FreeChunk { owner, seq } => {
+                    let inst = self.threads[t as usize].inst as usize;
+                    let o = self.insts[inst].threads[*owner as usize];
+                    let (process, arena) = (self.threads[o as usize].process, self.threads[o as usize].arena);
+                    let mut ops = Vec::new();
+                    if let Some(a) = arena {
+                        let (arena, par) = self.insts[inst].heaps[process as usize].get(a);
+                        arena.free_chunk(par, crate::workload::heap::ChunkId { thread: o, seq: *seq }, &mut ops);
                     }
-                    th.mm_queue.extend(ops);
-                    self.run_mm_queue(k, cpu, t)
-                }
-                Instr::FreeMapped(bytes) => {
-                    let th = &mut self.threads[t as usize];
-                    self.insts[th.inst as usize].heaps[th.process as usize].par.unmapped(*bytes);
-                    th.mm_queue.push_back(crate::workload::heap::MmOp::Munmap(bytes.div_ceil(crate::workload::heap::PAGE)));
+                    self.threads[t as usize].mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::MmUnmap { call, pages } => {
@@ -677,6 +684,10 @@ impl World<'_> {
     pub(crate) fn wake_thread(&mut self, t: ThreadId, waker: (KernelId, u32)) {
         let th = &mut self.threads[t as usize];
         if !matches!(th.act, Act::Blocked(_)) && th.blocking.take().is_some() {
+            // Woken on its way into the wait: a thread created before it reached its start
+            // wait is running already, so no later wake-up is its creation.
+            let task = th.task;
+            self.tasks[task as usize].newborn = false;
             return;
         }
         debug_assert!(matches!(th.act, Act::Blocked(_)));

@@ -40,7 +40,8 @@
 //!   holds locked at that instant.
 //!
 //! Profiles free LIFO (the most recent allocation first), the pattern that trims. A replayed
-//! trace frees any live chunk ([`Arena::free_live`]): a chunk below the top becomes a hole that
+//! trace frees any live chunk by its id, its own or another thread's ([`Arena::free_chunk`]):
+//! a chunk below the top becomes a hole that
 //! a later `malloc` of no more than its size reuses (glibc's bins, first fit) and that merges
 //! into the top once every chunk above it is free.
 
@@ -155,10 +156,9 @@ pub enum MmOp {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Arena {
     params: HeapParams,
-    /// Chunks, most recent last: (bytes, mmapped, live, the thread that allocated it). A chunk
-    /// that is not live is a hole (only heap chunks become holes; an mmapped chunk is unmapped
-    /// when freed).
-    chunks: Vec<(u64, bool, bool, u32)>,
+    /// Chunks, most recent last. A chunk that is not live is a hole (only heap chunks become
+    /// holes; an mmapped chunk is unmapped when freed).
+    chunks: Vec<Chunk>,
     /// Holes among `chunks`.
     holes: usize,
     /// Bytes in use from the heap base.
@@ -170,6 +170,26 @@ pub struct Arena {
     prot: u64,
     /// Bytes of the heap with resident pages.
     resident: u64,
+}
+
+/// Which allocation a chunk is: the `seq`-th `malloc` (0-based, in program order) of the thread
+/// `thread`. Any thread may free it; it goes back to the arena it came from (malloc.c
+/// `__libc_free` → `arena_for_chunk`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkId {
+    /// The allocating thread.
+    pub thread: u32,
+    /// Its allocation count when it made this one.
+    pub seq: u32,
+}
+
+/// A chunk of an arena.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Chunk {
+    bytes: u64,
+    mmapped: bool,
+    live: bool,
+    id: ChunkId,
 }
 
 /// `SIZE_SZ` on 64-bit: the chunk header word.
@@ -225,28 +245,28 @@ impl Arena {
         out.push(MmOp::Grow(first / PAGE));
     }
 
-    /// `malloc(size)` by thread `owner` under the process's thresholds `par`; appends its
+    /// `malloc(size)`, the allocation `id`, under the process's thresholds `par`; appends its
     /// consequences to `out`.
-    pub fn malloc(&mut self, par: &MallocPar, owner: u32, size: u64, out: &mut Vec<MmOp>) {
+    pub fn malloc(&mut self, par: &MallocPar, id: ChunkId, size: u64, out: &mut Vec<MmOp>) {
         let size = size.max(16);
         if self.mapped == 0 {
             self.create(size, out);
         }
         if let Some(chunk) = par.mapped_chunk(size) {
-            self.chunks.push((chunk, true, true, owner));
+            self.chunks.push(Chunk { bytes: chunk, mmapped: true, live: true, id });
             out.push(MmOp::Mmap(chunk / PAGE));
             out.push(MmOp::Faults(pages_up(size)));
             return;
         }
         let size = request2size(size);
         if self.holes > 0 {
-            if let Some(c) = self.chunks.iter_mut().find(|c| !c.2 && c.0 >= size) {
-                (c.2, c.3) = (true, owner);
+            if let Some(c) = self.chunks.iter_mut().find(|c| !c.live && c.bytes >= size) {
+                (c.live, c.id) = (true, id);
                 self.holes -= 1;
                 return;
             }
         }
-        self.chunks.push((size, false, true, owner));
+        self.chunks.push(Chunk { bytes: size, mmapped: false, live: true, id });
         self.top += size;
         // The top chunk must keep MINSIZE after the split; a non-main arena grows its heap by
         // just what is missing, page-rounded (malloc.c `sysmalloc`: `grow_heap(h, MINSIZE + nb -
@@ -281,7 +301,7 @@ impl Arena {
         let Some(i) = self.chunks.iter().rposition({
             let mut left = k;
             move |c| {
-                if !c.2 || c.3 != owner {
+                if !c.live || c.id.thread != owner {
                     return false;
                 }
                 if left == 0 {
@@ -293,19 +313,33 @@ impl Arena {
         }) else {
             return false;
         };
-        let (size, mmapped, _, _) = self.chunks[i];
+        self.free_at(i, par, out);
+        true
+    }
+
+    /// `free` of the allocation `id`, whichever thread frees it; false if it is not a live
+    /// chunk of this arena.
+    pub fn free_chunk(&mut self, par: &mut MallocPar, id: ChunkId, out: &mut Vec<MmOp>) -> bool {
+        let Some(i) = self.chunks.iter().rposition(|c| c.live && c.id == id) else { return false };
+        self.free_at(i, par, out);
+        true
+    }
+
+    /// `free` of the live chunk at `i`.
+    fn free_at(&mut self, i: usize, par: &mut MallocPar, out: &mut Vec<MmOp>) {
+        let Chunk { bytes: size, mmapped, .. } = self.chunks[i];
         if mmapped {
             self.chunks.remove(i);
             out.push(MmOp::Munmap(pages_up(size)));
             par.unmapped(size);
-            return true;
+            return;
         }
-        self.chunks[i].2 = false;
+        self.chunks[i].live = false;
         self.holes += 1;
         // Free chunks at the top merge into it (mmapped chunks are not in the heap).
         let mut merged = false;
-        while let Some(j) = self.chunks.iter().rposition(|c| !c.1) {
-            let (size, _, live, _) = self.chunks[j];
+        while let Some(j) = self.chunks.iter().rposition(|c| !c.mmapped) {
+            let Chunk { bytes: size, live, .. } = self.chunks[j];
             if live {
                 break;
             }
@@ -315,8 +349,9 @@ impl Arena {
             merged = true;
         }
         // `_int_free` calls `heap_trim` only when the merged chunk, here the new top, is at
-        // least FASTBIN_CONSOLIDATION_THRESHOLD (a hole below the top never trims: its top is
-        // what the last trim check left).
+        // least FASTBIN_CONSOLIDATION_THRESHOLD. (It calls it too after a free below the top
+        // that merges 64 KiB of holes; not modelled: that finds the top the last check left,
+        // which only a trim threshold below 64 KiB would trim then.)
         if merged && self.mapped - self.top >= FASTBIN_CONSOLIDATION_THRESHOLD {
             let top_free = self.mapped - self.top;
             // heap_trim: `top_area = top_size - MINSIZE - 1`, released above `pad` in whole pages;
@@ -332,7 +367,6 @@ impl Arena {
                 out.push(MmOp::Trim(extra / PAGE));
             }
         }
-        true
     }
 }
 
@@ -469,7 +503,7 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..4 {
-            a.malloc(&par, 0, 64 << 10, &mut ops);
+            a.malloc(&par, ChunkId::default(), 64 << 10, &mut ops);
         }
         // The first malloc creates the arena: its first heap is the 64 KiB request + the
         // 2,240-byte header + top_pad, page-rounded (49 pages, one mprotect). Three 64 KiB
@@ -485,7 +519,7 @@ mod tests {
         assert_eq!(ops, vec![MmOp::Trim(16); 2], "{ops:?}");
         ops.clear();
         for _ in 0..3 {
-            a.malloc(&par, 0, 64 << 10, &mut ops);
+            a.malloc(&par, ChunkId::default(), 64 << 10, &mut ops);
         }
         assert!(ops.iter().any(|o| matches!(o, MmOp::Faults(_))), "trimmed pages fault again: {ops:?}");
     }
@@ -503,7 +537,7 @@ mod tests {
         let mut a = Arena::new(params);
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        a.malloc(&par, 0, 512 << 10, &mut ops);
+        a.malloc(&par, ChunkId::default(), 512 << 10, &mut ops);
         // The arena's first heap: 512 KiB + header + top_pad = 161 pages read-write; the
         // 524,304-byte chunk fits, and the 128 pages beyond the header's are touched.
         assert_eq!(ops, vec![MmOp::Grow(161), MmOp::Faults(128)]);
@@ -514,13 +548,13 @@ mod tests {
             // 526,144 (129 pages regrown): less 128 KiB + 33, rounded down to pages.
             assert_eq!(ops, vec![MmOp::Trim(trimmed)], "trimmed below the 1 MiB threshold: {ops:?}");
             ops.clear();
-            a.malloc(&par, 0, 512 << 10, &mut ops);
+            a.malloc(&par, ChunkId::default(), 512 << 10, &mut ops);
             assert_eq!(ops, vec![MmOp::Faults(96)], "regrown within mprotect_size: faults only ({ops:?})");
         }
         // glibc 2.22 and later: below the threshold nothing is trimmed.
         let mut b = Arena::new(HeapParams { trim_always: false, ..params });
         let mut par = MallocPar::new(&b.params);
-        b.malloc(&par, 0, 512 << 10, &mut ops);
+        b.malloc(&par, ChunkId::default(), 512 << 10, &mut ops);
         ops.clear();
         b.free(&mut par, 0, 1, &mut ops);
         assert!(ops.is_empty(), "{ops:?}");
@@ -535,11 +569,11 @@ mod tests {
         let mut ops = Vec::new();
         // The heap as the previous record's trim left it: 33 pages, resident; the record
         // grows it to 129 within the 160 pages already read-write, and faults 96.
-        a.malloc(&par, 0, 512 << 10, &mut ops);
+        a.malloc(&par, ChunkId::default(), 512 << 10, &mut ops);
         assert_eq!(ops, vec![MmOp::Faults(96)], "within mprotect_size: faults only");
         // Beyond it, only the difference is made read-write.
         ops.clear();
-        a.malloc(&par, 0, 200 << 10, &mut ops);
+        a.malloc(&par, ChunkId::default(), 200 << 10, &mut ops);
         // 204,816 bytes more: the heap end moves from 129 to 179 pages, 19 of them beyond the
         // 160 already read-write.
         assert_eq!(ops, vec![MmOp::Grow(19), MmOp::Faults(50)], "{ops:?}");
@@ -551,7 +585,7 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..4 {
-            a.malloc(&par, 0, 64 << 10, &mut ops);
+            a.malloc(&par, ChunkId::default(), 64 << 10, &mut ops);
         }
         ops.clear();
         a.free(&mut par, 0, 4, &mut ops);
@@ -563,7 +597,7 @@ mod tests {
         let mut a = Arena::new(HeapParams::default());
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        a.malloc(&par, 0, 1 << 20, &mut ops);
+        a.malloc(&par, ChunkId::default(), 1 << 20, &mut ops);
         // The arena is created for the request (1 MiB + header + top_pad: 289 pages), which
         // is then mapped on its own: 1 MiB + 16 bytes of header, page-rounded.
         assert_eq!(ops[..2], [MmOp::Grow(289), MmOp::Mmap(257)]);
@@ -574,7 +608,7 @@ mod tests {
         // The same request again is below the raised threshold: it comes from the heap, which
         // was made large enough for it.
         ops.clear();
-        a.malloc(&par, 0, 1 << 20, &mut ops);
+        a.malloc(&par, ChunkId::default(), 1 << 20, &mut ops);
         assert_eq!(ops, vec![MmOp::Faults(256)]);
         assert_eq!(par.mapped_chunk(1 << 20), None);
         assert_eq!(par.mapped_chunk((1 << 20) + PAGE), Some((1 << 20) + 2 * PAGE));
@@ -590,14 +624,14 @@ mod tests {
         let churn = |worker: &mut Arena, par: &mut MallocPar| {
             let mut ops = Vec::new();
             for _ in 0..8 {
-                worker.malloc(par, 0, 32 << 10, &mut ops);
+                worker.malloc(par, ChunkId::default(), 32 << 10, &mut ops);
             }
             worker.free(par, 0, 8, &mut ops);
             ops.iter().filter(|o| matches!(o, MmOp::Trim(_))).count()
         };
         assert!(churn(&mut worker, &mut par) > 0, "128 KiB thresholds: the worker's heap top is trimmed");
         let mut ops = Vec::new();
-        main.malloc(&par, 0, 1 << 20, &mut ops);
+        main.malloc(&par, ChunkId::default(), 1 << 20, &mut ops);
         main.free(&mut par, 0, 1, &mut ops);
         assert_eq!(ops.last(), Some(&MmOp::Munmap(257)));
         assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
@@ -615,12 +649,12 @@ mod tests {
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
         for _ in 0..3 {
-            a.malloc(&par, 0, 64 << 10, &mut ops);
+            a.malloc(&par, ChunkId::default(), 64 << 10, &mut ops);
         }
         ops.clear();
         assert!(a.free_live(&mut par, 0, 1, &mut ops), "the middle chunk");
         assert!(ops.is_empty(), "a hole below the top trims nothing: {ops:?}");
-        a.malloc(&par, 0, 32 << 10, &mut ops);
+        a.malloc(&par, ChunkId::default(), 32 << 10, &mut ops);
         assert!(ops.is_empty(), "a smaller request reuses the hole: {ops:?}");
         assert!(a.free_live(&mut par, 0, 1, &mut ops), "the reused hole again");
         assert!(a.free_live(&mut par, 0, 1, &mut ops), "the bottom chunk");
@@ -672,7 +706,7 @@ mod tests {
                 for _ in 0..8 {
                     for owner in 0..2u32 {
                         let a = if shared { 0 } else { owner as usize };
-                        arenas[a].malloc(&par, owner, 32 << 10, &mut ops);
+                        arenas[a].malloc(&par, ChunkId { thread: owner, seq: 0 }, 32 << 10, &mut ops);
                     }
                 }
                 // Thread 0 frees its batch first, then thread 1.
@@ -691,8 +725,26 @@ mod tests {
         assert!(shared < own, "shared {shared} against own {own}");
         let mut a = Arena::new(HeapParams::default());
         let mut ops = Vec::new();
-        a.malloc(&MallocPar::default(), 1, 64 << 10, &mut ops);
+        a.malloc(&MallocPar::default(), ChunkId { thread: 1, seq: 0 }, 64 << 10, &mut ops);
         assert!(!a.free_live(&mut MallocPar::default(), 2, 0, &mut ops), "thread 2 has nothing live here");
+    }
+
+    /// A chunk is freed by its id whoever frees it: another thread's free of the chunk at the
+    /// top of a thread's arena merges it and trims there, as glibc's `arena_for_chunk` does.
+    #[test]
+    fn a_chunk_freed_by_another_thread_goes_back_to_its_arena() {
+        let (mut a, mut par) = (Arena::new(HeapParams::default()), MallocPar::default());
+        let mut ops = Vec::new();
+        for seq in 0..4 {
+            a.malloc(&par, ChunkId { thread: 1, seq }, 64 << 10, &mut ops);
+        }
+        ops.clear();
+        for seq in (0..4).rev() {
+            assert!(a.free_chunk(&mut par, ChunkId { thread: 1, seq }, &mut ops));
+        }
+        assert_eq!(ops, vec![MmOp::Trim(16); 2], "the same trims as the owner's own LIFO frees");
+        assert!(!a.free_chunk(&mut par, ChunkId { thread: 1, seq: 0 }, &mut ops), "freed already");
+        assert_eq!(a.top, ARENA_HEADER);
     }
 
     /// `_int_free` tries a trim only when the chunk it leaves is at least 64 KiB: with no
@@ -703,7 +755,7 @@ mod tests {
         let (mut a, mut par) = (Arena::new(p), MallocPar::new(&p));
         let mut ops = Vec::new();
         for _ in 0..4 {
-            a.malloc(&par, 0, 32 << 10, &mut ops);
+            a.malloc(&par, ChunkId::default(), 32 << 10, &mut ops);
         }
         ops.clear();
         a.free(&mut par, 0, 1, &mut ops);

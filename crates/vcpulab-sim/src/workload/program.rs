@@ -398,14 +398,18 @@ pub enum Instr {
     Join(ObjId),
     /// `free` of the thread's this-many most recent allocations.
     Free(u64),
-    /// `free` of the thread's k-th most recent live allocation (0 = the most recent): what a
-    /// replayed trace frees (see [`super::heap::Arena::free_live`]).
-    FreeLive(u64),
-    /// `free` of a mapped chunk of this many bytes that another thread allocated (a replayed
-    /// trace): `munmap` and a shootdown, and the process's malloc thresholds raised as glibc's
-    /// `__libc_free` does for any thread's chunk. The allocating thread's arena keeps its record
-    /// of the chunk, which it never frees itself.
-    FreeMapped(u64),
+    /// `free` of one allocation, what a replayed trace frees: the `seq`-th `malloc` (0-based,
+    /// in program order) of the instance's thread `owner` (its index among the instance's
+    /// threads; this thread or another). It goes back to the arena it came from whoever frees
+    /// it (glibc `__libc_free` → `arena_for_chunk`), where it may merge into the top and trim;
+    /// a mapped one is unmapped and raises the process's thresholds
+    /// ([`super::heap::Arena::free_chunk`]). Nothing if it is not live.
+    FreeChunk {
+        /// The allocating thread, by index in its instance.
+        owner: u32,
+        /// Which of its allocations.
+        seq: u32,
+    },
     /// A memory-management system call that removes or downgrades mappings of this many
     /// pages (a TLB shootdown to the other CPUs running the process).
     MmUnmap {

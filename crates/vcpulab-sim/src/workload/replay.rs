@@ -13,7 +13,8 @@
 //!                                        broadcast on it while it waited (see Wake-ups)
 //!   cond_signal / broadcast              a token to each waiter it preceded in the trace
 //!   malloc / calloc / memalign / realloc malloc of that size (the thread's arena, see heap.rs)
-//!   free                                 free of that chunk (free_live)
+//!   free                                 free of that chunk, whichever thread allocated it
+//!                                        (FreeChunk: back to the arena it came from)
 //!   munmap, madvise(DONTNEED),           a TLB shootdown of that many pages
 //!   mprotect(read-only or none)
 //! ```
@@ -47,7 +48,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::dist::Dist;
-use super::heap::{Arena, HeapParams, MallocPar, MmOp, ProcessHeap, PAGE};
+use super::heap::{Arena, ChunkId, HeapParams, MallocPar, MmOp, ProcessHeap, PAGE};
 use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
 use crate::machine::costs::Costs;
 use crate::trace::{Event, Process, Record, ThreadTrace, Trace};
@@ -113,7 +114,9 @@ pub struct ReplayStats {
     /// Threads it gave an arena other threads were attached to (past its arena limit,
     /// `reused_arena`): they share it, and trim less than in arenas of their own.
     pub arenas_shared_traced: u32,
-    /// Frees of chunks allocated by another thread, or never seen allocated (not replayed).
+    /// Frees of a chunk another thread allocated: replayed, back to its arena.
+    pub frees_remote: u64,
+    /// Frees of chunks never seen allocated (not replayed).
     pub frees_unmatched: u64,
     /// Unlocks of locks this thread was not seen taking (not replayed).
     pub unlocks_unmatched: u64,
@@ -338,7 +341,6 @@ impl<'a> Builder<'a> {
         let last = b.threads.iter().filter_map(|t| t.records.last()).map(|r| r.t).max().unwrap_or(0);
         b.stats.traced_ns = last - first;
         b.stats.threads = b.threads.len() as u32;
-        let cpus = process.start.as_ref().map_or(1, |s| s.cpus);
         b.stats.threads_at_once = most_at_once(b.threads.iter().flat_map(|t| busy_spans(&t.records)), cpus);
         b
     }
@@ -700,7 +702,7 @@ impl<'a> Builder<'a> {
         }
         let mut held: BTreeMap<ObjId, u32> = BTreeMap::new();
         let mut readers: BTreeMap<u64, u32> = BTreeMap::new();
-        let mut live: Vec<u64> = Vec::new(); // this thread's live allocations, oldest first
+        let mut live = Live::default();
         let mut arena = Arena::new(self.heap); // a mirror of the simulated arena
         let mut acct = Account { prev_t: t.records[0].t, cpu_start: t.records[0].cpu.unwrap_or(0), ..Account::default() };
         for (k, r) in t.records.iter().enumerate() {
@@ -881,37 +883,41 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn malloc(&mut self, size: u64, ptr: u64, live: &mut Vec<u64>, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
+    fn malloc(&mut self, size: u64, ptr: u64, live: &mut Live, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
         if ptr == 0 {
             return; // failed
         }
-        live.push(ptr);
+        let id = ChunkId { thread: 0, seq: live.allocs };
+        live.chunks.push((ptr, live.allocs));
+        live.allocs += 1;
         self.push(Instr::Malloc(Dist::Fixed(size)));
         let mut ops = Vec::new();
-        arena.malloc(par, 0, size.max(1), &mut ops);
+        arena.malloc(par, id, size.max(1), &mut ops);
         self.kernel_work(&ops, a);
     }
 
-    /// `free(ptr)` by this thread, record `at` = (thread, record index).
-    fn free(&mut self, ptr: u64, at: (usize, usize), live: &mut Vec<u64>, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
-        match live.iter().rposition(|&p| p == ptr) {
-            Some(i) => {
-                live.remove(i);
-                let k = (live.len() - i) as u64;
-                self.push(Instr::FreeLive(k));
-                let mut ops = Vec::new();
-                arena.free_live(par, 0, k, &mut ops);
-                self.kernel_work(&ops, a);
-            }
-            // Another thread's mapped chunk: glibc unmaps it whoever frees it.
-            None => match self.malloc.remote_mapped.get(&at).copied() {
-                Some(bytes) => {
-                    self.push(Instr::FreeMapped(bytes));
-                    par.unmapped(bytes);
-                    self.kernel_work(&[MmOp::Munmap(bytes / PAGE)], a);
-                }
-                None => self.stats.frees_unmatched += 1,
-            },
+    /// `free(ptr)` by thread `at.0` in its record `at.1`: its own allocation, or another
+    /// thread's (found by the time-ordered pass, [`malloc_history`]), which the simulation
+    /// returns to that thread's arena. The mirror arena estimates only the thread's own, and
+    /// another thread's mapped chunk (glibc unmaps it whoever frees it).
+    fn free(&mut self, ptr: u64, at: (usize, usize), live: &mut Live, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
+        if let Some(i) = live.chunks.iter().rposition(|&(p, _)| p == ptr) {
+            let (_, seq) = live.chunks.remove(i);
+            self.push(Instr::FreeChunk { owner: at.0 as u32, seq });
+            let mut ops = Vec::new();
+            arena.free_chunk(par, ChunkId { thread: 0, seq }, &mut ops);
+            self.kernel_work(&ops, a);
+            return;
+        }
+        let Some(&(owner, seq)) = self.malloc.remote.get(&at) else {
+            self.stats.frees_unmatched += 1;
+            return;
+        };
+        self.stats.frees_remote += 1;
+        self.push(Instr::FreeChunk { owner: owner as u32, seq });
+        if let Some(bytes) = self.malloc.remote_mapped.get(&at).copied() {
+            par.unmapped(bytes);
+            self.kernel_work(&[MmOp::Munmap(bytes / PAGE)], a);
         }
     }
 
@@ -923,6 +929,14 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// A thread's live allocations as the builder goes (oldest first, with their allocation
+/// numbers), and how many it has made.
+#[derive(Debug, Default)]
+struct Live {
+    chunks: Vec<(u64, u32)>,
+    allocs: u32,
+}
+
 /// What the process's allocations and frees, taken together in time order, decide (glibc's
 /// `mp_` is one per process, and any thread may free any thread's chunk).
 #[derive(Debug, Default, PartialEq)]
@@ -932,6 +946,9 @@ struct MallocHistory {
     /// Frees of a mapped chunk that another thread allocated, by (thread, record): the
     /// chunk's bytes.
     remote_mapped: BTreeMap<(usize, usize), u64>,
+    /// Frees of a chunk another thread allocated, by (thread, record): the allocating thread
+    /// and which of its allocations it was.
+    remote: BTreeMap<(usize, usize), (usize, u32)>,
     /// The arenas glibc handed out in the traced run's order of first `malloc`s and exits.
     arenas: ProcessHeap,
 }
@@ -965,6 +982,10 @@ fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, pid: u32, cpus: u
     let mut mapped: BTreeMap<u64, (usize, u64)> = BTreeMap::new(); // live mapped chunks: ptr -> (thread, bytes)
     let mut history = MallocHistory { arenas: ProcessHeap::new(*heap, cpus), ..MallocHistory::default() };
     let mut arena: Vec<Option<u32>> = threads.iter().map(|t| (t.tid == pid).then_some(ProcessHeap::MAIN)).collect();
+    // Every live allocation: ptr -> (thread, its allocation number), numbered as the builder
+    // numbers each thread's `malloc`s (the successful ones, in its record order).
+    let mut owners: BTreeMap<u64, (usize, u32)> = BTreeMap::new();
+    let mut allocs = vec![0u32; threads.len()];
     for (t, i, k, ev) in events {
         if matches!(ev, Event::ThreadExit) {
             if let Some(a) = arena[i].take() {
@@ -982,6 +1003,9 @@ fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, pid: u32, cpus: u
             Event::Free { ptr } => (ptr, None),
             _ => continue,
         };
+        if let Some(owner) = owners.remove(&freed).filter(|&(o, _)| freed != 0 && o != i) {
+            history.remote.insert((i, k), owner);
+        }
         if let Some((owner, bytes)) = mapped.remove(&freed).filter(|_| freed != 0) {
             if owner != i {
                 history.remote_mapped.insert((i, k), bytes);
@@ -993,6 +1017,8 @@ fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, pid: u32, cpus: u
             }
         }
         if let Some((size, ptr)) = alloc.filter(|&(_, p)| p != 0) {
+            owners.insert(ptr, (i, allocs[i]));
+            allocs[i] += 1;
             if let Some(chunk) = par.mapped_chunk(size) {
                 mapped.insert(ptr, (i, chunk));
             }
@@ -1467,20 +1493,22 @@ mod tests {
             ],
         );
         let (w, stats) = replay(&trace(vec![t]));
-        let mem: Vec<&Instr> = w.program.instrs.iter().filter(|i| matches!(i, Instr::Malloc(_) | Instr::FreeLive(_))).collect();
+        let mem: Vec<&Instr> = w.program.instrs.iter().filter(|i| matches!(i, Instr::Malloc(_) | Instr::FreeChunk { .. })).collect();
+        let free = |seq| Instr::FreeChunk { owner: 0, seq };
         assert_eq!(
             mem,
             vec![
                 &Instr::Malloc(Dist::Fixed(100)),
                 &Instr::Malloc(Dist::Fixed(200)),
                 &Instr::Malloc(Dist::Fixed(300)),
-                &Instr::FreeLive(2),
-                &Instr::FreeLive(0),
-                &Instr::FreeLive(0),
+                &free(0),
+                &free(2),
+                &free(1),
                 &Instr::Malloc(Dist::Fixed(400)),
             ]
         );
         assert_eq!(stats.frees_unmatched, 1);
+        assert_eq!(stats.frees_remote, 0);
     }
 
     /// glibc's thresholds are the process's: a mapped buffer freed by any thread (here by
@@ -1514,13 +1542,16 @@ mod tests {
         let h = malloc_history(&threads, &HeapParams::default(), 10, 2);
         assert_eq!(h.changes, vec![(30, raised)]);
         assert_eq!(h.remote_mapped, BTreeMap::from([((1, 2), mib + PAGE)]), "thread 1's record 2 frees thread 0's mapping");
+        assert_eq!(h.remote, BTreeMap::from([((1, 2), (0, 0))]), "thread 0's first allocation");
         // Set thresholds stay put.
         let fixed = HeapParams { dynamic: false, ..HeapParams::default() };
         assert_eq!(malloc_history(&threads, &fixed, 10, 2).changes, vec![]);
-        // The replay: thread 1 unmaps thread 0's buffer; thread 0's second buffer is not mapped.
+        // The replay: thread 1 frees thread 0's buffer (the simulation unmaps it and raises
+        // the thresholds); thread 0 frees its own second one.
         let (w, stats) = replay(&t);
-        assert!(w.program.instrs.contains(&Instr::FreeMapped(mib + PAGE)), "{:?}", w.program.instrs);
-        assert_eq!(stats.frees_unmatched, 0);
+        assert!(w.program.instrs.contains(&Instr::FreeChunk { owner: 0, seq: 0 }), "{:?}", w.program.instrs);
+        assert!(w.program.instrs.contains(&Instr::FreeChunk { owner: 0, seq: 1 }), "{:?}", w.program.instrs);
+        assert_eq!((stats.frees_unmatched, stats.frees_remote), (0, 1));
     }
 
     #[test]

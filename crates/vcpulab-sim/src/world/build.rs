@@ -366,6 +366,7 @@ impl World<'_> {
                 pmt: crate::kernel::thread::PmtWait::RACING,
                 process: if wl.processes { i } else { 0 },
                 arena: (wl.processes || wl.main_thread == Some(i)).then_some(ProcessHeap::MAIN),
+                allocs: 0,
                 mm_queue: VecDeque::new(),
                 kpath: VecDeque::new(),
                 blocking: None,
