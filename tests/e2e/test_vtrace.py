@@ -96,7 +96,7 @@ def test_every_traced_call_is_recorded(kit: Kit, tmp_path: Path) -> None:
     p = same_as_untraced(kit, [str(kit.bins / "threads"), "4", "300"], trace)
     assert p.stdout == b"counter=1200 spin=1200 rw=120 turn=4\n"
     s = summary(kit, trace)
-    assert s["version"] == 2
+    assert s["version"] == 3
     [proc] = s["processes"]
     assert proc["origin"] == "exec" and proc["cmdline"][1:] == ["4", "300"] and proc["cpus"] >= 1
     main = next(t for t in proc["threads"] if t["tid"] == proc["pid"])
@@ -279,8 +279,8 @@ def test_reader_errors_are_one_clear_line(kit: Kit, tmp_path: Path) -> None:
     assert "truncated block 0" in dump_error(good[:-5])
     assert "not a vtrace file" in dump_error(b"hello world, not a trace at all\n")
     newer = bytearray(good)
-    newer[8] = 3
-    assert "written by a newer vcpulab: format version 3, this reads ≤ 2" in dump_error(bytes(newer))
+    newer[8] = 4
+    assert "written by a newer vcpulab: format version 4, this reads ≤ 3" in dump_error(bytes(newer))
 
 
 def test_spinblock_is_a_correct_lock_that_blocks(kit: Kit, tmp_path: Path) -> None:

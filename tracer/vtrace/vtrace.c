@@ -458,9 +458,10 @@ static int read_schedstat(const char *path, uint64_t *cpu, uint64_t *delay) {
     return end2 != end + 1;
 }
 
-/* The calling thread's time waiting for a CPU and its context switches (getrusage
- * RUSAGE_THREAD): what lets the reader split the thread's off-CPU time into time held off a
- * CPU and time blocked in calls the tracer does not see. */
+/* The calling thread's time waiting for a CPU, its context switches and its minor page faults
+ * (getrusage RUSAGE_THREAD): what lets the reader split the thread's off-CPU time into time
+ * held off a CPU and time blocked in calls the tracer does not see, and bound the page faults
+ * the replay's heap model gives the thread by the faults the kernel counted. */
 static void emit_thread_stats(void) {
     uint64_t cpu = 0, delay = 0;
     int known = read_schedstat("/proc/thread-self/schedstat", &cpu, &delay);
@@ -472,6 +473,7 @@ static void emit_thread_stats(void) {
     r_u64(&r, known ? delay : VT_HOLD_UNKNOWN);
     r_u64(&r, (uint64_t)ru.ru_nvcsw);
     r_u64(&r, (uint64_t)ru.ru_nivcsw);
+    r_u64(&r, (uint64_t)ru.ru_minflt);
     r_emit(&r);
 }
 
@@ -500,7 +502,8 @@ static void stats_of_live_threads(uint32_t self) {
             r_begin(&r, VT_THREAD_STATS, 0, now());
             r_u64(&r, cpu);
             r_u64(&r, delay);
-            r_u64(&r, VT_HOLD_UNKNOWN); /* context switches: not read for another thread */
+            r_u64(&r, VT_HOLD_UNKNOWN); /* context switches and faults: not read for another thread */
+            r_u64(&r, VT_HOLD_UNKNOWN);
             r_u64(&r, VT_HOLD_UNKNOWN);
             put16(r.b + 2, (uint16_t)r.n);
             append(b, r.b, r.n);

@@ -1,11 +1,11 @@
-/* vtrace binary format, version 2: constants shared by the tracer and its tests.
+/* vtrace binary format, version 3: constants shared by the tracer and its tests.
  * The authoritative description is docs/trace-format.md; the Rust reader is
  * crates/vcpulab-sim/src/trace/format.rs. All integers are little-endian. */
 #ifndef VTRACE_FORMAT_H
 #define VTRACE_FORMAT_H
 
 #define VT_MAGIC "\x89VTRACE\n" /* 8 bytes */
-#define VT_VERSION 2 /* 2: the FUTEX and THREAD_STATS kinds; readers take 1 and 2 */
+#define VT_VERSION 3 /* 2: the FUTEX and THREAD_STATS kinds; 3: THREAD_STATS's minflt; readers take 1 to 3 */
 #define VT_HEADER_LEN 32        /* magic[8] u16 version u16 header_len u32 flags u64 created_unix_ns u32 creator_pid u32 crc */
 #define VT_BLOCK_MAGIC "VTBK"   /* 4 bytes */
 #define VT_BLOCK_HEADER_LEN 40  /* magic[4] u32 payload_len u32 pid u32 tid u64 process_base u32 seq u32 nrec u32 flags u32 crc */
@@ -27,7 +27,8 @@ enum vt_kind {
     VT_THREAD_CREATE = 0x04,  /* C u32 seq i32 ret u64 handle */
     VT_THREAD_JOIN = 0x05,    /* C u32 tid i32 ret u64 handle u64 wait */
     VT_EXEC = 0x06,           /* C i32 ret (only written when exec failed; before exec: ret 0) */
-    VT_THREAD_STATS = 0x07,   /* C u64 run_delay u64 nvcsw u64 nivcsw (version 2; VT_HOLD_UNKNOWN: not known): just before
+    VT_THREAD_STATS = 0x07,   /* C u64 run_delay u64 nvcsw u64 nivcsw u64 minflt (version 2, minflt version 3;
+                               * VT_HOLD_UNKNOWN: not known): just before
                                * THREAD_EXIT, or, for a thread still alive at the process's exit, its last record (then C is its
                                * CPU time read from schedstat by the exiting thread) */
     VT_MUTEX_LOCK = 0x10,     /* C u64 addr u64 wait i32 ret */

@@ -182,7 +182,14 @@ pub enum Event {
     /// kernel does not keep it) and its context switches, recorded just before its exit; or,
     /// for a thread still alive when the process exited, read by the exiting thread (with the
     /// thread's CPU time, and no context switches).
-    ThreadStats { run_delay_ns: Option<u64>, voluntary_switches: Option<u64>, involuntary_switches: Option<u64> },
+    ThreadStats {
+        run_delay_ns: Option<u64>,
+        voluntary_switches: Option<u64>,
+        involuntary_switches: Option<u64>,
+        /// Its minor page faults (`ru_minflt`); None before format version 3, or for a thread
+        /// the process's exit killed.
+        minor_faults: Option<u64>,
+    },
     /// `syscall(SYS_futex, addr, op, val, ...)`: `op` as passed (with `FUTEX_PRIVATE_FLAG`),
     /// `timed` when a wait had a timeout, `ret` 0 or the number woken, or `-errno`.
     Futex { addr: u64, op: u32, val: u32, timed: bool, wait_ns: u64, ret: i32 },

@@ -164,6 +164,8 @@ pub struct Thread {
     pub arena: Option<u32>,
     /// Its `malloc`s so far (the next one's [`crate::workload::heap::ChunkId::seq`]).
     pub allocs: u32,
+    /// Heap page faults it may still take (its group's `fault_budget`; `u64::MAX`: no bound).
+    pub faults_left: u64,
     /// Memory-management consequences of a heap operation still to carry out.
     pub mm_queue: std::collections::VecDeque<crate::workload::heap::MmOp>,
     /// The kernel path of the system call or fault under way ([`super::kpath`]).
@@ -552,6 +554,17 @@ impl World<'_> {
                     let (arena, par) = th.heap(&mut self.insts[th.inst as usize]);
                     let mut ops = Vec::new();
                     arena.malloc(par, id, bytes, &mut ops);
+                    if th.faults_left != u64::MAX {
+                        // A replayed thread that touched less than it allocated takes no more
+                        // faults than the kernel counted for it.
+                        for op in &mut ops {
+                            if let crate::workload::heap::MmOp::Faults(n) = op {
+                                *n = (*n).min(th.faults_left);
+                                th.faults_left -= *n;
+                            }
+                        }
+                        ops.retain(|op| *op != crate::workload::heap::MmOp::Faults(0));
+                    }
                     th.mm_queue.extend(ops);
                     self.run_mm_queue(k, cpu, t)
                 }

@@ -1,4 +1,4 @@
-//! The layout of a vtrace file, format versions 1 and 2 (`docs/trace-format.md` describes it byte by
+//! The layout of a vtrace file, format versions 1 to 3 (`docs/trace-format.md` describes it byte by
 //! byte; `tracer/vtrace/vtrace_format.h` is the writer's copy of these constants).
 //!
 //! ```text
@@ -11,7 +11,7 @@
 /// The first eight bytes of every vtrace file.
 pub const MAGIC: [u8; 8] = *b"\x89VTRACE\n";
 /// The newest format version this reader understands (it reads every version up to it).
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Length of the version-1 file header.
 pub const HEADER_LEN: usize = 32;
 /// The first four bytes of every block.
@@ -56,7 +56,8 @@ pub mod kind {
     pub const COND_WAIT: u8 = 0x19;
     pub const COND_SIGNAL: u8 = 0x1A;
     pub const COND_BROADCAST: u8 = 0x1B;
-    /// A thread's run-queue delay and context switches, just before its exit (version 2).
+    /// A thread's run-queue delay and context switches, just before its exit (version 2), and
+    /// its minor page faults (version 3: 52 bytes).
     pub const THREAD_STATS: u8 = 0x07;
     /// A futex(2) call made through libc's `syscall()` (format version 2).
     pub const FUTEX: u8 = 0x1C;
@@ -89,7 +90,8 @@ const fn k(code: u8, name: &'static str, cpu: bool, len: usize) -> KindInfo {
     KindInfo { code, name, cpu, len }
 }
 
-/// Every kind of format versions 1 and 2 (version 2 adds `THREAD_STATS` and `FUTEX`).
+/// Every kind of format versions 1 to 3 (version 2 adds `THREAD_STATS` and `FUTEX`; version 3
+/// lengthens `THREAD_STATS`, whose minimum length here is version 2's).
 pub const KINDS: &[KindInfo] = &[
     k(kind::PROCESS_START, "PROCESS_START", true, 52),
     k(kind::THREAD_START, "THREAD_START", true, 44),

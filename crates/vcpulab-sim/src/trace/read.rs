@@ -27,7 +27,7 @@ pub fn from_bytes_named(file: &str, bytes: &[u8]) -> Result<Trace, TraceError> {
     let mut off = header_len(bytes);
     let mut block = 0u64;
     while off < bytes.len() {
-        parse_block(bytes, off, block, &mut builder).map_err(|(o, k)| err(o, k))?;
+        parse_block(bytes, off, (block, header.version), &mut builder).map_err(|(o, k)| err(o, k))?;
         off += format::BLOCK_HEADER_LEN + le32(bytes, off + 4) as usize;
         block += 1;
     }
@@ -95,7 +95,8 @@ fn parse_header(b: &[u8]) -> Result<Header, Fail> {
     Ok(Header { version, flags: le32(b, 12), created_unix_ns: le64(b, 16), creator_pid: le32(b, 24) })
 }
 
-fn parse_block(b: &[u8], off: usize, block: u64, out: &mut Builder) -> Result<(), Fail> {
+/// Block `block` of a file of format `version`, at `off`.
+fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Builder) -> Result<(), Fail> {
     let have = (b.len() - off) as u64;
     let hl = format::BLOCK_HEADER_LEN;
     if have < hl as u64 {
@@ -134,8 +135,12 @@ fn parse_block(b: &[u8], off: usize, block: u64, out: &mut Builder) -> Result<()
             return Err((off + hl + pos, TraceErrorKind::UnknownKind { block, kind: code }));
         };
         let len = usize::from(le16(payload, pos + 2));
-        let expected =
-            if code == kind::PROCESS_START && len >= info.len { info.len + usize::from(le16(payload, pos + 34)) } else { info.len };
+        let expected = match code {
+            kind::PROCESS_START if len >= info.len => info.len + usize::from(le16(payload, pos + 34)),
+            // Version 3 adds THREAD_STATS's minflt.
+            kind::THREAD_STATS if version >= 3 => info.len + 8,
+            _ => info.len,
+        };
         if len != expected {
             return Err(length(pos, format!("a {} record has length {len}, expected {expected}", info.name)));
         }
@@ -215,6 +220,8 @@ fn decode(info: &KindInfo, r: &[u8]) -> Result<Record, String> {
             run_delay_ns: opt_hold(u64_(0)),
             voluntary_switches: opt_hold(u64_(8)),
             involuntary_switches: opt_hold(u64_(16)),
+            // Version 3's 52-byte record carries the minor faults.
+            minor_faults: (r.len() >= info.len + 8).then(|| u64_(24)).and_then(opt_hold),
         },
         kind::MUTEX_LOCK => lock(|addr, mode, wait_ns, ret| Event::MutexLock { addr, mode, wait_ns, ret }),
         kind::SPIN_LOCK => lock(|addr, mode, wait_ns, ret| Event::SpinLock { addr, mode, wait_ns, ret }),
@@ -531,9 +538,9 @@ mod tests {
 
     #[test]
     fn newer_version() {
-        let e = fails(&header(3));
-        assert_eq!((e.offset, &e.kind), (8, &K::UnsupportedVersion { version: 3 }));
-        assert_eq!(e.to_string(), "t.vtrace: byte 8: written by a newer vcpulab: format version 3, this reads ≤ 2");
+        let e = fails(&header(4));
+        assert_eq!((e.offset, &e.kind), (8, &K::UnsupportedVersion { version: 4 }));
+        assert_eq!(e.to_string(), "t.vtrace: byte 8: written by a newer vcpulab: format version 4, this reads ≤ 3");
         assert_eq!(fails(&header(0)).kind, K::UnsupportedVersion { version: 0 });
     }
 
@@ -635,6 +642,31 @@ mod tests {
         // a process start of another process
         let e = fails(&[header(1), block(8, 8, BASE, 0, &[process_start(7, 0, b"")])].concat());
         assert!(matches!(&e.kind, K::Length { what, .. } if what.contains("PROCESS_START record of pid 7")), "{e}");
+    }
+
+    /// THREAD_STATS is 44 bytes in version 2 and 52 in version 3, which adds the minor faults.
+    #[test]
+    fn thread_stats_carry_the_minor_faults_from_version_3() {
+        let stats = |minflt: Option<u64>| {
+            let mut body = fields(&[&9u64.to_le_bytes(), &100u64.to_le_bytes(), &3u64.to_le_bytes(), &1u64.to_le_bytes()]);
+            if let Some(m) = minflt {
+                body.extend(m.to_le_bytes());
+            }
+            block(100, 100, BASE, 0, &[process_start(100, 0, b"./app\0"), rec(kind::THREAD_STATS, 0, 5, &body)])
+        };
+        let faults = |bytes: &[u8]| {
+            let t = from_bytes_named("t.vtrace", bytes).expect("reads");
+            t.processes[0].threads[0].records.iter().find_map(|r| match r.event {
+                Event::ThreadStats { minor_faults, .. } => Some(minor_faults),
+                _ => None,
+            })
+        };
+        assert_eq!(faults(&[header(3), stats(Some(812))].concat()), Some(Some(812)));
+        assert_eq!(faults(&[header(2), stats(None)].concat()), Some(None));
+        let e = fails(&[header(3), stats(None)].concat());
+        assert!(e.to_string().contains("a THREAD_STATS record has length 44, expected 52"), "{e}");
+        let e = fails(&[header(2), stats(Some(812))].concat());
+        assert!(e.to_string().contains("a THREAD_STATS record has length 52, expected 44"), "{e}");
     }
 
     #[test]

@@ -246,7 +246,7 @@ pub fn parse_workload(name: &str, v: &Value) -> Result<Workload, ParseError> {
         let mut drains = ctx.drains.clone();
         drains.sort_unstable();
         drains.dedup();
-        groups.push(Group { name: gname, threads: count, entry, pushes, drains, created: false });
+        groups.push(Group { name: gname, threads: count, entry, pushes, drains, created: false, fault_budget: None });
     }
     check_queues(&decls, &groups)?;
     Ok(Workload {

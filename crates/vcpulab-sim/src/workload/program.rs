@@ -238,6 +238,10 @@ pub struct Group {
     /// that a THREAD_CREATE names): each waits for its creation first, and the wake-up that
     /// ends that wait is its `wake_up_new_task` (kernel/sched/fair.c `task_fork_fair`).
     pub created: bool,
+    /// The most page faults its threads' heap `malloc`s make, each: a replayed thread whose
+    /// kernel-counted minor faults are fewer than the heap model's did not touch all it
+    /// allocated, and takes no more than the kernel counted. None: no bound.
+    pub fault_budget: Option<u64>,
 }
 
 /// How a loop's iterations are shared among the threads of its group.

@@ -25,8 +25,9 @@
 //! compute, scaled down in proportion so that the segment's compute equals the CPU time measured
 //! over it, less what its calls spin (spin locks: the simulator spins again) and less the
 //! allocator's kernel work the simulator re-creates (page faults, heap growth, trims and their
-//! shootdowns, from a mirror arena of the thread's own (not the one the simulator may share
-//! with others beyond glibc's arena limit), at the default cost table's prices) and the
+//! shootdowns: what all threads' allocations and frees, in time order, make the arenas glibc
+//! would have given them do, [`malloc_history`]; page faults at most as many as the kernel
+//! counted for the thread; at the default cost table's prices) and the
 //! tracer's own cost per record (measured in docs/trace-format.md). What
 //! the wall time leaves over was spent off a CPU without a traced reason (I/O, preemption); it
 //! is counted in [`ReplayStats`] and not replayed.
@@ -48,7 +49,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::dist::Dist;
-use super::heap::{Arena, ChunkId, HeapParams, MallocPar, MmOp, ProcessHeap, PAGE};
+use super::heap::{ChunkId, HeapParams, MmOp, ProcessHeap, PAGE};
 use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
 use crate::machine::costs::Costs;
 use crate::trace::{Event, Process, Record, ThreadTrace, Trace};
@@ -116,6 +117,9 @@ pub struct ReplayStats {
     pub arenas_shared_traced: u32,
     /// Frees of a chunk another thread allocated: replayed, back to its arena.
     pub frees_remote: u64,
+    /// Page faults the heap model would have made beyond the minor faults the kernel counted
+    /// for the threads (memory allocated and never touched): not replayed.
+    pub heap_faults_dropped: u64,
     /// Frees of chunks never seen allocated (not replayed).
     pub frees_unmatched: u64,
     /// Unlocks of locks this thread was not seen taking (not replayed).
@@ -241,12 +245,14 @@ struct Builder<'a> {
     /// The current thread's computes that lost off-CPU time, and how much (see
     /// [`Builder::replay_untraced_blocking`]).
     off_cpu: Vec<(usize, u64)>,
-    heap: HeapParams,
     /// The process's allocations and frees together ([`malloc_history`]).
     malloc: MallocHistory,
     costs: Costs,
     spin_then_block: Option<u64>,
     tracer_record_ns: [u64; 2],
+    /// Page faults the heap model may still give the thread being built: the minor faults
+    /// the kernel counted for it where the model makes more ([`Builder::fault_budget`]).
+    faults_left: u64,
 }
 
 /// A thread's CPU-time account while its records are converted: the current *segment* runs
@@ -290,11 +296,11 @@ impl<'a> Builder<'a> {
             groups: Vec::new(),
             stats: ReplayStats::default(),
             off_cpu: Vec::new(),
-            heap,
             malloc: MallocHistory::default(),
             costs: Costs::default(),
             spin_then_block: None,
             tracer_record_ns: [0, 0],
+            faults_left: u64::MAX,
         };
         let cpus = process.start.as_ref().map_or(1, |s| s.cpus);
         b.malloc = malloc_history(&b.threads, &heap, process.pid, cpus);
@@ -689,6 +695,8 @@ impl<'a> Builder<'a> {
         // reader could not link (traces of tracers before the THREAD_CREATE seq fix) would
         // wait forever; it starts at once instead.
         let created = self.linked.contains(&me);
+        let fault_budget = self.fault_budget(me);
+        self.faults_left = fault_budget.unwrap_or(u64::MAX);
         self.groups.push(Group {
             name: format!("tid{}", t.tid),
             threads: CountExpr::fixed(1),
@@ -696,14 +704,13 @@ impl<'a> Builder<'a> {
             pushes: Vec::new(),
             drains: Vec::new(),
             created,
+            fault_budget,
         });
         if created {
             self.wait_tokens(me, &[self.handshakes[me].start]);
         }
         let mut held: BTreeMap<ObjId, u32> = BTreeMap::new();
         let mut readers: BTreeMap<u64, u32> = BTreeMap::new();
-        let mut live = Live::default();
-        let mut arena = Arena::new(self.heap); // a mirror of the simulated arena
         let mut acct = Account { prev_t: t.records[0].t, cpu_start: t.records[0].cpu.unwrap_or(0), ..Account::default() };
         for (k, r) in t.records.iter().enumerate() {
             self.stats.records += 1;
@@ -783,26 +790,8 @@ impl<'a> Builder<'a> {
                     FutexCall::NoSleep | FutexCall::Other => {}
                 },
                 Event::CondSignal { .. } | Event::CondBroadcast { .. } => self.send_wakeups(me, k),
-                Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => {
-                    let mut par = self.malloc_par_at(r.t);
-                    self.malloc(size, ptr, &mut live, (&mut arena, &mut par), &mut acct);
-                }
-                Event::Calloc { nmemb, size, ptr } => {
-                    let mut par = self.malloc_par_at(r.t);
-                    self.malloc(nmemb.saturating_mul(size), ptr, &mut live, (&mut arena, &mut par), &mut acct);
-                }
-                Event::Realloc { old, size, ptr } => {
-                    let mut par = self.malloc_par_at(r.t);
-                    if old != 0 {
-                        self.free(old, (me, k), &mut live, (&mut arena, &mut par), &mut acct);
-                    }
-                    if size > 0 {
-                        self.malloc(size, ptr, &mut live, (&mut arena, &mut par), &mut acct);
-                    }
-                }
-                Event::Free { ptr } => {
-                    let mut par = self.malloc_par_at(r.t);
-                    self.free(ptr, (me, k), &mut live, (&mut arena, &mut par), &mut acct);
+                Event::Malloc { .. } | Event::Memalign { .. } | Event::Calloc { .. } | Event::Realloc { .. } | Event::Free { .. } => {
+                    self.heap_record(&r.event, (me, k), &mut acct);
                 }
                 Event::Munmap { len, ret: 0, .. } => self.shootdown(MmCall::Munmap, len),
                 Event::Madvise { len, advice, ret: 0, .. } if MADV_DROPS.contains(&advice) => self.shootdown(MmCall::Madvise, len),
@@ -835,13 +824,44 @@ impl<'a> Builder<'a> {
     }
 
     /// Kernel work the simulator will model for the arena's `ops`, at the default costs.
-    fn kernel_work(&self, ops: &[MmOp], a: &mut Account) {
+    /// The page faults the heap model may give thread `me`: the minor faults the kernel
+    /// counted for it, where the model (the time-ordered pass, [`malloc_history`]) makes more,
+    /// which happens when a thread allocates memory it never touches (the model faults every
+    /// page a `malloc` hands out). None where it does not, or where the trace has no count
+    /// (format version 2). The count includes the thread's stack and code faults, so it is a
+    /// bound, not an estimate.
+    fn fault_budget(&mut self, me: usize) -> Option<u64> {
+        let counted = self.threads[me].records.iter().rev().find_map(|r| match r.event {
+            Event::ThreadStats { minor_faults, .. } => minor_faults,
+            _ => None,
+        })?;
+        let modelled: u64 = self
+            .malloc
+            .ops
+            .range((me, 0)..(me + 1, 0))
+            .flat_map(|(_, ops)| ops)
+            .map(|op| if let MmOp::Faults(n) = *op { n } else { 0 })
+            .sum();
+        (modelled > counted).then(|| {
+            self.stats.heap_faults_dropped += modelled - counted;
+            counted
+        })
+    }
+
+    /// Kernel work the simulator will model for `ops`, at the default costs; faults within
+    /// what is left of the thread's budget.
+    fn kernel_work(&mut self, ops: &[MmOp], a: &mut Account) {
         let c = &self.costs;
+        let left = &mut self.faults_left;
         a.kernel += ops
             .iter()
             .map(|op| match *op {
                 MmOp::Mmap(_) | MmOp::Grow(_) => c.syscall_mm,
-                MmOp::Faults(n) => n * c.page_fault,
+                MmOp::Faults(n) => {
+                    let n = n.min(*left);
+                    *left -= n;
+                    n * c.page_fault
+                }
                 MmOp::Munmap(_) | MmOp::Trim(_) | MmOp::Protect(_) => {
                     c.syscall_mm + c.tlb_flush_local + c.ipi_send + c.ipi_latency + c.tlb_flush_remote
                 }
@@ -873,51 +893,29 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The process's malloc thresholds at trace time `t` ([`malloc_history`]), for the
-    /// mirror of a thread's arena.
-    fn malloc_par_at(&self, t: u64) -> MallocPar {
-        let changes = &self.malloc.changes;
-        match changes.partition_point(|&(at, _)| at <= t) {
-            0 => MallocPar::new(&self.heap),
-            i => changes[i - 1].1,
+    /// An allocator record of thread `at.0` (its record `at.1`): each successful allocation a
+    /// `malloc` of its size, each free a free of the chunk it names, the thread's own or
+    /// another's (found by the time-ordered pass, [`malloc_history`]; the simulation returns
+    /// it to the arena it came from), and the kernel work the pass's arenas made for it taken
+    /// out of the compute.
+    fn heap_record(&mut self, ev: &Event, at: (usize, usize), a: &mut Account) {
+        let Some((freed, alloc)) = heap_event(ev) else { return };
+        if freed != 0 {
+            match self.malloc.frees.get(&at).copied() {
+                Some((owner, seq)) => {
+                    if owner != at.0 {
+                        self.stats.frees_remote += 1;
+                    }
+                    self.push(Instr::FreeChunk { owner: owner as u32, seq });
+                }
+                None => self.stats.frees_unmatched += 1,
+            }
         }
-    }
-
-    fn malloc(&mut self, size: u64, ptr: u64, live: &mut Live, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
-        if ptr == 0 {
-            return; // failed
+        if let Some((size, _)) = alloc.filter(|&(_, p)| p != 0) {
+            self.push(Instr::Malloc(Dist::Fixed(size)));
         }
-        let id = ChunkId { thread: 0, seq: live.allocs };
-        live.chunks.push((ptr, live.allocs));
-        live.allocs += 1;
-        self.push(Instr::Malloc(Dist::Fixed(size)));
-        let mut ops = Vec::new();
-        arena.malloc(par, id, size.max(1), &mut ops);
-        self.kernel_work(&ops, a);
-    }
-
-    /// `free(ptr)` by thread `at.0` in its record `at.1`: its own allocation, or another
-    /// thread's (found by the time-ordered pass, [`malloc_history`]), which the simulation
-    /// returns to that thread's arena. The mirror arena estimates only the thread's own, and
-    /// another thread's mapped chunk (glibc unmaps it whoever frees it).
-    fn free(&mut self, ptr: u64, at: (usize, usize), live: &mut Live, (arena, par): (&mut Arena, &mut MallocPar), a: &mut Account) {
-        if let Some(i) = live.chunks.iter().rposition(|&(p, _)| p == ptr) {
-            let (_, seq) = live.chunks.remove(i);
-            self.push(Instr::FreeChunk { owner: at.0 as u32, seq });
-            let mut ops = Vec::new();
-            arena.free_chunk(par, ChunkId { thread: 0, seq }, &mut ops);
+        if let Some(ops) = self.malloc.ops.get(&at).cloned() {
             self.kernel_work(&ops, a);
-            return;
-        }
-        let Some(&(owner, seq)) = self.malloc.remote.get(&at) else {
-            self.stats.frees_unmatched += 1;
-            return;
-        };
-        self.stats.frees_remote += 1;
-        self.push(Instr::FreeChunk { owner: owner as u32, seq });
-        if let Some(bytes) = self.malloc.remote_mapped.get(&at).copied() {
-            par.unmapped(bytes);
-            self.kernel_work(&[MmOp::Munmap(bytes / PAGE)], a);
         }
     }
 
@@ -929,102 +927,88 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// A thread's live allocations as the builder goes (oldest first, with their allocation
-/// numbers), and how many it has made.
-#[derive(Debug, Default)]
-struct Live {
-    chunks: Vec<(u64, u32)>,
-    allocs: u32,
-}
-
 /// What the process's allocations and frees, taken together in time order, decide (glibc's
 /// `mp_` is one per process, and any thread may free any thread's chunk).
 #[derive(Debug, Default, PartialEq)]
 struct MallocHistory {
-    /// Each change of the malloc thresholds: (trace time, thresholds from then on).
-    changes: Vec<(u64, MallocPar)>,
-    /// Frees of a mapped chunk that another thread allocated, by (thread, record): the
-    /// chunk's bytes.
-    remote_mapped: BTreeMap<(usize, usize), u64>,
-    /// Frees of a chunk another thread allocated, by (thread, record): the allocating thread
-    /// and which of its allocations it was.
-    remote: BTreeMap<(usize, usize), (usize, u32)>,
+    /// Every free of a chunk seen allocated, by (thread, record): the allocating thread and
+    /// which of its allocations it was.
+    frees: BTreeMap<(usize, usize), (usize, u32)>,
+    /// What each allocator record made the arenas do, by (thread, record).
+    ops: BTreeMap<(usize, usize), Vec<MmOp>>,
     /// The arenas glibc handed out in the traced run's order of first `malloc`s and exits.
     arenas: ProcessHeap,
 }
 
-/// The allocations and frees of all the process's threads in time order: each allocation at
-/// or above the mmap threshold of its time is mapped on its own, and each free of a mapped
-/// chunk (by whichever thread) raises the thresholds ([`MallocPar::unmapped`]). The simulation
-/// keeps its own process-wide thresholds; the changes are for the mirror arenas that estimate
-/// the kernel work the simulation will re-create. The arenas glibc gave the threads follow
-/// their first `malloc`s and exits in the same order ([`ProcessHeap`], `cpus` as traced): how
-/// many were reused or shared, for the user to compare with the simulation's.
+/// The allocations and frees of all the process's threads in time order, through the heap
+/// model as the simulation runs it: the arenas glibc hands out in the order of the threads'
+/// first `malloc`s and exits ([`ProcessHeap`], `cpus` as traced: an exited thread's arena with
+/// its heap as that thread left it, or a shared one past the limit), the process's thresholds
+/// (`mp_`: any thread's free of a mapped chunk raises them), and every chunk freed back to the
+/// arena it came from, whichever thread frees it. What each record made the arenas do is the
+/// kernel work the simulation will re-create, taken out of the traced compute; the arenas
+/// reused and shared are for the user to compare with the simulation's.
 fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, pid: u32, cpus: u32) -> MallocHistory {
     let mut events: Vec<(u64, usize, usize, &Event)> = Vec::new();
     for (i, t) in threads.iter().enumerate() {
         for (k, r) in t.records.iter().enumerate() {
-            if matches!(
-                r.event,
-                Event::Malloc { .. }
-                    | Event::Memalign { .. }
-                    | Event::Calloc { .. }
-                    | Event::Realloc { .. }
-                    | Event::Free { .. }
-                    | Event::ThreadExit
-            ) {
+            if matches!(r.event, Event::ThreadExit | Event::Exec { .. }) {
+                events.push((r.t, i, k, &r.event));
+                break;
+            }
+            if heap_event(&r.event).is_some() {
                 events.push((r.t, i, k, &r.event));
             }
         }
     }
     events.sort_unstable_by_key(|&(t, i, k, _)| (t, i, k));
-    let mut par = MallocPar::new(heap);
-    let mut mapped: BTreeMap<u64, (usize, u64)> = BTreeMap::new(); // live mapped chunks: ptr -> (thread, bytes)
     let mut history = MallocHistory { arenas: ProcessHeap::new(*heap, cpus), ..MallocHistory::default() };
+    let h = &mut history.arenas;
     let mut arena: Vec<Option<u32>> = threads.iter().map(|t| (t.tid == pid).then_some(ProcessHeap::MAIN)).collect();
-    // Every live allocation: ptr -> (thread, its allocation number), numbered as the builder
-    // numbers each thread's `malloc`s (the successful ones, in its record order).
-    let mut owners: BTreeMap<u64, (usize, u32)> = BTreeMap::new();
+    // Every live allocation: ptr -> (thread, its allocation number, the arena it is in),
+    // numbered as the builder numbers each thread's `malloc`s (the successful ones, in order).
+    let mut owners: BTreeMap<u64, (usize, u32, u32)> = BTreeMap::new();
     let mut allocs = vec![0u32; threads.len()];
-    for (t, i, k, ev) in events {
-        if matches!(ev, Event::ThreadExit) {
+    for (_, i, k, ev) in events {
+        let Some((freed, alloc)) = heap_event(ev) else {
+            // The thread's exit (or exec) detaches it from its arena.
             if let Some(a) = arena[i].take() {
-                history.arenas.detach(a);
+                h.detach(a);
             }
             continue;
-        }
-        if !matches!(ev, Event::Free { .. }) && arena[i].is_none() {
-            arena[i] = Some(history.arenas.attach());
-        }
-        let (freed, alloc) = match *ev {
-            Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => (0, Some((size, ptr))),
-            Event::Calloc { nmemb, size, ptr } => (0, Some((nmemb.saturating_mul(size), ptr))),
-            Event::Realloc { old, size, ptr } => (old, (size > 0).then_some((size, ptr))),
-            Event::Free { ptr } => (ptr, None),
-            _ => continue,
         };
-        if let Some(owner) = owners.remove(&freed).filter(|&(o, _)| freed != 0 && o != i) {
-            history.remote.insert((i, k), owner);
+        let mut ops = Vec::new();
+        if let Some((j, seq, a)) = owners.remove(&freed).filter(|_| freed != 0) {
+            history.frees.insert((i, k), (j, seq));
+            let (ar, par) = h.get(a);
+            ar.free_chunk(par, ChunkId { thread: j as u32, seq }, &mut ops);
         }
-        if let Some((owner, bytes)) = mapped.remove(&freed).filter(|_| freed != 0) {
-            if owner != i {
-                history.remote_mapped.insert((i, k), bytes);
-            }
-            let before = par;
-            par.unmapped(bytes);
-            if par != before {
-                history.changes.push((t, par));
+        if let Some((size, ptr)) = alloc {
+            let a = *arena[i].get_or_insert_with(|| h.attach());
+            if ptr != 0 {
+                let (ar, par) = h.get(a);
+                ar.malloc(par, ChunkId { thread: i as u32, seq: allocs[i] }, size.max(1), &mut ops);
+                owners.insert(ptr, (i, allocs[i], a));
+                allocs[i] += 1;
             }
         }
-        if let Some((size, ptr)) = alloc.filter(|&(_, p)| p != 0) {
-            owners.insert(ptr, (i, allocs[i]));
-            allocs[i] += 1;
-            if let Some(chunk) = par.mapped_chunk(size) {
-                mapped.insert(ptr, (i, chunk));
-            }
+        if !ops.is_empty() {
+            history.ops.insert((i, k), ops);
         }
     }
     history
+}
+
+/// What an allocator record does: the pointer it frees (0: none) and the allocation it makes
+/// (size, pointer; a pointer of 0 is a failed one). None for other records.
+fn heap_event(ev: &Event) -> Option<(u64, Option<(u64, u64)>)> {
+    Some(match *ev {
+        Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } => (0, Some((size, ptr))),
+        Event::Calloc { nmemb, size, ptr } => (0, Some((nmemb.saturating_mul(size), ptr))),
+        Event::Realloc { old, size, ptr } => (old, (size > 0).then_some((size, ptr))),
+        Event::Free { ptr } => (ptr, None),
+        _ => return None,
+    })
 }
 
 /// A thread's time from its first record to its last, less its traced waits, as spans.
@@ -1235,7 +1219,12 @@ mod tests {
     fn off_cpu_time_is_split_into_waiting_for_a_cpu_and_blocking_where_the_thread_says() {
         let mut t = fork_join();
         let worker = &mut t.processes[0].threads[1];
-        let stats = Event::ThreadStats { run_delay_ns: Some(500_000), voluntary_switches: Some(3), involuntary_switches: Some(1) };
+        let stats = Event::ThreadStats {
+            run_delay_ns: Some(500_000),
+            voluntary_switches: Some(3),
+            involuntary_switches: Some(1),
+            minor_faults: None,
+        };
         worker.records.insert(1, rec(3_150_000, Some(1_000_000), stats));
         let (w, stats) = replay(&t);
         let worker = &w.program.instrs[w.groups[1].entry as usize..];
@@ -1252,7 +1241,8 @@ mod tests {
     /// replayed as a sleep (a first version of the split slept it, +63 % on heap_churn).
     #[test]
     fn kernel_work_taken_out_of_the_compute_is_not_off_cpu_time() {
-        let stats = Event::ThreadStats { run_delay_ns: Some(0), voluntary_switches: Some(0), involuntary_switches: Some(0) };
+        let stats =
+            Event::ThreadStats { run_delay_ns: Some(0), voluntary_switches: Some(0), involuntary_switches: Some(0), minor_faults: None };
         let t = thread(
             10,
             None,
@@ -1267,6 +1257,45 @@ mod tests {
         assert!(!w.program.instrs.iter().any(|i| matches!(i, Instr::Sleep(_))), "{:?}", w.program.instrs);
         assert_eq!((stats.unexplained_ns, stats.blocked_untraced_ns), (0, 0));
         assert!(stats.compute_ns < 1_000_000, "the 8 MiB's page faults come out of the compute: {stats:?}");
+    }
+
+    /// A thread that mallocs 8 MiB and touches 256 pages of it: the kernel counted 300 minor
+    /// faults (its stack and code's too), the heap model faults the 2,048 pages of the mapped
+    /// chunk. Its group takes at most 300 of the model's faults, and its compute keeps the CPU
+    /// time the other faults would have taken; without the count, all of them.
+    #[test]
+    fn a_thread_takes_only_the_page_faults_the_kernel_counted() {
+        let run = |minor_faults| {
+            let stats =
+                Event::ThreadStats { run_delay_ns: Some(0), voluntary_switches: Some(0), involuntary_switches: Some(0), minor_faults };
+            let t = thread(
+                10,
+                None,
+                vec![
+                    rec(0, Some(0), Event::ProcessStart { pid: 10 }),
+                    rec(10, None, Event::Malloc { size: 8 << 20, ptr: 0xa }),
+                    rec(1_000_000, Some(1_000_000), stats),
+                    rec(1_000_010, Some(1_000_010), Event::ThreadExit),
+                ],
+            );
+            replay(&trace(vec![t]))
+        };
+        let (w, counted) = run(Some(300));
+        assert_eq!(w.groups[0].fault_budget, Some(300));
+        assert_eq!(counted.heap_faults_dropped, 2048 - 300);
+        let (w, uncounted) = run(None);
+        assert_eq!(w.groups[0].fault_budget, None);
+        assert!(counted.compute_ns > uncounted.compute_ns, "{counted:?} {uncounted:?}");
+        let (w, _) = run(Some(5_000));
+        assert_eq!(w.groups[0].fault_budget, None, "more faults counted than modelled: no bound");
+        // Simulated: the kernel time of 300 faults, not 2,048.
+        let kernel = |w: Workload| {
+            let mut cfg = native_config(1);
+            cfg.workload = std::sync::Arc::new(w);
+            crate::scenario::simulate_run(&cfg).expect("runs").measured().next().expect("instance").kernel_ns
+        };
+        let (few, all) = (kernel(run(Some(300)).0), kernel(run(None).0));
+        assert!(few * 4 < all, "{few} against {all}");
     }
 
     /// Raw futex calls: a wait that was woken waits for the wakes on its word while it slept;
@@ -1516,6 +1545,7 @@ mod tests {
     /// the same size then comes from the heap and its free changes nothing.
     #[test]
     fn the_malloc_thresholds_follow_the_process_in_time_order() {
+        use crate::workload::heap::MallocPar;
         let mib = 1u64 << 20;
         let a = thread(
             10,
@@ -1540,12 +1570,15 @@ mod tests {
         let threads: Vec<&ThreadTrace> = t.processes[0].threads.iter().collect();
         let raised = MallocPar { mmap_threshold: mib + PAGE, trim_threshold: 2 * (mib + PAGE), dynamic: true };
         let h = malloc_history(&threads, &HeapParams::default(), 10, 2);
-        assert_eq!(h.changes, vec![(30, raised)]);
-        assert_eq!(h.remote_mapped, BTreeMap::from([((1, 2), mib + PAGE)]), "thread 1's record 2 frees thread 0's mapping");
-        assert_eq!(h.remote, BTreeMap::from([((1, 2), (0, 0))]), "thread 0's first allocation");
-        // Set thresholds stay put.
+        assert_eq!(h.arenas.par, raised);
+        assert_eq!(h.frees, BTreeMap::from([((1, 2), (0, 0)), ((0, 3), (0, 1))]), "thread 1's record 2 frees thread 0's first allocation");
+        let unmaps = |h: &MallocHistory, at| h.ops.get(&at).is_some_and(|ops| ops.iter().any(|o| matches!(o, MmOp::Munmap(_))));
+        assert!(unmaps(&h, (1, 2)), "thread 0's mapping unmapped by thread 1: {:?}", h.ops);
+        assert!(!unmaps(&h, (0, 3)), "the second buffer, below the raised threshold, came from the heap: {:?}", h.ops);
+        // Set thresholds stay put: the second buffer is mapped too.
         let fixed = HeapParams { dynamic: false, ..HeapParams::default() };
-        assert_eq!(malloc_history(&threads, &fixed, 10, 2).changes, vec![]);
+        let h = malloc_history(&threads, &fixed, 10, 2);
+        assert!(unmaps(&h, (0, 3)), "{:?}", h.ops);
         // The replay: thread 1 frees thread 0's buffer (the simulation unmaps it and raises
         // the thresholds); thread 0 frees its own second one.
         let (w, stats) = replay(&t);
@@ -1611,6 +1644,16 @@ mod tests {
         assert!(choose_process(&t, Some(99)).unwrap_err().contains("no process 99"));
     }
 
+    /// A native run of `cpus` CPUs to put a replayed workload in.
+    fn native_config(cpus: u32) -> crate::scenario::RunConfig {
+        let text = format!(
+            "[experiment]\nworkloads = [\"w\"]\nscenarios = [\"native\"]\nvcpus = [{cpus}]\n[workloads.w]\nprogram = [{{ compute = \"1ms\" }}]\n"
+        );
+        let plan = crate::api::Plan::new(&text, "test.toml", &[]).expect("spec");
+        let cell = plan.cells()[0].clone();
+        plan.run_config(&cell, crate::scenario::Layout::Native { instances: 1 })
+    }
+
     /// A created thread starts as a new task (`wake_up_new_task`, `START_DEBIT`): on one CPU
     /// the worker main creates after 5 ms of compute queues behind main, which computes on to
     /// its join and is never preempted; a woken sleeper's credit (placed half a latency behind
@@ -1618,11 +1661,7 @@ mod tests {
     /// preempted it at once.
     #[test]
     fn a_created_thread_queues_behind_its_creator() {
-        let text =
-            "[experiment]\nworkloads = [\"w\"]\nscenarios = [\"native\"]\nvcpus = [1]\n[workloads.w]\nprogram = [{ compute = \"1ms\" }]\n";
-        let plan = crate::api::Plan::new(text, "test.toml", &[]).expect("spec");
-        let cell = plan.cells()[0].clone();
-        let mut cfg = plan.run_config(&cell, crate::scenario::Layout::Native { instances: 1 });
+        let mut cfg = native_config(1);
         // main computes 5 ms, creates the worker, computes 1 ms and joins it.
         let main = thread(
             10,
