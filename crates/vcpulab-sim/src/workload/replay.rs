@@ -823,7 +823,6 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Kernel work the simulator will model for the arena's `ops`, at the default costs.
     /// The page faults the heap model may give thread `me`: the minor faults the kernel
     /// counted for it, where the model (the time-ordered pass, [`malloc_history`]) makes more,
     /// which happens when a thread allocates memory it never touches (the model faults every
