@@ -288,31 +288,17 @@ impl Arena {
     /// `free` of thread `owner`'s `n` most recent live allocations (fewer if fewer are live).
     pub fn free(&mut self, par: &mut MallocPar, owner: u32, n: u64, out: &mut Vec<MmOp>) {
         for _ in 0..n {
-            if !self.free_live(par, owner, 0, out) {
+            if !self.free_newest(par, owner, out) {
                 return;
             }
         }
     }
 
-    /// `free` of thread `owner`'s `k`-th most recent live allocation (0 = the most recent);
-    /// false if fewer than `k + 1` are live. A mapped chunk's free raises the process's
-    /// thresholds `par`; a heap chunk's trim compares with them.
-    pub fn free_live(&mut self, par: &mut MallocPar, owner: u32, k: u64, out: &mut Vec<MmOp>) -> bool {
-        let Some(i) = self.chunks.iter().rposition({
-            let mut left = k;
-            move |c| {
-                if !c.live || c.id.thread != owner {
-                    return false;
-                }
-                if left == 0 {
-                    return true;
-                }
-                left -= 1;
-                false
-            }
-        }) else {
-            return false;
-        };
+    /// `free` of thread `owner`'s most recent live allocation; false if it has none. A mapped
+    /// chunk's free raises the process's thresholds `par`; a heap chunk's trim compares with
+    /// them.
+    fn free_newest(&mut self, par: &mut MallocPar, owner: u32, out: &mut Vec<MmOp>) -> bool {
+        let Some(i) = self.chunks.iter().rposition(|c| c.live && c.id.thread == owner) else { return false };
         self.free_at(i, par, out);
         true
     }
@@ -648,21 +634,22 @@ mod tests {
         let mut a = Arena::new(HeapParams::default());
         let mut par = MallocPar::new(&a.params);
         let mut ops = Vec::new();
-        for _ in 0..3 {
-            a.malloc(&par, ChunkId::default(), 64 << 10, &mut ops);
+        let id = |seq| ChunkId { thread: 0, seq };
+        for seq in 0..3 {
+            a.malloc(&par, id(seq), 64 << 10, &mut ops);
         }
         ops.clear();
-        assert!(a.free_live(&mut par, 0, 1, &mut ops), "the middle chunk");
+        assert!(a.free_chunk(&mut par, id(1), &mut ops), "the middle chunk");
         assert!(ops.is_empty(), "a hole below the top trims nothing: {ops:?}");
-        a.malloc(&par, ChunkId::default(), 32 << 10, &mut ops);
+        a.malloc(&par, id(3), 32 << 10, &mut ops);
         assert!(ops.is_empty(), "a smaller request reuses the hole: {ops:?}");
-        assert!(a.free_live(&mut par, 0, 1, &mut ops), "the reused hole again");
-        assert!(a.free_live(&mut par, 0, 1, &mut ops), "the bottom chunk");
+        assert!(a.free_chunk(&mut par, id(3), &mut ops), "the reused hole again");
+        assert!(a.free_chunk(&mut par, id(0), &mut ops), "the bottom chunk");
         assert!(ops.is_empty(), "{ops:?}");
-        assert!(a.free_live(&mut par, 0, 0, &mut ops), "the top chunk: everything below is free");
+        assert!(a.free_chunk(&mut par, id(2), &mut ops), "the top chunk: everything below is free");
         assert_eq!(a.top, ARENA_HEADER);
         assert!(matches!(ops.as_slice(), [MmOp::Trim(_)]), "one trim for the merged top: {ops:?}");
-        assert!(!a.free_live(&mut par, 0, 0, &mut ops), "nothing live is left");
+        assert!(!a.free_newest(&mut par, 0, &mut ops), "nothing live is left");
     }
 
     /// glibc on 2 CPUs: 16 arenas, the main one included. Threads 1–15 create theirs; the
@@ -726,7 +713,7 @@ mod tests {
         let mut a = Arena::new(HeapParams::default());
         let mut ops = Vec::new();
         a.malloc(&MallocPar::default(), ChunkId { thread: 1, seq: 0 }, 64 << 10, &mut ops);
-        assert!(!a.free_live(&mut MallocPar::default(), 2, 0, &mut ops), "thread 2 has nothing live here");
+        assert!(!a.free_newest(&mut MallocPar::default(), 2, &mut ops), "thread 2 has nothing live here");
     }
 
     /// A chunk is freed by its id whoever frees it: another thread's free of the chunk at the

@@ -913,7 +913,8 @@ impl<'a> Builder<'a> {
         if let Some((size, _)) = alloc.filter(|&(_, p)| p != 0) {
             self.push(Instr::Malloc(Dist::Fixed(size)));
         }
-        if let Some(ops) = self.malloc.ops.get(&at).cloned() {
+        // Each record is converted once (its thread's budget was counted before).
+        if let Some(ops) = self.malloc.ops.remove(&at) {
             self.kernel_work(&ops, a);
         }
     }
