@@ -224,11 +224,11 @@ def test_predict_takes_lists_and_refuses_a_repeated_single_value(tmp_path: Path)
         assert r.code == 2 and said in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
-def heap_fidelity(tmp_path: Path, *args: object) -> dict:
+def heap_fidelity(tmp_path: Path, *args: object, threads: int = 16, iters: int = 30) -> dict:
     """`vcpulab fidelity` on heap_churn with 16 threads; skips where the tracepoint counters
     that count the measured calls cannot be opened."""
     out = tmp_path / "fid.json"
-    argv = [BIN / "heap_churn", "--threads", 16, "--iters", 30, "--blocks", 8, "--size", 32768, *args]
+    argv = [BIN / "heap_churn", "--threads", threads, "--iters", iters, "--blocks", 8, "--size", 32768, *args]
     r = run_cli("fidelity", "--runs", 1, "-o", out, "--", *argv)
     assert r.code == 0, r.err
     f = json.loads(out.read_text())
@@ -247,6 +247,23 @@ def test_the_heap_model_makes_the_trims_glibc_makes_with_16_threads(tmp_path: Pa
     measured, replayed = f["measured_trim_calls"], f["replayed_unmap_calls"]
     assert measured > 16 * 30 * 3, f
     assert abs(replayed - measured) <= 0.15 * measured, f
+
+
+def test_past_the_arena_limit_the_replay_trims_as_glibc_did(tmp_path: Path) -> None:
+    """Issue 26 at high thread counts: 32 threads per CPU churn their arenas, so glibc shares
+    and reuses arenas (8 × CPUs at most), and how many depends on how many threads are alive at
+    once: on the traced kernel's scheduling and mm locking. The native replay follows that
+    kernel (the trace records its release): on Linux ≥ 6.4 page faults and, from 6.17, trims
+    take per-VMA locks, so new threads do not queue on `mmap_sem` behind the others' faults.
+    Replayed with the 4.15 rules instead, 64 threads on 2 CPUs shared 44-49 arenas where glibc
+    shared about 30, and the replay made 1,873 trimming calls against 4,858 measured (2026-12-02);
+    with the traced kernel's rules, within 25 % in every run measured here."""
+    cpus = len(os.sched_getaffinity(0))
+    f = heap_fidelity(tmp_path, threads=32 * cpus, iters=50)
+    assert f["kernel"] == os.uname().release and f["kernel"] in f["kernel_rules"], f
+    measured, replayed = f["measured_trim_calls"], f["replayed_unmap_calls"]
+    assert measured > 32 * cpus * 50, f
+    assert abs(replayed - measured) <= 0.4 * measured, f
 
 
 def test_threads_past_the_arena_limit_reuse_or_share_arenas(tmp_path: Path) -> None:

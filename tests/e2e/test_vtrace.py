@@ -96,9 +96,10 @@ def test_every_traced_call_is_recorded(kit: Kit, tmp_path: Path) -> None:
     p = same_as_untraced(kit, [str(kit.bins / "threads"), "4", "300"], trace)
     assert p.stdout == b"counter=1200 spin=1200 rw=120 turn=4\n"
     s = summary(kit, trace)
-    assert s["version"] == 3
+    assert s["version"] == 4
     [proc] = s["processes"]
     assert proc["origin"] == "exec" and proc["cmdline"][1:] == ["4", "300"] and proc["cpus"] >= 1
+    assert proc["kernel"] == os.uname().release  # format 4: the kernel the replay of this machine follows
     main = next(t for t in proc["threads"] if t["tid"] == proc["pid"])
     workers = [t for t in proc["threads"] if t["tid"] != proc["pid"]]
     assert main["seq"] == 0 and main["parent"] is None
@@ -279,8 +280,8 @@ def test_reader_errors_are_one_clear_line(kit: Kit, tmp_path: Path) -> None:
     assert "truncated block 0" in dump_error(good[:-5])
     assert "not a vtrace file" in dump_error(b"hello world, not a trace at all\n")
     newer = bytearray(good)
-    newer[8] = 4
-    assert "written by a newer vcpulab: format version 4, this reads ≤ 3" in dump_error(bytes(newer))
+    newer[8] = 5
+    assert "written by a newer vcpulab: format version 5, this reads ≤ 4" in dump_error(bytes(newer))
 
 
 def test_spinblock_is_a_correct_lock_that_blocks(kit: Kit, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -359,7 +360,7 @@ static void emit(const unsigned char *rec, size_t n) {
 /* ---------------------------------------------------------------- records */
 
 struct rec {
-    unsigned char b[64 + VT_CMDLINE_MAX];
+    unsigned char b[64 + VT_CMDLINE_MAX + VT_RELEASE_LEN];
     size_t n;
 };
 
@@ -431,6 +432,12 @@ static void emit_process_start(int origin) {
     }
     put16(r.b + lenpos, (uint16_t)len);
     r.n += len;
+    /* The kernel it runs on: the replay of the traced machine follows that kernel's rules. */
+    struct utsname u;
+    memset(r.b + r.n, 0, VT_RELEASE_LEN);
+    if (uname(&u) == 0)
+        memcpy(r.b + r.n, u.release, strnlen(u.release, VT_RELEASE_LEN - 1));
+    r.n += VT_RELEASE_LEN;
     r_emit(&r);
 }
 

@@ -62,6 +62,7 @@ fn summary(t: &Trace) -> Value {
                 "origin": p.start.as_ref().map(|s| format!("{:?}", s.origin).to_lowercase()),
                 "cpus": p.start.as_ref().map(|s| s.cpus),
                 "cmdline": p.start.as_ref().map(|s| s.cmdline.clone()),
+                "kernel": p.start.as_ref().and_then(|s| s.kernel.clone()),
                 "threads": threads,
             })
         })

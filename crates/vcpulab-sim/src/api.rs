@@ -566,6 +566,12 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("arenas_reused".into(), i.arenas.reused as f64);
             m.insert("arenas_shared".into(), i.arenas.shared as f64);
         }
+        // mmap_sem and the VMA locks, where the threads took them.
+        let l = &i.mm_locks;
+        if l.sleeps_read + l.sleeps_write + l.vma_reads + l.vma_fallbacks > 0 {
+            m.insert("mmap_sem_sleeps".into(), (l.sleeps_read + l.sleeps_write) as f64);
+            m.insert("vma_lock_fallbacks".into(), l.vma_fallbacks as f64);
+        }
         // DIS ch.4 inputs (see `characterize`): average running threads, and voluntary
         // context switches per thread per second.
         let secs = i.finish_ns.max(1) as f64 * 1e-9;

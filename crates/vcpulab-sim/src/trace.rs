@@ -79,6 +79,8 @@ pub struct ProcessStart {
     pub realtime_base_ns: u64,
     /// Its command line (bounded at 1024 bytes; lossy UTF-8).
     pub cmdline: Vec<String>,
+    /// The release of the kernel it ran on (`uname -r`; format version 4, None before).
+    pub kernel: Option<String>,
 }
 
 /// How a process image started.

@@ -21,7 +21,7 @@ from .._vcpulab import TraceError, VcpulabError, trace_info
 from ..analysis import Thresholds
 from ..atomic import AtomicWriter
 from ..render import stderr_console
-from . import mitigate, native, oversub, predict
+from . import machine, mitigate, native, oversub, predict
 from .characterize import MM_CALLS, Characterization, characterize
 from .launch import BUSY_HELD_OFF_SHARE, TRIM_MADVISE, LaunchError, Measurement, resolve, run_measured
 
@@ -283,22 +283,24 @@ def _predict_mitigations(
             _not_predicted(comparisons, f"the baseline's trace grew beyond {PREDICT_TRACE_LIMIT >> 20} MiB", console)
             return
         try:
-            warning = predict.unexplained_warning(json.loads(trace_info(str(out)))["replay"])
-        except (TraceError, KeyError):
-            warning = None
+            info = json.loads(trace_info(str(out)))
+        except TraceError as e:
+            _not_predicted(comparisons, f"the replay of the baseline's trace failed: {e}", console)
+            return
+        warning = predict.unexplained_warning(info["replay"])
         if warning:
             console.print(f"warning: the simulated column: {warning}", style="bold yellow", highlight=False)
         # A replay that fails (a deadlock the program did not have, a run limit) costs only the
         # simulated column: the measurements above are printed and written all the same.
         try:
-            plain = predict.fidelity(str(out), ncpus)["t_native_s"]
+            plain = predict.fidelity(str(out), ncpus, info=info)["t_native_s"]
         except VcpulabError as e:
             _not_predicted(comparisons, f"the replay of the baseline's trace failed: {e}", console)
             return
         for c in comparisons:
             if c.mitigation.simulated and c.applies:
                 try:
-                    changed = predict.fidelity(str(out), ncpus, overrides=c.mitigation.simulated)["t_native_s"]
+                    changed = predict.fidelity(str(out), ncpus, overrides=c.mitigation.simulated, info=info)["t_native_s"]
                 except VcpulabError as e:
                     c.not_predicted = f"the replay with {c.mitigation.name} failed: {e}"
                     console.print(f"not predicted: {c.not_predicted}", style="yellow")
@@ -483,8 +485,9 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         out = Path(d) / "run.vtrace"
         with open(os.devnull, "r+b") as null:
             traced, _ = trace_program(argv, out, args.cpus, None, console, stdout=null.fileno(), stdin=null.fileno())
-        pred = predict.fidelity(str(out), measured.measurements[0].cpus)
-        replay = json.loads(trace_info(str(out)))["replay"]
+        info = json.loads(trace_info(str(out)))
+        pred = predict.fidelity(str(out), measured.measurements[0].cpus, info=info)
+        replay = info["replay"]
     mean = statistics.fmean(measured.walls)
     hw = measured.half_width()
     replayed = float(pred["t_native_s"])
@@ -507,6 +510,9 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         "cpu_error": replayed_cpu / cpu_mean - 1.0 if cpu_mean > 0 else None,
         "held_off_share": held_off,
         "wall_time_comparable": held_off <= BUSY_HELD_OFF_SHARE,
+        # The traced kernel whose rules the replay follows (machine.py).
+        "kernel": replay.get("kernel"),
+        "kernel_rules": machine.traced(replay).describe(),
         # The trace's off-CPU time with no traced reason, split (see `predict`).
         "unexplained_s": replay["unexplained_ns"] / 1e9,
         "blocked_untraced_s": replay.get("blocked_untraced_ns", 0) / 1e9,
@@ -529,7 +535,11 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     if args.output:
         _write_json(args.output, result)
     out_console = render.stdout_console()
-    table = Table(title=f"{' '.join(argv)[:70]}: native replay against the measured run", title_justify="left")
+    table = Table(
+        title=f"{' '.join(argv)[:70]}: native replay against the measured run",
+        caption=f"replayed with {result['kernel_rules']}",
+        title_justify="left",
+    )
     for col in ("CPUs", "time", "measured (untraced)", "traced run", "replayed (simulated)", "error"):
         table.add_column(col, justify="right")
     ci = f" ± {hw:.3f}" if hw is not None else ""
@@ -583,7 +593,7 @@ def cmd_oversubscription(args: argparse.Namespace) -> int:
         _write_json(args.output, c.to_json())
     table = Table(
         title=f"{c.threads} threads on {c.cpus} CPUs, {c.rounds} rounds of {c.work_us} µs "
-        f"(simulated with this kernel's {c.slice_ms:g} ms slice)",
+        + (f"(simulated with this kernel's {c.slice_ms:g} ms slice)" if c.slice_ms else "(simulated with CFS's tunables)"),
         title_justify="left",
     )
     for col in ("barrier", "measured here", "simulated"):
@@ -642,7 +652,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     out.print(
         f"[bold]{' '.join(rep['cmdline'])[:70]}[/]: {rep['threads']} threads, {rep['records']:,} records; "
         f"traced {rep['traced_ns'] / 1e9:.3f} s, replayed natively on {fid['vcpus']} CPUs: {fid['t_native_s']:.3f} s "
-        f"(off-CPU time with no traced reason: {_unexplained(rep)})",
+        f"({machine.traced(rep).describe()}; off-CPU time with no traced reason: {_unexplained(rep)})",
         highlight=False,
     )
     results = pred.results

@@ -2,7 +2,7 @@
 More threads than CPUs, synchronised by a user-level spin barrier and by its blocking
 replacement (``pthread_barrier_wait``): measured with ``tracer/workloads/spin_barrier``, and
 predicted by the simulator's ``spinbarrier`` and ``barrier`` workloads with the same threads,
-CPUs, rounds and work, on a native kernel whose time slice is this machine's.
+CPUs, rounds and work, on a native kernel with this machine's rules (:mod:`.machine`).
 
 A spinner holds its CPU until the scheduler preempts it, so each round costs about a time
 slice instead of the work: the slice is what the prediction needs to share with the machine.
@@ -14,24 +14,17 @@ same slice as its minimum granularity and period.
 from __future__ import annotations
 
 import json
-import math
 import os
+import platform
 import statistics
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from . import machine
 from .launch import BUSY_HELD_OFF_SHARE, LaunchError, run_measured
 from .native import program
 from .predict import run_cells
-
-BASE_SLICE_MS = 0.75  # EEVDF sysctl_sched_base_slice (kernel/sched/fair.c), before scaling
-
-
-def machine_slice_ms(cpus: int) -> float:
-    """This kernel's time slice on ``cpus`` CPUs (the "log" scaling of the scheduler tunables)."""
-    return BASE_SLICE_MS * (1 + math.floor(math.log2(max(1, min(cpus, 8)))))
-
 
 @dataclass
 class Comparison:
@@ -39,7 +32,7 @@ class Comparison:
     cpus: int
     rounds: int
     work_us: float
-    slice_ms: float
+    slice_ms: float | None  # EEVDF's base slice of this kernel (None: a CFS kernel)
     measured: dict[str, list[float]]  # mode → wall times
     simulated: dict[str, float]  # mode → simulated time
     held_off_share: float  # mean over the measured runs: how long other load held them off (launch.py)
@@ -70,12 +63,12 @@ class Comparison:
         }
 
 
-def simulate(threads: int, cpus: int, rounds: int, work_us: float, slice_ms: float) -> dict[str, float]:
+def simulate(threads: int, cpus: int, rounds: int, work_us: float, kernel: machine.Kernel) -> dict[str, float]:
     text = (
         '[experiment]\nworkloads = ["spinbarrier", "barrier"]\nscenarios = ["native"]\n'
         f"vcpus = [{cpus}]\nthreads = {threads}\nseeds = [1]\n"
     )
-    sets = [f'host.sched_latency="{slice_ms}ms"', f'host.min_granularity="{slice_ms}ms"']
+    sets = kernel.overrides()
     for w in ("spinbarrier", "barrier"):
         sets += [
             f"workloads.{w}.params.steps={rounds}",
@@ -109,9 +102,9 @@ def compare(threads: int, cpus: int, rounds: int, work_us: float, runs: int) -> 
         runs_of_mode = [measure(argv, cpus) for _ in range(runs)]
         measured[mode] = [wall for wall, _ in runs_of_mode]
         held_off += [share for _, share in runs_of_mode]
-    slice_ms = machine_slice_ms(cpus)
-    simulated = simulate(threads, cpus, rounds, work_us, slice_ms)
-    return Comparison(threads, cpus, rounds, work_us, slice_ms, measured, simulated, statistics.fmean(held_off))
+    kernel = machine.Kernel(platform.release(), cpus)
+    simulated = simulate(threads, cpus, rounds, work_us, kernel)
+    return Comparison(threads, cpus, rounds, work_us, kernel.slice_ms, measured, simulated, statistics.fmean(held_off))
 
 
 def available_cpus() -> int:

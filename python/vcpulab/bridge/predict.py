@@ -4,7 +4,8 @@ in VM scenarios, with the causes of its overhead and the mitigations (TPDS §7, 
 ::
 
     trace ──► [workloads.app] trace = "app.vtrace"  (the simulator converts it: workload/replay.rs)
-          ├─► native on the traced machine's CPUs   → predicted vs traced wall time (fidelity)
+          ├─► native on the traced machine's CPUs   → predicted vs traced wall time (fidelity),
+          │   under the traced kernel's rules (machine.py)
           ├─► native + the requested scenarios      → δη_t, δη_r per scenario
           └─► each applicable mitigation, per VM scenario → δη_t with it, best first
 """
@@ -19,6 +20,7 @@ from typing import Any
 from .._vcpulab import Plan, trace_info
 from ..diagnose import exits, metric
 from ..mitigations import CATALOGUE, Mitigation
+from . import machine
 
 WORKLOAD = "app"
 
@@ -113,10 +115,14 @@ def causes(r: dict[str, Any], native: dict[str, Any], top: int = 5) -> list[tupl
     return rows[:top]
 
 
-def fidelity(trace: str, cpus: int, seed: int = 1, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The native replay of ``trace`` on ``cpus`` cores (its result object), with spec
-    ``overrides``."""
-    return run_cells(spec_text(trace, ["native"], cpus, seed), overrides)[0]
+def fidelity(
+    trace: str, cpus: int, seed: int = 1, overrides: Sequence[str] = (), info: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The native replay of ``trace`` on ``cpus`` cores (its result object) on the kernel it was
+    traced on (:mod:`vcpulab.bridge.machine`; ``info`` = its ``trace_info``, read if not given),
+    with spec ``overrides``."""
+    replay = (info or json.loads(trace_info(trace)))["replay"]
+    return run_cells(spec_text(trace, ["native"], cpus, seed), [*machine.traced(replay).overrides(), *overrides])[0]
 
 
 def predict(
@@ -134,7 +140,7 @@ def predict(
     traced_cpus = int(info["replay"]["cpus"]) or 1
     native_cpus = cpus or traced_cpus
     on_step(f"native replay on {native_cpus} CPUs")
-    native_run = fidelity(trace, native_cpus, seed)
+    native_run = fidelity(trace, native_cpus, seed, info=info)
     wanted = ["native", *dict.fromkeys(s for s in scenarios if s != "native")]
     counts = list(dict.fromkeys(vcpus or [traced_cpus]))
     on_step(f"{', '.join(wanted)} with {', '.join(map(str, counts))} vCPUs")

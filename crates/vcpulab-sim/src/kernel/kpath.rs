@@ -15,7 +15,7 @@ use crate::account::{Attr, Cause, Layer};
 use crate::world::World;
 
 use super::mm::SWAP_CLUSTER_MAX;
-use super::rwsem::Mode;
+use super::rwsem::{FaultLock, Mode};
 use super::spinlock::{KLockRef, MmLock};
 use super::thread::Flow;
 use super::{KernelId, ThreadId, HOST};
@@ -24,15 +24,22 @@ use super::{KernelId, ThreadId, HOST};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KStep {
     /// Anonymous page faults still to take (allocate, zero, map, add to the LRU), each
-    /// pagevec's worth under the process's `mmap_sem` held for reading (`__do_page_fault`).
-    Faults(u64),
-    /// Page faults of one pagevec's worth at most, `mmap_sem` held for reading; then
-    /// `up_read` and the rest.
-    FaultChunk(u64),
+    /// pagevec's worth under the process's `mmap_sem` held for reading (`__do_page_fault`), or
+    /// under its VMA's lock where the kernel has per-VMA locks.
+    Faults(u64, FaultLock),
+    /// Page faults of one pagevec's worth at most, the lock held; then its release and the
+    /// rest.
+    FaultChunk(u64, FaultLock),
     /// `down_read` / `down_write` of the process's `mmap_sem` ([`super::rwsem`]).
     Down(Mode),
     /// `up_read` / `up_write` of the process's `mmap_sem`.
     Up,
+    /// A fault's or `madvise`'s read lock ([`World::mm_read_lock`]).
+    ReadLock(FaultLock),
+    /// Release of that read lock.
+    ReadUnlock,
+    /// `vma_start_write` of VMA (arena) `.0` by the `mmap_sem` writer.
+    VmaWrite(u32),
     /// The zap of `munmap`, `madvise(MADV_DONTNEED)` or `mprotect`: the system call's work and
     /// the TLB shootdown, then (`release`) the pages go.
     Zap {
@@ -91,7 +98,16 @@ impl World<'_> {
             };
             let ordered = matches!(
                 step,
-                KStep::Lock(_) | KStep::Unlock(_) | KStep::Wake(_) | KStep::Block | KStep::Exit | KStep::Down(_) | KStep::Up
+                KStep::Lock(_)
+                    | KStep::Unlock(_)
+                    | KStep::Wake(_)
+                    | KStep::Block
+                    | KStep::Exit
+                    | KStep::Down(_)
+                    | KStep::Up
+                    | KStep::ReadLock(_)
+                    | KStep::ReadUnlock
+                    | KStep::VmaWrite(_)
             );
             if ordered && !self.kernels[k as usize].cpus[cpu as usize].kwork.is_empty() {
                 // The work queued before it runs first.
@@ -133,15 +149,33 @@ impl World<'_> {
                     self.thread_finish(k, cpu, t);
                     return Flow::Stop;
                 }
-                KStep::Faults(n) => {
+                KStep::Faults(n, vma) => {
                     self.threads[t as usize].kpath.pop_front();
                     if n > 0 {
-                        self.kpath_push_front(t, vec![KStep::Down(Mode::Read), KStep::FaultChunk(n)]);
+                        self.kpath_push_front(t, vec![KStep::ReadLock(vma), KStep::FaultChunk(n, vma)]);
                     }
                 }
-                KStep::FaultChunk(n) => {
+                KStep::FaultChunk(n, vma) => {
                     let attr = Attr { owner, layer: Layer::Kernel, cause: Cause::MemoryOp };
-                    self.expand_faults(k, cpu, t, n, attr);
+                    self.expand_faults(k, cpu, t, n, vma, attr);
+                }
+                KStep::ReadLock(vma) => {
+                    self.threads[t as usize].kpath.pop_front();
+                    if let Flow::Stop = self.mm_read_lock(k, cpu, t, vma) {
+                        return Flow::Stop;
+                    }
+                }
+                KStep::ReadUnlock => {
+                    self.threads[t as usize].kpath.pop_front();
+                    if let Flow::Stop = self.mm_read_unlock(k, cpu, t) {
+                        return Flow::Stop;
+                    }
+                }
+                KStep::VmaWrite(a) => {
+                    self.threads[t as usize].kpath.pop_front();
+                    if let Flow::Stop = self.vma_start_write(k, cpu, t, a) {
+                        return Flow::Stop;
+                    }
                 }
                 KStep::Down(mode) => {
                     self.threads[t as usize].kpath.pop_front();

@@ -91,7 +91,8 @@ impl World<'_> {
 
     /// `n` page faults: as many as the CPU's free list and pagevec allow at once, then the
     /// refill or the pagevec drain under its lock.
-    pub(crate) fn expand_faults(&mut self, k: KernelId, cpu: u32, t: ThreadId, n: u64, attr: Attr) {
+    /// `vma`: the read lock they take.
+    pub(crate) fn expand_faults(&mut self, k: KernelId, cpu: u32, t: ThreadId, n: u64, vma: super::rwsem::FaultLock, attr: Attr) {
         self.threads[t as usize].kpath.pop_front();
         if n == 0 {
             return;
@@ -105,7 +106,7 @@ impl World<'_> {
             let hold = u64::from(PCP_BATCH) * self.costs.zone_page;
             self.kpath_push_front(
                 t,
-                vec![KStep::Lock(zone), KStep::Work(hold, Cause::MemoryOp), KStep::Unlock(zone), KStep::FaultChunk(n)],
+                vec![KStep::Lock(zone), KStep::Work(hold, Cause::MemoryOp), KStep::Unlock(zone), KStep::FaultChunk(n, vma)],
             );
             return;
         }
@@ -127,10 +128,10 @@ impl World<'_> {
                 KStep::Unlock(lru),
             ]);
         }
-        // up_read: the next pagevec's worth takes mmap_sem again.
-        front.push(KStep::Up);
+        // up_read (or the VMA's): the next pagevec's worth takes it again.
+        front.push(KStep::ReadUnlock);
         if n > m {
-            front.push(KStep::Faults(n - m));
+            front.push(KStep::Faults(n - m, vma));
         }
         self.kpath_push_front(t, front);
     }

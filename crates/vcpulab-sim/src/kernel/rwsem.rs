@@ -16,8 +16,19 @@
 //!   first writer. The model grants it to them at the release (Linux wakes a writer, which then
 //!   retries, and a spinning writer may take the semaphore first), so spinners get only a
 //!   semaphore nobody sleeps on.
+//!
+//! **Per-VMA locks** (Linux v6.4 and later, [`MmLocks`]): an anonymous page fault first takes
+//! the lock of its VMA alone (`lock_vma_under_rcu` → `vma_start_read`, a read trylock), and
+//! from v6.17 so does `madvise(MADV_DONTNEED/FREE)` within one VMA; they fall back to
+//! `mmap_lock` for reading only when that fails. It fails while a writer holding `mmap_lock`
+//! has write-locked the VMA (`vma_start_write`: it waits for the VMA's readers to finish, and
+//! the VMA stays locked until its `mmap_write_unlock`). A VMA here is an arena's heap, the
+//! mapping its growth (`mprotect`), faults and trims act on ([`VmaLock`]); other mappings
+//! (a mapped chunk, a traced `munmap`) are a VMA of their own that nothing else touches.
 
 use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
 
 use super::thread::{Act, BlockOn, Flow, SpinOn};
 use super::{KernelId, TaskState, ThreadId, HOST};
@@ -45,6 +56,90 @@ pub enum SpinRule {
     /// and never goes on while readers own the semaphore.
     #[default]
     VcpuAware,
+}
+
+/// Which lock a kernel's anonymous page faults and `madvise(MADV_DONTNEED)` take
+/// (`[host]` / `[guest]` `mm_locks`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MmLocks {
+    /// Before Linux v6.4: both under the process's `mmap_sem` held for reading
+    /// (arch/x86/mm/fault.c `__do_page_fault`, mm/madvise.c `madvise_need_mmap_write`).
+    #[default]
+    MmapSem,
+    /// Linux v6.4–v6.16: a page fault takes its VMA's lock instead (`CONFIG_PER_VMA_LOCK`,
+    /// arch/x86/mm/fault.c `do_user_addr_fault` → mm/memory.c `lock_vma_under_rcu`, commit
+    /// 0bff0aaea03e "x86/mm: try VMA lock-based page fault handling first", v6.4); `madvise`
+    /// still takes `mmap_lock` for reading.
+    PerVmaFaults,
+    /// Linux v6.17 and later: `madvise(MADV_DONTNEED/FREE)` within one VMA takes its VMA's
+    /// lock too (mm/madvise.c `get_lock_mode` → `MADVISE_VMA_READ_LOCK`, "mm: use per_vma lock
+    /// for MADV_DONTNEED").
+    PerVma,
+}
+
+impl MmLocks {
+    /// Whether page faults take their VMA's lock.
+    pub fn faults_per_vma(self) -> bool {
+        self != MmLocks::MmapSem
+    }
+
+    /// Whether `madvise(MADV_DONTNEED/FREE)` takes its VMA's lock.
+    pub fn madvise_per_vma(self) -> bool {
+        self == MmLocks::PerVma
+    }
+}
+
+/// The lock of one VMA, an arena's heap (`vma->vm_lock`, [`MmLocks`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmaLock {
+    /// Faults and `madvise` calls under way that hold it for reading.
+    pub readers: u32,
+    /// The `mmap_sem` writer that write-locked it (`vma_start_write`), until it releases
+    /// `mmap_sem`.
+    pub writer: Option<ThreadId>,
+    /// Whether that writer sleeps until the readers are done.
+    pub writer_waits: bool,
+}
+
+/// How a process's memory-management locks were taken (summed over its threads).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MmLockStats {
+    /// Sleeps on `mmap_sem` for reading (a fault or `madvise` behind a writer).
+    pub sleeps_read: u64,
+    /// Sleeps on `mmap_sem` for writing (`mmap`, `mprotect`, `munmap` behind others).
+    pub sleeps_write: u64,
+    /// Faults and `madvise` calls that ran under their VMA's lock alone.
+    pub vma_reads: u64,
+    /// Faults and `madvise` calls whose VMA a writer had write-locked: they took `mmap_sem`.
+    pub vma_fallbacks: u64,
+    /// Writers that slept until the faults holding the VMA they write-locked were done.
+    pub vma_write_waits: u64,
+}
+
+/// The lock a page fault or `madvise` takes for reading (and holds while it runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultLock {
+    /// Its process's `mmap_sem`.
+    MmapSem,
+    /// The lock of VMA (arena) `.0`, or `mmap_sem` while a writer has write-locked that VMA.
+    Vma(u32),
+    /// The lock of a VMA no other thread write-locks (a mapping the model does not track):
+    /// never waited for.
+    OwnVma,
+}
+
+impl MmLocks {
+    /// The lock of a page fault (`madvise`: false) or of an `madvise` on VMA (arena) `vma`
+    /// (None: a mapping of its own).
+    pub fn read_lock(self, madvise: bool, vma: Option<u32>) -> FaultLock {
+        let per_vma = if madvise { self.madvise_per_vma() } else { self.faults_per_vma() };
+        match (per_vma, vma) {
+            (false, _) => FaultLock::MmapSem,
+            (true, Some(a)) => FaultLock::Vma(a),
+            (true, None) => FaultLock::OwnVma,
+        }
+    }
 }
 
 /// How a thread wants the semaphore.
@@ -190,6 +285,11 @@ impl World<'_> {
 
     /// Thread `t` sleeps on its process's `mmap_sem` until a release hands it over.
     fn rwsem_sleep(&mut self, k: KernelId, cpu: u32, t: ThreadId, mode: Mode) {
+        let stats = &mut self.insts[self.threads[t as usize].inst as usize].mm_locks;
+        match mode {
+            Mode::Read => stats.sleeps_read += 1,
+            Mode::Write => stats.sleeps_write += 1,
+        }
         self.mmap_sem(t).sleep(t, mode);
         self.block_thread(k, cpu, t, BlockOn::Rwsem);
     }
@@ -201,6 +301,13 @@ impl World<'_> {
         if self.own_address_space(t) {
             return Flow::Continue;
         }
+        let inst = self.threads[t as usize].inst as usize;
+        if self.insts[inst].mmap_sem.writer == Some(t) {
+            // mmap_write_unlock: every VMA it write-locked is unlocked with it.
+            for v in self.insts[inst].vmas.iter_mut().filter(|v| v.writer == Some(t)) {
+                v.writer = None;
+            }
+        }
         let woken = self.mmap_sem(t).release(t);
         self.rwsem_touch_spinners(self.threads[t as usize].inst);
         for w in woken {
@@ -210,6 +317,83 @@ impl World<'_> {
             return Flow::Stop;
         }
         Flow::Continue
+    }
+
+    /// The lock of VMA (arena) `a` of thread `t`'s process.
+    fn vma_lock(&mut self, t: ThreadId, a: u32) -> &mut VmaLock {
+        let vmas = &mut self.insts[self.threads[t as usize].inst as usize].vmas;
+        if vmas.len() <= a as usize {
+            vmas.resize_with(a as usize + 1, VmaLock::default);
+        }
+        &mut vmas[a as usize]
+    }
+
+    /// The read lock a page fault or `madvise` by thread `t` on (`k`, `cpu`) takes before it
+    /// runs ([`FaultLock`]): its VMA's (`lock_vma_under_rcu`) unless a writer has write-locked
+    /// that VMA, else its process's `mmap_sem` (`mmap_read_lock`). Continue when it holds it;
+    /// Stop when it sleeps for `mmap_sem`.
+    pub(crate) fn mm_read_lock(&mut self, k: KernelId, cpu: u32, t: ThreadId, lock: FaultLock) -> Flow {
+        if self.own_address_space(t) {
+            return Flow::Continue;
+        }
+        let held = match lock {
+            // Write-locked by a writer (or one waiting for its readers): `mmap_read_lock`.
+            FaultLock::Vma(a) if self.vma_lock(t, a).writer.is_some() => FaultLock::MmapSem,
+            other => other,
+        };
+        if let FaultLock::Vma(a) = held {
+            self.vma_lock(t, a).readers += 1;
+        }
+        let stats = &mut self.insts[self.threads[t as usize].inst as usize].mm_locks;
+        match (lock, held) {
+            (FaultLock::MmapSem, _) => {}
+            (_, FaultLock::MmapSem) => stats.vma_fallbacks += 1,
+            _ => stats.vma_reads += 1,
+        }
+        self.threads[t as usize].mm_held = Some(held);
+        if held == FaultLock::MmapSem {
+            return self.rwsem_down(k, cpu, t, Mode::Read);
+        }
+        Flow::Continue
+    }
+
+    /// Releases what [`Self::mm_read_lock`] took: the last reader of a VMA wakes the writer
+    /// waiting for it. Stop when a wake-up's IPI made the vCPU exit.
+    pub(crate) fn mm_read_unlock(&mut self, k: KernelId, cpu: u32, t: ThreadId) -> Flow {
+        match self.threads[t as usize].mm_held.take() {
+            Some(FaultLock::MmapSem) => self.rwsem_up(k, cpu, t),
+            Some(FaultLock::Vma(a)) => {
+                let v = self.vma_lock(t, a);
+                v.readers -= 1;
+                let Some(w) = v.writer.filter(|_| v.readers == 0 && v.writer_waits) else { return Flow::Continue };
+                v.writer_waits = false;
+                self.wake_thread(w, (k, cpu));
+                if k != HOST && !self.vcpu_in_guest(self.vcpu_of(k, cpu)) {
+                    return Flow::Stop;
+                }
+                Flow::Continue
+            }
+            Some(FaultLock::OwnVma) | None => Flow::Continue,
+        }
+    }
+
+    /// `vma_start_write` of VMA (arena) `a` by thread `t`, which holds its process's
+    /// `mmap_sem` for writing: the VMA is write-locked until `t` releases `mmap_sem`, and `t`
+    /// sleeps until the faults and `madvise` calls holding it are done. Continue when it has
+    /// it; Stop when it sleeps.
+    pub(crate) fn vma_start_write(&mut self, k: KernelId, cpu: u32, t: ThreadId, a: u32) -> Flow {
+        if self.own_address_space(t) {
+            return Flow::Continue;
+        }
+        let v = self.vma_lock(t, a);
+        v.writer = Some(t);
+        if v.readers == 0 {
+            return Flow::Continue;
+        }
+        v.writer_waits = true;
+        self.insts[self.threads[t as usize].inst as usize].mm_locks.vma_write_waits += 1;
+        self.block_thread(k, cpu, t, BlockOn::VmaLock);
+        Flow::Stop
     }
 
     /// Re-examines the spinners of instance `inst`'s `mmap_sem` (its state changed).

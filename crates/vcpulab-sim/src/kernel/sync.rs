@@ -177,6 +177,11 @@ pub struct Instance {
     /// Its process's `mmap_sem` ([`super::rwsem`]): the threads of an instance share one
     /// address space.
     pub mmap_sem: super::rwsem::Rwsem,
+    /// The locks of its arenas' heaps (VMAs), by arena, where its kernel has per-VMA locks
+    /// ([`super::rwsem::MmLocks`]).
+    pub vmas: Vec<super::rwsem::VmaLock>,
+    /// How its threads took `mmap_sem` and the VMA locks.
+    pub mm_locks: super::rwsem::MmLockStats,
     /// Its process's heap (glibc's `mp_` thresholds and its arenas); one per thread where its
     /// threads stand for processes (`processes = true`), each thread the main one of its own.
     pub heaps: Vec<crate::workload::heap::ProcessHeap>,

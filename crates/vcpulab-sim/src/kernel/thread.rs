@@ -56,6 +56,9 @@ pub enum BlockOn {
     /// Its process's `mmap_sem` ([`super::rwsem`]), asleep in `rwsem_down_read_failed` or
     /// `rwsem_down_write_failed` until a release hands it over.
     Rwsem,
+    /// The faults and `madvise` calls holding a VMA it write-locks to finish
+    /// (`vma_start_write`, [`super::rwsem::MmLocks`]).
+    VmaLock,
 }
 
 impl BlockOn {
@@ -63,7 +66,7 @@ impl BlockOn {
     pub fn obj(self) -> Option<ObjId> {
         match self {
             BlockOn::Mutex(o) | BlockOn::Barrier(o) | BlockOn::BarrierLock(o) | BlockOn::Cond(o) | BlockOn::Queue(o) => Some(o),
-            BlockOn::Sleep | BlockOn::Rwsem => None,
+            BlockOn::Sleep | BlockOn::Rwsem | BlockOn::VmaLock => None,
         }
     }
 }
@@ -166,8 +169,11 @@ pub struct Thread {
     pub allocs: u32,
     /// Heap page faults it may still take (its group's `fault_budget`; `u64::MAX`: no bound).
     pub faults_left: u64,
-    /// Memory-management consequences of a heap operation still to carry out.
-    pub mm_queue: std::collections::VecDeque<crate::workload::heap::MmOp>,
+    /// Memory-management consequences of a heap operation still to carry out, each with the
+    /// arena whose heap (VMA) it acts on, if any.
+    pub mm_queue: std::collections::VecDeque<(crate::workload::heap::MmOp, Option<u32>)>,
+    /// The read lock the page fault or `madvise` under way holds.
+    pub mm_held: Option<super::rwsem::FaultLock>,
     /// The kernel path of the system call or fault under way ([`super::kpath`]).
     pub kpath: std::collections::VecDeque<super::kpath::KStep>,
     /// A futex wait under way: what it will sleep on and its word, until its path puts it to
@@ -231,6 +237,7 @@ impl Thread {
             Act::Blocked(BlockOn::Queue(o)) => Some(format!("blocked on queue '{}'", name(o))),
             Act::Blocked(BlockOn::Sleep) => Some("sleeping".into()),
             Act::Blocked(BlockOn::Rwsem) => Some("blocked on its process's mmap_sem".into()),
+            Act::Blocked(BlockOn::VmaLock) => Some("waiting for the page faults in a VMA it write-locks".into()),
             Act::Spin(SpinOn::Rwsem) => Some("spinning on its process's mmap_sem".into()),
             Act::Spin(SpinOn::ULock(o) | SpinOn::KLock(KLockRef::Obj(o)) | SpinOn::Barrier(o) | SpinOn::Mutex(o)) => {
                 Some(format!("spinning on '{}'", name(o)))
@@ -554,6 +561,7 @@ impl World<'_> {
                     let (arena, par) = th.heap(&mut self.insts[th.inst as usize]);
                     let mut ops = Vec::new();
                     arena.malloc(par, id, bytes, &mut ops);
+                    let vma = th.arena;
                     if th.faults_left != u64::MAX {
                         // A replayed thread that touched less than it allocated takes no more
                         // faults than the kernel counted for it.
@@ -565,7 +573,7 @@ impl World<'_> {
                         }
                         ops.retain(|op| *op != crate::workload::heap::MmOp::Faults(0));
                     }
-                    th.mm_queue.extend(ops);
+                    th.mm_queue.extend(ops.into_iter().map(|op| (op, vma)));
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::Free(n) => {
@@ -573,7 +581,8 @@ impl World<'_> {
                     let (arena, par) = th.heap(&mut self.insts[th.inst as usize]);
                     let mut ops = Vec::new();
                     arena.free(par, t, *n, &mut ops);
-                    th.mm_queue.extend(ops);
+                    let vma = th.arena;
+                    th.mm_queue.extend(ops.into_iter().map(|op| (op, vma)));
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::FreeChunk { owner, seq } => {
@@ -585,17 +594,17 @@ impl World<'_> {
                         let (arena, par) = self.insts[inst].heaps[process as usize].get(a);
                         arena.free_chunk(par, crate::workload::heap::ChunkId { thread: o, seq: *seq }, &mut ops);
                     }
-                    self.threads[t as usize].mm_queue.extend(ops);
+                    self.threads[t as usize].mm_queue.extend(ops.into_iter().map(|op| (op, arena)));
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::MmUnmap { call, pages } => {
                     use crate::workload::heap::MmOp;
                     let op = if *call == crate::workload::program::MmCall::Mprotect { MmOp::Protect(*pages) } else { MmOp::Munmap(*pages) };
-                    self.threads[t as usize].mm_queue.push_back(op);
+                    self.threads[t as usize].mm_queue.push_back((op, None));
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::Fault(pages) => {
-                    self.threads[t as usize].mm_queue.push_back(crate::workload::heap::MmOp::Faults(*pages));
+                    self.threads[t as usize].mm_queue.push_back((crate::workload::heap::MmOp::Faults(*pages), None));
                     self.run_mm_queue(k, cpu, t)
                 }
                 Instr::Membarrier => {
@@ -649,16 +658,27 @@ impl World<'_> {
             if let Flow::Stop = self.run_kpath(k, cpu, t) {
                 return Flow::Stop;
             }
-            let Some(op) = self.threads[t as usize].mm_queue.pop_front() else { return Flow::Continue };
+            let Some((op, vma)) = self.threads[t as usize].mm_queue.pop_front() else { return Flow::Continue };
             // Each call under the process's mmap_sem ([`super::rwsem`]): for writing in mmap,
             // mprotect (glibc's heap growth included) and munmap; for reading in
-            // madvise(MADV_DONTNEED) (`madvise_need_mmap_write`) and the page faults.
-            use super::rwsem::Mode::{Read, Write};
+            // madvise(MADV_DONTNEED) (`madvise_need_mmap_write`) and the page faults, or under
+            // their VMA's lock alone where the kernel has per-VMA locks (`mm_locks`): the
+            // arena's heap, which its growth write-locks.
+            use super::rwsem::Mode::Write;
+            let locks = self.kernels[k as usize].params.mm_locks;
             let steps = match op {
-                MmOp::Mmap(_) | MmOp::Grow(_) => vec![KStep::Down(Write), KStep::Work(self.costs.syscall_mm, Cause::MemoryOp), KStep::Up],
-                MmOp::Faults(n) => vec![KStep::Faults(n)],
+                MmOp::Mmap(_) => vec![KStep::Down(Write), KStep::Work(self.costs.syscall_mm, Cause::MemoryOp), KStep::Up],
+                MmOp::Grow(_) => {
+                    let mut s = vec![KStep::Down(Write)];
+                    s.extend(vma.filter(|_| locks.faults_per_vma()).map(KStep::VmaWrite));
+                    s.extend([KStep::Work(self.costs.syscall_mm, Cause::MemoryOp), KStep::Up]);
+                    s
+                }
+                MmOp::Faults(n) => vec![KStep::Faults(n, locks.read_lock(false, vma))],
                 MmOp::Munmap(pages) => vec![KStep::Down(Write), KStep::Zap { pages, release: true }, KStep::Up],
-                MmOp::Trim(pages) => vec![KStep::Down(Read), KStep::Zap { pages, release: true }, KStep::Up],
+                MmOp::Trim(pages) => {
+                    vec![KStep::ReadLock(locks.read_lock(true, vma)), KStep::Zap { pages, release: true }, KStep::ReadUnlock]
+                }
                 MmOp::Protect(pages) => vec![KStep::Down(Write), KStep::Zap { pages, release: false }, KStep::Up],
             };
             self.threads[t as usize].kpath.extend(steps);

@@ -178,6 +178,10 @@ pub struct KernelSpec {
     /// ([`crate::kernel::rwsem::SpinRule`]): `none` (before v3.16), `owner_on_cpu` (v3.16–v4.9)
     /// or `vcpu_aware` (v4.10 and later, the default).
     pub rwsem_spin: crate::kernel::rwsem::SpinRule,
+    /// Which lock page faults and `madvise(MADV_DONTNEED)` take
+    /// ([`crate::kernel::rwsem::MmLocks`]): `mmap_sem` (before v6.4, the default),
+    /// `per_vma_faults` (v6.4–v6.16) or `per_vma` (v6.17 and later).
+    pub mm_locks: crate::kernel::rwsem::MmLocks,
     /// CFS task groups of the host's threads ([`Cgroups`]); a guest runs no VMs, so in
     /// `[guest]` it has no effect.
     pub cgroups: Cgroups,
@@ -374,6 +378,7 @@ impl Default for KernelSpec {
             spinlock: SpinlockImpl::Qspinlock,
             futex_wake: FutexWake::Deferred,
             rwsem_spin: crate::kernel::rwsem::SpinRule::VcpuAware,
+            mm_locks: crate::kernel::rwsem::MmLocks::MmapSem,
             cgroups: Cgroups::Libvirt,
             native_groups: false,
             pin_threads: false,
@@ -413,6 +418,8 @@ pub struct KernelParams {
     pub futex_wake: FutexWake,
     /// When a writer spins on a taken `mmap_sem`.
     pub rwsem_spin: crate::kernel::rwsem::SpinRule,
+    /// Which lock page faults and `madvise(MADV_DONTNEED)` take.
+    pub mm_locks: crate::kernel::rwsem::MmLocks,
 }
 
 impl KernelSpec {
@@ -459,6 +466,7 @@ impl KernelSpec {
             spinlock: self.spinlock,
             futex_wake: self.futex_wake,
             rwsem_spin: self.rwsem_spin,
+            mm_locks: self.mm_locks,
         }
     }
 }

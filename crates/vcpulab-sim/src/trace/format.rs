@@ -1,4 +1,4 @@
-//! The layout of a vtrace file, format versions 1 to 3 (`docs/trace-format.md` describes it byte by
+//! The layout of a vtrace file, format versions 1 to 4 (`docs/trace-format.md` describes it byte by
 //! byte; `tracer/vtrace/vtrace_format.h` is the writer's copy of these constants).
 //!
 //! ```text
@@ -11,11 +11,13 @@
 /// The first eight bytes of every vtrace file.
 pub const MAGIC: [u8; 8] = *b"\x89VTRACE\n";
 /// The newest format version this reader understands (it reads every version up to it).
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Length of the version-1 file header.
 pub const HEADER_LEN: usize = 32;
 /// The first four bytes of every block.
 pub const BLOCK_MAGIC: [u8; 4] = *b"VTBK";
+/// Length of `PROCESS_START`'s kernel release field, after the command line (version 4).
+pub const RELEASE_LEN: usize = 64;
 /// Length of a block header.
 pub const BLOCK_HEADER_LEN: usize = 40;
 /// The largest block (header and payload) a writer produces.

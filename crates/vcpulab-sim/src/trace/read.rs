@@ -136,7 +136,10 @@ fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Bui
         };
         let len = usize::from(le16(payload, pos + 2));
         let expected = match code {
-            kind::PROCESS_START if len >= info.len => info.len + usize::from(le16(payload, pos + 34)),
+            // Version 4 adds the kernel release after the command line.
+            kind::PROCESS_START if len >= info.len => {
+                info.len + usize::from(le16(payload, pos + 34)) + if version >= 4 { format::RELEASE_LEN } else { 0 }
+            }
             // Version 3 adds THREAD_STATS's minflt.
             kind::THREAD_STATS if version >= 3 => info.len + 8,
             _ => info.len,
@@ -149,7 +152,7 @@ fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Bui
         }
         let rec = &payload[pos..pos + len];
         records.push(decode(info, rec).map_err(|what| (off + hl + pos, TraceErrorKind::Length { block, what }))?);
-        if let (Event::ProcessStart { pid: p }, Some(start)) = (&records[records.len() - 1].event, process_start(rec)) {
+        if let (Event::ProcessStart { pid: p }, Some(start)) = (&records[records.len() - 1].event, process_start(rec, version)) {
             if *p != pid || le64(rec, 36) != base {
                 return Err(length(pos, format!("a PROCESS_START record of pid {p} in a block of pid {pid} with another clock base")));
             }
@@ -167,14 +170,20 @@ fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Bui
     Ok(())
 }
 
-fn process_start(rec: &[u8]) -> Option<ProcessStart> {
+fn process_start(rec: &[u8], version: u16) -> Option<ProcessStart> {
     let origin = match le16(rec, 32) {
         0 => Origin::Exec,
         _ => Origin::Fork,
     };
-    let cmd = rec.get(52..)?;
+    let end = 52 + usize::from(le16(rec, 34));
+    let cmd = rec.get(52..end)?;
     let cmdline = cmd.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
-    Some(ProcessStart { ppid: le32(rec, 24), cpus: le32(rec, 28), origin, realtime_base_ns: le64(rec, 44), cmdline })
+    let kernel = (version >= 4)
+        .then(|| rec.get(end..end + format::RELEASE_LEN))
+        .flatten()
+        .map(|r| String::from_utf8_lossy(r.split(|&c| c == 0).next().unwrap_or_default()).into_owned())
+        .filter(|r| !r.is_empty());
+    Some(ProcessStart { ppid: le32(rec, 24), cpus: le32(rec, 28), origin, realtime_base_ns: le64(rec, 44), cmdline, kernel })
 }
 
 fn mode(flags: u8) -> LockMode {
@@ -538,9 +547,9 @@ mod tests {
 
     #[test]
     fn newer_version() {
-        let e = fails(&header(4));
-        assert_eq!((e.offset, &e.kind), (8, &K::UnsupportedVersion { version: 4 }));
-        assert_eq!(e.to_string(), "t.vtrace: byte 8: written by a newer vcpulab: format version 4, this reads ≤ 3");
+        let e = fails(&header(5));
+        assert_eq!((e.offset, &e.kind), (8, &K::UnsupportedVersion { version: 5 }));
+        assert_eq!(e.to_string(), "t.vtrace: byte 8: written by a newer vcpulab: format version 5, this reads ≤ 4");
         assert_eq!(fails(&header(0)).kind, K::UnsupportedVersion { version: 0 });
     }
 
@@ -667,6 +676,30 @@ mod tests {
         assert!(e.to_string().contains("a THREAD_STATS record has length 44, expected 52"), "{e}");
         let e = fails(&[header(2), stats(Some(812))].concat());
         assert!(e.to_string().contains("a THREAD_STATS record has length 52, expected 44"), "{e}");
+    }
+
+    /// Version 4 appends the kernel release (64 bytes, NUL-padded) to PROCESS_START.
+    #[test]
+    fn the_process_start_carries_the_kernel_release_from_version_4() {
+        let start = |release: Option<&[u8]>| {
+            let mut r = process_start(100, 0, b"./app\0");
+            if let Some(rel) = release {
+                let mut field = rel.to_vec();
+                field.resize(format::RELEASE_LEN, 0);
+                r.extend(field);
+                let len = r.len() as u16;
+                r[2..4].copy_from_slice(&len.to_le_bytes());
+            }
+            block(100, 100, BASE, 0, &[r])
+        };
+        let kernel = |bytes: &[u8]| from_bytes_named("t.vtrace", bytes).expect("reads").processes[0].start.clone().expect("start").kernel;
+        assert_eq!(kernel(&[header(4), start(Some(b"6.18.44-fc"))].concat()).as_deref(), Some("6.18.44-fc"));
+        assert_eq!(kernel(&[header(4), start(Some(b""))].concat()), None, "uname failed");
+        assert_eq!(kernel(&[header(3), start(None)].concat()), None);
+        let e = fails(&[header(4), start(None)].concat());
+        assert!(e.to_string().contains("a PROCESS_START record has length 58, expected 122"), "{e}");
+        let t = from_bytes_named("t.vtrace", &[header(4), start(Some(b"6.1.0"))].concat()).expect("reads");
+        assert_eq!(t.processes[0].start.as_ref().expect("start").cmdline, ["./app"], "the release is not part of the command line");
     }
 
     #[test]

@@ -74,6 +74,8 @@ pub struct ReplayStats {
     pub cmdline: Vec<String>,
     /// Online CPUs when it was traced.
     pub cpus: u32,
+    /// The release of the kernel it was traced on (`uname -r`; None before trace format 4).
+    pub kernel: Option<String>,
     /// Threads replayed.
     pub threads: u32,
     /// The most of them alive and not in a traced wait (a join, a lock, a barrier, a condition
@@ -182,6 +184,7 @@ pub fn from_trace(name: &str, trace: &Trace, opts: &Options) -> Result<(Workload
     stats.pid = process.pid;
     stats.cmdline = start.map(|s| s.cmdline.clone()).unwrap_or_default();
     stats.cpus = start.map_or(0, |s| s.cpus);
+    stats.kernel = start.and_then(|s| s.kernel.clone());
     let program_name = stats.cmdline.first().cloned().unwrap_or_else(|| format!("pid {}", process.pid));
     let workload = Workload {
         name: name.to_string(),
@@ -1139,7 +1142,7 @@ mod tests {
     }
 
     fn trace(threads: Vec<ThreadTrace>) -> Trace {
-        let start = ProcessStart { ppid: 1, cpus: 2, origin: Origin::Exec, realtime_base_ns: 0, cmdline: vec!["app".into()] };
+        let start = ProcessStart { ppid: 1, cpus: 2, origin: Origin::Exec, realtime_base_ns: 0, cmdline: vec!["app".into()], kernel: None };
         Trace {
             header: Header { version: 1, flags: 0, created_unix_ns: 0, creator_pid: 10 },
             processes: vec![Process { pid: 10, base_ns: 0, start: Some(start), threads }],

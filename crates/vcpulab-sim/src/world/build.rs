@@ -370,6 +370,7 @@ impl World<'_> {
                 allocs: 0,
                 faults_left: wl.groups[group as usize].fault_budget.unwrap_or(u64::MAX),
                 mm_queue: VecDeque::new(),
+                mm_held: None,
                 kpath: VecDeque::new(),
                 blocking: None,
                 rng: Stream::new(stream_seed(cfg.seed, &[STREAM_THREAD, u64::from(inst), u64::from(i)])),
@@ -403,6 +404,8 @@ impl World<'_> {
             responses: Vec::new(),
             pools: BTreeMap::new(),
             mmap_sem: Default::default(),
+            vmas: Vec::new(),
+            mm_locks: Default::default(),
             heaps: vec![ProcessHeap::new(heap, ncpus); processes],
         });
     }

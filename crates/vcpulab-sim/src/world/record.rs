@@ -72,6 +72,8 @@ pub struct InstanceRecord {
     pub membarrier: MembarrierRecord,
     /// How glibc's arenas were handed to its threads ([`crate::workload::heap::ProcessHeap`]).
     pub arenas: ArenaRecord,
+    /// How its threads took `mmap_sem` and the VMA locks ([`crate::kernel::rwsem`]).
+    pub mm_locks: crate::kernel::rwsem::MmLockStats,
     /// Response times of the requests its threads answered (`respond`), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub responses: Option<ResponseRecord>,
@@ -556,6 +558,7 @@ impl RunRecord {
                     reused: inst.heaps.iter().map(|h| u64::from(h.reused)).sum(),
                     shared: inst.heaps.iter().map(|h| u64::from(h.shared)).sum(),
                 },
+                mm_locks: inst.mm_locks,
                 responses: ResponseRecord::new(&inst.responses, inst.finish.unwrap_or(end).ns(), inst.wl.qos),
                 membarrier: MembarrierRecord {
                     calls: inst.membarrier.shootdowns,

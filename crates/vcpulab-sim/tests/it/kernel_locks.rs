@@ -266,3 +266,56 @@ fn ebizzy_writers_spin_on_readers_at_start_up_only_before_linux_4_8() {
     assert!(steady * 10 < fresh, "the profile's steady-state heap: {steady} against {fresh} ns");
     assert!(steady_spread < 1.15, "the profile's steady-state heap: {steady_spread:.2}");
 }
+
+/// Per-VMA locks (`mm_locks`, Linux v6.4+). Natively on 2 CPUs, one thread maps and unmaps
+/// 1 MiB over and over (`mmap` and `munmap` take `mmap_sem` for writing, `munmap` across its
+/// shootdown) while another first-touches fresh memory (page faults).
+/// - Before v6.4 (`mmap_sem`) the faults take `mmap_sem` for reading: the toucher sleeps
+///   behind the mapper's writes and the mapper behind the faults.
+/// - With per-VMA locks the faults take the lock of their own VMA, which the mapper never
+///   write-locks: nobody sleeps, and every fault runs under its VMA's lock alone.
+#[test]
+fn page_faults_wait_for_another_mappings_writer_only_before_per_vma_locks() {
+    let prog = "heap = { mmap_threshold = \"512KiB\" }\n\
+                [[workloads.w.groups]]\nname = \"mapper\"\nthreads = 1\n\
+                program = [ { repeat = { times = 100, body = [ { malloc = \"1MiB\" }, { compute = \"20us\" }, { free = 1 } ] } } ]\n\
+                [[workloads.w.groups]]\nname = \"toucher\"\nthreads = 1\n\
+                program = [ { repeat = { times = 400, body = [ { fault = \"64KiB\" }, { compute = \"5us\" } ] } } ]\n";
+    let exp = "scenarios = [\"native\"]\nvcpus = [2]\n";
+    let locks = |mode: &str| run_inline(exp, prog, &[&format!("host.mm_locks=\"{mode}\"")])[0].run.instances[0].mm_locks;
+    let old = locks("mmap_sem");
+    assert!(old.sleeps_read > 0 && old.sleeps_write > 0, "faults and writers sleep for each other: {old:?}");
+    assert_eq!((old.vma_reads, old.vma_fallbacks), (0, 0), "{old:?}");
+    for mode in ["per_vma_faults", "per_vma"] {
+        let new = locks(mode);
+        assert_eq!((new.sleeps_read, new.sleeps_write, new.vma_fallbacks, new.vma_write_waits), (0, 0, 0, 0), "{mode}: {new:?}");
+        // 400 × 16 pages of the toucher and 100 × 256 of the mapper, one lock per pagevec
+        // (14 pages) at most: at least 32,000 / 14 lock takings.
+        assert!(new.vma_reads >= 32_000 / 14, "{mode}: {new:?}");
+    }
+}
+
+/// Per-VMA locks on a shared arena's heap. On 2 CPUs glibc makes at most 16 arenas (the main
+/// one included), so of 24 threads that each grow their heap and touch it, some share an
+/// arena: a thread's heap growth (`mprotect`, `mmap_sem` for writing) write-locks the
+/// arena's VMA, and the other thread's faults in that heap find it locked and take `mmap_sem`
+/// instead, or the writer waits for the faults holding it. Faults in the other arenas never
+/// wait. The run ends (no lock waits for itself) and the readers balance.
+#[test]
+fn a_heaps_growth_write_locks_its_vma_against_the_faults_of_threads_sharing_the_arena() {
+    let prog =
+        "program = [ { repeat = { times = 40, body = [ { malloc = \"96KiB\" }, { compute = { exp = \"500us\" } } ] } }, { free = 40 } ]\n";
+    let exp = "scenarios = [\"native\"]\nvcpus = [2]\nthreads = 24\nseeds = [1, 2, 3]\n";
+    let mut fallbacks = 0;
+    for r in run_inline(exp, prog, &["host.mm_locks=\"per_vma\""]) {
+        let inst = &r.run.instances[0];
+        assert!(inst.arenas.shared > 0, "{:?}", inst.arenas);
+        fallbacks += inst.mm_locks.vma_fallbacks + inst.mm_locks.vma_write_waits;
+        assert!(inst.mm_locks.vma_reads > 0);
+    }
+    assert!(fallbacks > 0, "a growth write-locked a VMA another thread faulted in");
+    for r in run_inline(exp, prog, &["host.mm_locks=\"mmap_sem\""]) {
+        let l = r.run.instances[0].mm_locks;
+        assert_eq!((l.vma_reads, l.vma_fallbacks, l.vma_write_waits), (0, 0, 0));
+    }
+}
