@@ -210,7 +210,7 @@ const FASTBIN_CONSOLIDATION_THRESHOLD: u64 = 64 << 10;
 
 /// glibc's `request2size`: the chunk a request of `n` bytes takes (the header word added,
 /// rounded up to MALLOC_ALIGNMENT = 16, at least MINSIZE).
-fn request2size(n: u64) -> u64 {
+pub fn request2size(n: u64) -> u64 {
     (n.saturating_add(SIZE_SZ + 15) & !15).max(MINSIZE)
 }
 
@@ -432,6 +432,33 @@ impl ProcessHeap {
         self.attached[a as usize] += 1;
         self.shared += 1;
         a
+    }
+
+    /// Arena `a` for a thread's first `malloc`, the one glibc gave it in a traced run (numbered
+    /// in the order the run's threads first used them, 0 the main one): made if it is new
+    /// (whatever the limit: the run had it), taken off the free list if an exited thread left
+    /// it, shared if other threads are attached to it.
+    pub fn attach_to(&mut self, a: u32) -> u32 {
+        let i = a as usize;
+        if i >= self.arenas.len() {
+            self.arenas.resize_with(i + 1, || Arena::new(self.params));
+            self.attached.resize(i + 1, 0);
+        } else if self.attached[i] > 0 {
+            self.shared += 1;
+        } else if let Some(k) = self.free_list.iter().position(|&f| f == a) {
+            self.free_list.remove(k);
+            self.reused += 1;
+        }
+        self.attached[i] += 1;
+        a
+    }
+
+    /// [`Self::attach_to`] the arena a thread had in a traced run, else [`Self::attach`].
+    pub fn attach_as(&mut self, traced: Option<u32>) -> u32 {
+        match traced {
+            Some(a) => self.attach_to(a),
+            None => self.attach(),
+        }
     }
 
     /// A thread attached to arena `a` exits (`arena_thread_freeres`).

@@ -26,7 +26,7 @@
 //! over it, less what its calls spin (spin locks: the simulator spins again) and less the
 //! allocator's kernel work the simulator re-creates (page faults, heap growth, trims and their
 //! shootdowns: what all threads' allocations and frees, in time order, make the arenas glibc
-//! would have given them do, [`malloc_history`]; page faults at most as many as the kernel
+//! gave them do, each thread's read from its chunks' addresses, [`malloc_history`]; page faults at most as many as the kernel
 //! counted for the thread; at the default cost table's prices) and the
 //! tracer's own cost per record (measured in docs/trace-format.md). What
 //! the wall time leaves over was spent off a CPU without a traced reason (I/O, preemption); it
@@ -49,7 +49,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::dist::Dist;
-use super::heap::{ChunkId, HeapParams, MmOp, ProcessHeap, PAGE};
+use super::heap::{request2size, ChunkId, HeapParams, MmOp, ProcessHeap, PAGE};
 use super::program::{CountExpr, Group, Instr, Memory, Meta, MmCall, ObjDecl, ObjId, ObjKind, Program, Workload};
 use crate::machine::costs::Costs;
 use crate::trace::{Event, Process, Record, ThreadTrace, Trace};
@@ -111,8 +111,9 @@ pub struct ReplayStats {
     pub waits_slept: u64,
     /// futex(2) waits that slept (calls through libc's `syscall()`; counted in the two above).
     pub futex_waits: u64,
-    /// Threads whose first `malloc`, in the traced order of first `malloc`s and exits, glibc
-    /// gave an exited thread's arena (`get_free_list`).
+    /// Threads that glibc gave, in the traced run, an arena an exited thread had left
+    /// (`get_free_list`): the arena its chunks lie in ([`traced_arenas`]), no other thread
+    /// attached to it at its first `malloc` (in the traced order of first `malloc`s and exits).
     pub arenas_reused_traced: u32,
     /// Threads it gave an arena other threads were attached to (past its arena limit,
     /// `reused_arena`): they share it, and trim less than in arenas of their own.
@@ -306,7 +307,8 @@ impl<'a> Builder<'a> {
             faults_left: u64::MAX,
         };
         let cpus = process.start.as_ref().map_or(1, |s| s.cpus);
-        b.malloc = malloc_history(&b.threads, &heap, process.pid, cpus);
+        let arenas = traced_arenas(&b.threads, process.pid, &heap);
+        b.malloc = malloc_history(&b.threads, &heap, (process.pid, &arenas), cpus);
         (b.stats.arenas_reused_traced, b.stats.arenas_shared_traced) = (b.malloc.arenas.reused, b.malloc.arenas.shared);
         for i in 0..b.threads.len() {
             let g = i as u32;
@@ -943,15 +945,69 @@ struct MallocHistory {
     arenas: ProcessHeap,
 }
 
+/// glibc's `HEAP_MAX_SIZE` on 64-bit (2 × `DEFAULT_MMAP_THRESHOLD_MAX`): a non-main arena's
+/// heaps are mapped at multiples of it, so a chunk's heap is its address rounded down to it
+/// (malloc/arena.c `heap_for_ptr`).
+const HEAP_MAX_SIZE: u64 = 64 << 20;
+
+/// The arena glibc gave each thread in the traced run, read from the addresses of its heap
+/// chunks, numbered in the order the threads first used them: 0 is the main arena (the main
+/// thread's, whose chunks lie in the `brk` heap), and every other is known by its heaps, the
+/// `HEAP_MAX_SIZE`-aligned windows its chunks lie in (`heap_for_ptr`). A thread's arena is the
+/// one of its first heap chunk (glibc binds a thread to one arena at its first `malloc`); its
+/// later chunks in another window are that arena's next heap (`new_heap` when one fills up).
+/// A heap chunk is one that cannot be a mapped one: below the initial mmap threshold (the
+/// thresholds only rise), or not at the page offset 16 of a mapped chunk's user pointer. None:
+/// a thread that allocated no such chunk.
+fn traced_arenas(threads: &[&ThreadTrace], pid: u32, heap: &HeapParams) -> Vec<Option<u32>> {
+    let heap_chunk = |size: u64, ptr: u64| ptr != 0 && (request2size(size) < heap.mmap_threshold || ptr % PAGE != 16);
+    // Each thread's heap chunks' windows, in its order, and when it first used the heap.
+    let windows: Vec<Vec<(u64, u64)>> = threads
+        .iter()
+        .map(|t| {
+            t.records
+                .iter()
+                .filter_map(|r| match heap_event(&r.event) {
+                    Some((_, Some((size, ptr)))) if heap_chunk(size, ptr) => Some((r.t, ptr / HEAP_MAX_SIZE)),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    let mut of_window: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut arenas: Vec<Option<u32>> = vec![None; threads.len()];
+    if let Some(m) = threads.iter().position(|t| t.tid == pid) {
+        arenas[m] = Some(ProcessHeap::MAIN);
+        for &(_, w) in &windows[m] {
+            of_window.insert(w, ProcessHeap::MAIN);
+        }
+    }
+    let mut order: Vec<usize> = (0..threads.len()).filter(|&i| arenas[i].is_none() && !windows[i].is_empty()).collect();
+    order.sort_by_key(|&i| (windows[i][0].0, i));
+    let mut next = 1;
+    for i in order {
+        let a = *of_window.entry(windows[i][0].1).or_insert_with(|| {
+            next += 1;
+            next - 1
+        });
+        arenas[i] = Some(a);
+        for &(_, w) in &windows[i] {
+            of_window.entry(w).or_insert(a);
+        }
+    }
+    arenas
+}
+
 /// The allocations and frees of all the process's threads in time order, through the heap
-/// model as the simulation runs it: the arenas glibc hands out in the order of the threads'
-/// first `malloc`s and exits ([`ProcessHeap`], `cpus` as traced: an exited thread's arena with
-/// its heap as that thread left it, or a shared one past the limit), the process's thresholds
+/// model as the simulation runs it: the arenas glibc gave each thread in the traced run
+/// (`arenas`, [`traced_arenas`]; the main thread, `pid`, on the main arena; where unknown, the
+/// arena glibc's rules give in the order of the threads' first `malloc`s and exits,
+/// [`ProcessHeap`] with `cpus` as traced), the process's thresholds
 /// (`mp_`: any thread's free of a mapped chunk raises them), and every chunk freed back to the
 /// arena it came from, whichever thread frees it. What each record made the arenas do is the
 /// kernel work the simulation will re-create, taken out of the traced compute; the arenas
 /// reused and shared are for the user to compare with the simulation's.
-fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, pid: u32, cpus: u32) -> MallocHistory {
+fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, (pid, arenas): (u32, &[Option<u32>]), cpus: u32) -> MallocHistory {
     let mut events: Vec<(u64, usize, usize, &Event)> = Vec::new();
     for (i, t) in threads.iter().enumerate() {
         for (k, r) in t.records.iter().enumerate() {
@@ -987,7 +1043,7 @@ fn malloc_history(threads: &[&ThreadTrace], heap: &HeapParams, pid: u32, cpus: u
             ar.free_chunk(par, ChunkId { thread: j as u32, seq }, &mut ops);
         }
         if let Some((size, ptr)) = alloc {
-            let a = *arena[i].get_or_insert_with(|| h.attach());
+            let a = *arena[i].get_or_insert_with(|| h.attach_as(arenas[i]));
             if ptr != 0 {
                 let (ar, par) = h.get(a);
                 ar.malloc(par, ChunkId { thread: i as u32, seq: allocs[i] }, size.max(1), &mut ops);
@@ -1543,6 +1599,45 @@ mod tests {
         assert_eq!(stats.frees_remote, 0);
     }
 
+    /// The arena glibc gave each thread, read from its heap chunks' addresses: the main
+    /// thread's `brk` heap is arena 0, each other 64 MiB-aligned heap window an arena in the
+    /// order the threads first used them, a window whose arena grew into it the same arena, and
+    /// a mapped chunk (at a page offset of 16, above the mmap threshold) no arena's.
+    #[test]
+    fn each_thread_is_on_the_arena_its_chunks_lie_in() {
+        let heap = |k: u64| k * HEAP_MAX_SIZE;
+        let malloc = |t: u64, size: u64, ptr: u64| rec(t, None, Event::Malloc { size, ptr });
+        let main = thread(10, None, vec![rec(0, Some(0), Event::ProcessStart { pid: 10 }), malloc(1, 64, 0x5555_0000_0040)]);
+        let t11 = thread(
+            11,
+            Some(10),
+            vec![rec(10, Some(0), start(11, Some(10))), malloc(11, 1 << 20, heap(7) + 0x1010), malloc(12, 64, heap(9) + 0x8a0)],
+        );
+        let t12 = thread(
+            12,
+            Some(10),
+            vec![
+                rec(5, Some(0), start(12, Some(10))),
+                malloc(6, 4096, heap(8) + 0x8a0),
+                malloc(40, 1 << 26, heap(3) + 0x10),
+                malloc(41, 64, heap(2) + 0x20),
+            ],
+        );
+        let t13 = thread(13, Some(10), vec![rec(20, Some(0), start(13, Some(10))), malloc(21, 64, heap(9) + 0x900)]);
+        let t14 = thread(14, Some(10), vec![rec(30, Some(0), start(14, Some(10))), malloc(31, 64, 0x5555_0000_1040)]);
+        let t15 = thread(15, Some(10), vec![rec(50, Some(0), start(15, Some(10))), malloc(51, 64, heap(2) + 0x40)]);
+        let t16 = thread(16, Some(10), vec![rec(60, Some(0), start(16, Some(10))), malloc(61, 1 << 20, heap(5) + 0x10)]);
+        let t = trace(vec![main, t11, t12, t13, t14, t15, t16]);
+        let threads: Vec<&ThreadTrace> = t.processes[0].threads.iter().collect();
+        let arenas = traced_arenas(&threads, 10, &HeapParams::default());
+        // 12 first (window 8: arena 1), then 11 (its 1 MiB chunk is mapped: window 9, arena 2),
+        // 13 shares 11's, 14 is on the main arena, 12's later chunk in window 2 is its arena's
+        // next heap, so 15 there shares 12's; 16 allocated only a mapped chunk.
+        assert_eq!(arenas, vec![Some(0), Some(2), Some(1), Some(2), Some(0), Some(1), None]);
+        let (_, stats) = replay(&t);
+        assert_eq!((stats.arenas_reused_traced, stats.arenas_shared_traced), (0, 3), "13, 14 and 15 share");
+    }
+
     /// glibc's thresholds are the process's: a mapped buffer freed by any thread (here by
     /// another than its allocator's) raises them for all, in time order; a second buffer of
     /// the same size then comes from the heap and its free changes nothing.
@@ -1572,7 +1667,7 @@ mod tests {
         let t = trace(vec![a, b]);
         let threads: Vec<&ThreadTrace> = t.processes[0].threads.iter().collect();
         let raised = MallocPar { mmap_threshold: mib + PAGE, trim_threshold: 2 * (mib + PAGE), dynamic: true };
-        let h = malloc_history(&threads, &HeapParams::default(), 10, 2);
+        let h = malloc_history(&threads, &HeapParams::default(), (10, &[Some(0), None]), 2);
         assert_eq!(h.arenas.par, raised);
         assert_eq!(h.frees, BTreeMap::from([((1, 2), (0, 0)), ((0, 3), (0, 1))]), "thread 1's record 2 frees thread 0's first allocation");
         let unmaps = |h: &MallocHistory, at| h.ops.get(&at).is_some_and(|ops| ops.iter().any(|o| matches!(o, MmOp::Munmap(_))));
@@ -1580,7 +1675,7 @@ mod tests {
         assert!(!unmaps(&h, (0, 3)), "the second buffer, below the raised threshold, came from the heap: {:?}", h.ops);
         // Set thresholds stay put: the second buffer is mapped too.
         let fixed = HeapParams { dynamic: false, ..HeapParams::default() };
-        let h = malloc_history(&threads, &fixed, 10, 2);
+        let h = malloc_history(&threads, &fixed, (10, &[Some(0), None]), 2);
         assert!(unmaps(&h, (0, 3)), "{:?}", h.ops);
         // The replay: thread 1 frees thread 0's buffer (the simulation unmaps it and raises
         // the thresholds); thread 0 frees its own second one.
