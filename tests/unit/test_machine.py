@@ -44,10 +44,22 @@ def test_a_trace_without_its_kernel_keeps_the_default_preset(release: str | None
     assert not k.known and k.overrides() == [] and "not recorded" in k.describe()
 
 
+@pytest.mark.parametrize(
+    ("libc", "tcache", "trim"),
+    [("2.17", 0, "always"), ("2.22", 0, "threshold"), ("2.27", 576, "threshold"), ("2.36", 640, "threshold")],
+)
+def test_each_glibc_gets_its_malloc(libc: str, tcache: int, trim: str) -> None:
+    k = machine.Kernel("6.18.1", 2, libc)
+    assert (k.tcache_bytes, k.arena_trim) == (tcache, trim)
+    assert f"host.tcache_bytes={tcache}" in k.overrides() and f'host.arena_trim="{trim}"' in k.overrides()
+    assert f"glibc {libc}" in k.describe()
+    assert machine.Kernel("6.18.1", 2, None).tcache_bytes is None
+
+
 def test_the_overrides_are_valid_spec_settings() -> None:
     text = '[experiment]\nworkloads = ["lock"]\nscenarios = ["native"]\nvcpus = [2]\n'
     for release in ("6.18.1", "6.5.0", "5.15.0"):
-        plan = Plan(text, "<test>", machine.Kernel(release, 2).overrides())
+        plan = Plan(text, "<test>", machine.Kernel(release, 2, "2.36").overrides())
         spec = plan.spec_toml()
         assert f'mm_locks = "{machine.Kernel(release, 2).mm_locks}"' in spec
         assert json.loads(plan.run_cell(0))["t_native_s"] > 0

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <gnu/libc-version.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -360,7 +361,7 @@ static void emit(const unsigned char *rec, size_t n) {
 /* ---------------------------------------------------------------- records */
 
 struct rec {
-    unsigned char b[64 + VT_CMDLINE_MAX + VT_RELEASE_LEN];
+    unsigned char b[64 + VT_CMDLINE_MAX + VT_RELEASE_LEN + VT_LIBC_LEN];
     size_t n;
 };
 
@@ -438,6 +439,11 @@ static void emit_process_start(int origin) {
     if (uname(&u) == 0)
         memcpy(r.b + r.n, u.release, strnlen(u.release, VT_RELEASE_LEN - 1));
     r.n += VT_RELEASE_LEN;
+    /* And its C library, whose malloc the replay models (arena trimming, the tcache). */
+    const char *libc = gnu_get_libc_version();
+    memset(r.b + r.n, 0, VT_LIBC_LEN);
+    memcpy(r.b + r.n, libc, strnlen(libc, VT_LIBC_LEN - 1));
+    r.n += VT_LIBC_LEN;
     r_emit(&r);
 }
 

@@ -5,7 +5,7 @@
 #define VTRACE_FORMAT_H
 
 #define VT_MAGIC "\x89VTRACE\n" /* 8 bytes */
-#define VT_VERSION 4 /* 2: the FUTEX and THREAD_STATS kinds; 3: THREAD_STATS's minflt; 4: PROCESS_START's release;
+#define VT_VERSION 4 /* 2: the FUTEX and THREAD_STATS kinds; 3: THREAD_STATS's minflt; 4: PROCESS_START's release and libc;
                        * readers take 1 to 4 */
 #define VT_HEADER_LEN 32        /* magic[8] u16 version u16 header_len u32 flags u64 created_unix_ns u32 creator_pid u32 crc */
 #define VT_BLOCK_MAGIC "VTBK"   /* 4 bytes */
@@ -15,6 +15,7 @@
 #define VT_REC_HEADER_LEN 12    /* u8 kind u8 flags u16 len u64 t */
 #define VT_CMDLINE_MAX 1024
 #define VT_RELEASE_LEN 64 /* PROCESS_START's kernel release (uname -r), NUL-padded (version 4) */
+#define VT_LIBC_LEN 16    /* PROCESS_START's glibc version (gnu_get_libc_version), NUL-padded (version 4) */
 
 /* Record flags. */
 #define VT_F_TRY 0x01   /* a try-lock variant */
@@ -24,7 +25,7 @@
 /* Record kinds; "C" = the body starts with u64 cpu (CLOCK_THREAD_CPUTIME_ID ns). */
 enum vt_kind {
     VT_PROCESS_START = 0x01,  /* C u32 pid u32 ppid u32 ncpu u16 origin u16 cmdlen u64 mono_base u64 real_base bytes[cmdlen]
-                               * bytes[VT_RELEASE_LEN] release (version 4) */
+                               * bytes[VT_RELEASE_LEN] release bytes[VT_LIBC_LEN] libc (version 4) */
     VT_THREAD_START = 0x02,   /* C u32 tid u32 parent u32 seq u32 reserved u64 handle */
     VT_THREAD_EXIT = 0x03,    /* C */
     VT_THREAD_CREATE = 0x04,  /* C u32 seq i32 ret u64 handle */

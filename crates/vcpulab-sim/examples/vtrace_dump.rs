@@ -63,6 +63,7 @@ fn summary(t: &Trace) -> Value {
                 "cpus": p.start.as_ref().map(|s| s.cpus),
                 "cmdline": p.start.as_ref().map(|s| s.cmdline.clone()),
                 "kernel": p.start.as_ref().and_then(|s| s.kernel.clone()),
+                "libc": p.start.as_ref().and_then(|s| s.libc.clone()),
                 "threads": threads,
             })
         })

@@ -81,6 +81,9 @@ pub struct ProcessStart {
     pub cmdline: Vec<String>,
     /// The release of the kernel it ran on (`uname -r`; format version 4, None before).
     pub kernel: Option<String>,
+    /// The version of its C library (glibc's `gnu_get_libc_version`, e.g. "2.36"; format
+    /// version 4, None before).
+    pub libc: Option<String>,
 }
 
 /// How a process image started.

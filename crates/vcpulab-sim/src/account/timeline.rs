@@ -291,11 +291,21 @@ impl Timeline {
     }
 
     fn push(&mut self, rec: Rec, now: u64) {
+        // Point events and arrows lie in the window `[from, to)`; once the cap has ended the
+        // window at the instant it was reached, one at that instant (the one that reached it, or
+        // an arrow sent with it) lies outside.
+        let point = !matches!(rec.ev, Ev::Slice { .. });
+        if point && rec.ts >= self.to {
+            return;
+        }
         self.recs.push(rec);
         if self.events() >= self.opts.max_events && self.truncated_at.is_none() {
             let at = now.clamp(self.opts.from_ns, self.to);
             self.truncated_at = Some(at);
             self.to = at;
+            if point && self.recs.last().is_some_and(|r| r.ts >= at) {
+                self.recs.pop();
+            }
         }
     }
 

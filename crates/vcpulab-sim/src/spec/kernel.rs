@@ -170,6 +170,15 @@ pub struct KernelSpec {
     pub cond_broadcast: CondBroadcast,
     /// When the C library's malloc trims per-thread heaps ([`ArenaTrim`]).
     pub arena_trim: ArenaTrim,
+    /// The size of the C library malloc's per-thread cache (`tcache_perthread_struct`, bytes;
+    /// 0: none, before glibc 2.26). A thread's first `malloc` (or `calloc`, `realloc`)
+    /// allocates it first (malloc/malloc.c `tcache_init`, `MAYBE_INIT_TCACHE`), and that request
+    /// is what gets the thread its arena: a new arena's first heap is sized for it
+    /// (`_int_new_arena` → `new_heap(size + header, top_pad)`), not for the program's request,
+    /// and its chunk stays at the bottom of the heap for the thread's life. 576 in glibc
+    /// 2.26–2.29 (`char counts[64]` and 64 entry pointers), 640 once the counts became
+    /// `uint16_t` (glibc 2.30 or 2.31: the references found disagree; 640 in 2.35's and 2.36's).
+    pub tcache_bytes: u32,
     /// The kernel's spinlock implementation ([`SpinlockImpl`]).
     pub spinlock: SpinlockImpl,
     /// Where `futex_wake` wakes its waiters ([`FutexWake`]).
@@ -375,6 +384,7 @@ impl Default for KernelSpec {
             tlb_lazy_skip: true,
             cond_broadcast: CondBroadcast::WakeAll,
             arena_trim: ArenaTrim::Threshold,
+            tcache_bytes: 576,
             spinlock: SpinlockImpl::Qspinlock,
             futex_wake: FutexWake::Deferred,
             rwsem_spin: crate::kernel::rwsem::SpinRule::VcpuAware,
@@ -427,6 +437,9 @@ impl KernelSpec {
     pub fn check(&self) -> Result<(), (String, String)> {
         if self.hz == 0 || self.hz > 10_000 {
             return Err(("hz".into(), format!("expected 1..=10000 (got {})", self.hz)));
+        }
+        if self.tcache_bytes > 65_536 {
+            return Err(("tcache_bytes".into(), format!("expected 0 (no tcache) up to 65536 bytes (got {})", self.tcache_bytes)));
         }
         if self.native_groups && self.cgroups == Cgroups::None {
             return Err(("native_groups".into(), "expected cgroups = \"libvirt\": groups need CFS group scheduling".into()));

@@ -18,6 +18,8 @@ pub const HEADER_LEN: usize = 32;
 pub const BLOCK_MAGIC: [u8; 4] = *b"VTBK";
 /// Length of `PROCESS_START`'s kernel release field, after the command line (version 4).
 pub const RELEASE_LEN: usize = 64;
+/// Length of `PROCESS_START`'s C library version field, after the release (version 4).
+pub const LIBC_LEN: usize = 16;
 /// Length of a block header.
 pub const BLOCK_HEADER_LEN: usize = 40;
 /// The largest block (header and payload) a writer produces.

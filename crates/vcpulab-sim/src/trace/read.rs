@@ -138,7 +138,7 @@ fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Bui
         let expected = match code {
             // Version 4 adds the kernel release after the command line.
             kind::PROCESS_START if len >= info.len => {
-                info.len + usize::from(le16(payload, pos + 34)) + if version >= 4 { format::RELEASE_LEN } else { 0 }
+                info.len + usize::from(le16(payload, pos + 34)) + if version >= 4 { format::RELEASE_LEN + format::LIBC_LEN } else { 0 }
             }
             // Version 3 adds THREAD_STATS's minflt.
             kind::THREAD_STATS if version >= 3 => info.len + 8,
@@ -178,12 +178,17 @@ fn process_start(rec: &[u8], version: u16) -> Option<ProcessStart> {
     let end = 52 + usize::from(le16(rec, 34));
     let cmd = rec.get(52..end)?;
     let cmdline = cmd.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
-    let kernel = (version >= 4)
-        .then(|| rec.get(end..end + format::RELEASE_LEN))
-        .flatten()
-        .map(|r| String::from_utf8_lossy(r.split(|&c| c == 0).next().unwrap_or_default()).into_owned())
-        .filter(|r| !r.is_empty());
-    Some(ProcessStart { ppid: le32(rec, 24), cpus: le32(rec, 28), origin, realtime_base_ns: le64(rec, 44), cmdline, kernel })
+    // Version 4: the kernel release and the C library version, NUL-padded (empty: unknown).
+    let text = |from: usize, len: usize| {
+        (version >= 4)
+            .then(|| rec.get(from..from + len))
+            .flatten()
+            .map(|r| String::from_utf8_lossy(r.split(|&c| c == 0).next().unwrap_or_default()).into_owned())
+            .filter(|r| !r.is_empty())
+    };
+    let kernel = text(end, format::RELEASE_LEN);
+    let libc = text(end + format::RELEASE_LEN, format::LIBC_LEN);
+    Some(ProcessStart { ppid: le32(rec, 24), cpus: le32(rec, 28), origin, realtime_base_ns: le64(rec, 44), cmdline, kernel, libc })
 }
 
 fn mode(flags: u8) -> LockMode {
@@ -678,7 +683,8 @@ mod tests {
         assert!(e.to_string().contains("a THREAD_STATS record has length 52, expected 44"), "{e}");
     }
 
-    /// Version 4 appends the kernel release (64 bytes, NUL-padded) to PROCESS_START.
+    /// Version 4 appends the kernel release (64 bytes) and the C library version (16), NUL-padded,
+    /// to PROCESS_START.
     #[test]
     fn the_process_start_carries_the_kernel_release_from_version_4() {
         let start = |release: Option<&[u8]>| {
@@ -687,6 +693,9 @@ mod tests {
                 let mut field = rel.to_vec();
                 field.resize(format::RELEASE_LEN, 0);
                 r.extend(field);
+                let mut libc = b"2.36".to_vec();
+                libc.resize(format::LIBC_LEN, 0);
+                r.extend(libc);
                 let len = r.len() as u16;
                 r[2..4].copy_from_slice(&len.to_le_bytes());
             }
@@ -694,10 +703,16 @@ mod tests {
         };
         let kernel = |bytes: &[u8]| from_bytes_named("t.vtrace", bytes).expect("reads").processes[0].start.clone().expect("start").kernel;
         assert_eq!(kernel(&[header(4), start(Some(b"6.18.44-fc"))].concat()).as_deref(), Some("6.18.44-fc"));
+        let libc = from_bytes_named("t.vtrace", &[header(4), start(Some(b"6.1"))].concat()).expect("reads").processes[0]
+            .start
+            .clone()
+            .expect("start")
+            .libc;
+        assert_eq!(libc.as_deref(), Some("2.36"));
         assert_eq!(kernel(&[header(4), start(Some(b""))].concat()), None, "uname failed");
         assert_eq!(kernel(&[header(3), start(None)].concat()), None);
         let e = fails(&[header(4), start(None)].concat());
-        assert!(e.to_string().contains("a PROCESS_START record has length 58, expected 122"), "{e}");
+        assert!(e.to_string().contains("a PROCESS_START record has length 58, expected 138"), "{e}");
         let t = from_bytes_named("t.vtrace", &[header(4), start(Some(b"6.1.0"))].concat()).expect("reads");
         assert_eq!(t.processes[0].start.as_ref().expect("start").cmdline, ["./app"], "the release is not part of the command line");
     }

@@ -494,6 +494,9 @@ fn parse_trace_workload(name: &str, t: &toml::Table) -> Result<Workload, ParseEr
         Some(Value::Table(h)) => parse_heap(&toml::Table::new(), h)?,
         Some(o) => return err("heap", format!("expected a table like {{ trim_threshold = \"128KiB\" }} (got {})", type_name(o))),
     };
+    // The kernel work the replay takes out of the traced compute is the default C library's
+    // (the simulation then runs the kernel's own, `tcache_bytes`).
+    let heap = HeapParams { tcache: u64::from(crate::spec::kernel::KernelSpec::default().tcache_bytes), ..heap };
     let spin_then_block = match t.get("spinlocks") {
         None => None,
         Some(Value::String(m)) if m == "spin" => None,

@@ -76,6 +76,8 @@ pub struct ReplayStats {
     pub cpus: u32,
     /// The release of the kernel it was traced on (`uname -r`; None before trace format 4).
     pub kernel: Option<String>,
+    /// The version of the C library it was traced with (glibc; None before trace format 4).
+    pub libc: Option<String>,
     /// Threads replayed.
     pub threads: u32,
     /// The most of them alive and not in a traced wait (a join, a lock, a barrier, a condition
@@ -186,6 +188,7 @@ pub fn from_trace(name: &str, trace: &Trace, opts: &Options) -> Result<(Workload
     stats.cmdline = start.map(|s| s.cmdline.clone()).unwrap_or_default();
     stats.cpus = start.map_or(0, |s| s.cpus);
     stats.kernel = start.and_then(|s| s.kernel.clone());
+    stats.libc = start.and_then(|s| s.libc.clone());
     let program_name = stats.cmdline.first().cloned().unwrap_or_else(|| format!("pid {}", process.pid));
     let workload = Workload {
         name: name.to_string(),
@@ -950,6 +953,10 @@ struct MallocHistory {
 /// (malloc/arena.c `heap_for_ptr`).
 const HEAP_MAX_SIZE: u64 = 64 << 20;
 
+/// The largest chunk glibc's tcache holds (malloc/malloc.c `MAX_TCACHE_SIZE`: `tidx2usize(63)`
+/// = 1,032 bytes of request, a 1,040-byte chunk; glibc 2.26 and later).
+const TCACHE_MAX_CHUNK: u64 = 1040;
+
 /// The arena glibc gave each thread in the traced run, read from the addresses of its heap
 /// chunks, numbered in the order the threads first used them: 0 is the main arena (the main
 /// thread's, whose chunks lie in the `brk` heap), and every other is known by its heaps, the
@@ -957,10 +964,16 @@ const HEAP_MAX_SIZE: u64 = 64 << 20;
 /// one of its first heap chunk (glibc binds a thread to one arena at its first `malloc`); its
 /// later chunks in another window are that arena's next heap (`new_heap` when one fills up).
 /// A heap chunk is one that cannot be a mapped one: below the initial mmap threshold (the
-/// thresholds only rise), or not at the page offset 16 of a mapped chunk's user pointer. None:
-/// a thread that allocated no such chunk.
+/// thresholds only rise), or not at the page offset 16 of a mapped chunk's user pointer. Only
+/// fresh allocations past the tcache's sizes count: a small one may come from the thread's
+/// tcache, which holds chunks of any arena it freed (a Python worker's first `malloc` returns
+/// the main arena's chunk it had just freed), and a `realloc` of an existing chunk stays in
+/// that chunk's arena. None: a thread that allocated no such chunk.
 fn traced_arenas(threads: &[&ThreadTrace], pid: u32, heap: &HeapParams) -> Vec<Option<u32>> {
-    let heap_chunk = |size: u64, ptr: u64| ptr != 0 && (request2size(size) < heap.mmap_threshold || ptr % PAGE != 16);
+    let heap_chunk = |size: u64, ptr: u64| {
+        let nb = request2size(size);
+        ptr != 0 && nb > TCACHE_MAX_CHUNK && (nb < heap.mmap_threshold || ptr % PAGE != 16)
+    };
     // Each thread's heap chunks' windows, in its order, and when it first used the heap.
     let windows: Vec<Vec<(u64, u64)>> = threads
         .iter()
@@ -968,7 +981,9 @@ fn traced_arenas(threads: &[&ThreadTrace], pid: u32, heap: &HeapParams) -> Vec<O
             t.records
                 .iter()
                 .filter_map(|r| match heap_event(&r.event) {
-                    Some((_, Some((size, ptr)))) if heap_chunk(size, ptr) => Some((r.t, ptr / HEAP_MAX_SIZE)),
+                    // A `realloc` of a chunk keeps it in that chunk's arena (`arena_for_chunk`),
+                    // whichever thread calls it: only fresh allocations show the thread's own.
+                    Some((0, Some((size, ptr)))) if heap_chunk(size, ptr) => Some((r.t, ptr / HEAP_MAX_SIZE)),
                     _ => None,
                 })
                 .collect()
@@ -1198,7 +1213,15 @@ mod tests {
     }
 
     fn trace(threads: Vec<ThreadTrace>) -> Trace {
-        let start = ProcessStart { ppid: 1, cpus: 2, origin: Origin::Exec, realtime_base_ns: 0, cmdline: vec!["app".into()], kernel: None };
+        let start = ProcessStart {
+            ppid: 1,
+            cpus: 2,
+            origin: Origin::Exec,
+            realtime_base_ns: 0,
+            cmdline: vec!["app".into()],
+            kernel: None,
+            libc: None,
+        };
         Trace {
             header: Header { version: 1, flags: 0, created_unix_ns: 0, creator_pid: 10 },
             processes: vec![Process { pid: 10, base_ns: 0, start: Some(start), threads }],
@@ -1601,17 +1624,28 @@ mod tests {
 
     /// The arena glibc gave each thread, read from its heap chunks' addresses: the main
     /// thread's `brk` heap is arena 0, each other 64 MiB-aligned heap window an arena in the
-    /// order the threads first used them, a window whose arena grew into it the same arena, and
-    /// a mapped chunk (at a page offset of 16, above the mmap threshold) no arena's.
+    /// order the threads first used them, a window whose arena grew into it the same arena.
+    /// Neither a mapped chunk (at a page offset of 16, above the mmap threshold), nor a chunk
+    /// small enough for the tcache (which hands back chunks of any arena), nor a `realloc` of
+    /// another thread's chunk tells a thread's arena.
     #[test]
     fn each_thread_is_on_the_arena_its_chunks_lie_in() {
         let heap = |k: u64| k * HEAP_MAX_SIZE;
         let malloc = |t: u64, size: u64, ptr: u64| rec(t, None, Event::Malloc { size, ptr });
-        let main = thread(10, None, vec![rec(0, Some(0), Event::ProcessStart { pid: 10 }), malloc(1, 64, 0x5555_0000_0040)]);
+        let main = thread(10, None, vec![rec(0, Some(0), Event::ProcessStart { pid: 10 }), malloc(1, 2048, 0x5555_0000_0040)]);
+        // 11 first reallocates a chunk of the main thread's and gets a small one from its
+        // tcache (both in the main arena), then maps 1 MiB.
+        let realloc = rec(10, None, Event::Realloc { old: 0x5555_0000_0040, size: 4096, ptr: 0x5555_0000_0040 });
         let t11 = thread(
             11,
             Some(10),
-            vec![rec(10, Some(0), start(11, Some(10))), malloc(11, 1 << 20, heap(7) + 0x1010), malloc(12, 64, heap(9) + 0x8a0)],
+            vec![
+                rec(10, Some(0), start(11, Some(10))),
+                realloc,
+                malloc(10, 32, 0x5555_0000_2040),
+                malloc(11, 1 << 20, heap(7) + 0x10),
+                malloc(12, 2048, heap(9) + 0x8a0),
+            ],
         );
         let t12 = thread(
             12,
@@ -1620,19 +1654,19 @@ mod tests {
                 rec(5, Some(0), start(12, Some(10))),
                 malloc(6, 4096, heap(8) + 0x8a0),
                 malloc(40, 1 << 26, heap(3) + 0x10),
-                malloc(41, 64, heap(2) + 0x20),
+                malloc(41, 2048, heap(2) + 0x20),
             ],
         );
-        let t13 = thread(13, Some(10), vec![rec(20, Some(0), start(13, Some(10))), malloc(21, 64, heap(9) + 0x900)]);
-        let t14 = thread(14, Some(10), vec![rec(30, Some(0), start(14, Some(10))), malloc(31, 64, 0x5555_0000_1040)]);
-        let t15 = thread(15, Some(10), vec![rec(50, Some(0), start(15, Some(10))), malloc(51, 64, heap(2) + 0x40)]);
+        let t13 = thread(13, Some(10), vec![rec(20, Some(0), start(13, Some(10))), malloc(21, 2048, heap(9) + 0x900)]);
+        let t14 = thread(14, Some(10), vec![rec(30, Some(0), start(14, Some(10))), malloc(31, 2048, 0x5555_0000_1040)]);
+        let t15 = thread(15, Some(10), vec![rec(50, Some(0), start(15, Some(10))), malloc(51, 2048, heap(2) + 0x40)]);
         let t16 = thread(16, Some(10), vec![rec(60, Some(0), start(16, Some(10))), malloc(61, 1 << 20, heap(5) + 0x10)]);
         let t = trace(vec![main, t11, t12, t13, t14, t15, t16]);
         let threads: Vec<&ThreadTrace> = t.processes[0].threads.iter().collect();
         let arenas = traced_arenas(&threads, 10, &HeapParams::default());
-        // 12 first (window 8: arena 1), then 11 (its 1 MiB chunk is mapped: window 9, arena 2),
-        // 13 shares 11's, 14 is on the main arena, 12's later chunk in window 2 is its arena's
-        // next heap, so 15 there shares 12's; 16 allocated only a mapped chunk.
+        // 12 first (window 8: arena 1), then 11 (window 9, arena 2), 13 shares 11's, 14 is on
+        // the main arena, 12's later chunk in window 2 is its arena's next heap, so 15 there
+        // shares 12's; 16 allocated only a mapped chunk.
         assert_eq!(arenas, vec![Some(0), Some(2), Some(1), Some(2), Some(0), Some(1), None]);
         let (_, stats) = replay(&t);
         assert_eq!((stats.arenas_reused_traced, stats.arenas_shared_traced), (0, 3), "13, 14 and 15 share");

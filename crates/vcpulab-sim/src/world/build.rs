@@ -337,9 +337,14 @@ impl World<'_> {
         let first = Stream::new(stream_seed(cfg.seed, &[STREAM_PLACE, u64::from(inst)])).below(u64::from(ncpus)) as u32;
         // `pin_threads`: thread i bound to CPU i mod n (`sched_setaffinity`).
         let pin_threads = if k == HOST { cfg.host.pin_threads } else { cfg.guest.pin_threads };
-        // The C library of the kernel the threads run on decides when their heaps trim.
-        let trim = if k == HOST { cfg.host.arena_trim } else { cfg.guest.arena_trim };
-        let heap = crate::workload::heap::HeapParams { trim_always: trim == crate::spec::kernel::ArenaTrim::Always, ..wl.heap };
+        // The C library of the kernel the threads run on decides when their heaps trim, and
+        // what creates their arenas.
+        let libc = if k == HOST { &cfg.host } else { &cfg.guest };
+        let heap = crate::workload::heap::HeapParams {
+            trim_always: libc.arena_trim == crate::spec::kernel::ArenaTrim::Always,
+            tcache: u64::from(libc.tcache_bytes),
+            ..wl.heap
+        };
         let slots = wl.groups.iter().enumerate().flat_map(|(g, grp)| (0..grp.threads.value(n)).map(move |j| (g as u32, j, grp.entry)));
         for (i, (group, idx, entry)) in slots.enumerate() {
             let i = i as u32;
