@@ -88,6 +88,17 @@ impl MmLocks {
     pub fn madvise_per_vma(self) -> bool {
         self == MmLocks::PerVma
     }
+
+    /// The lock of a page fault (`madvise`: false) or of an `madvise` on VMA (arena) `vma`
+    /// (None: a mapping of its own).
+    pub fn read_lock(self, madvise: bool, vma: Option<u32>) -> FaultLock {
+        let per_vma = if madvise { self.madvise_per_vma() } else { self.faults_per_vma() };
+        match (per_vma, vma) {
+            (false, _) => FaultLock::MmapSem,
+            (true, Some(a)) => FaultLock::Vma(a),
+            (true, None) => FaultLock::OwnVma,
+        }
+    }
 }
 
 /// The lock of one VMA, an arena's heap (`vma->vm_lock`, [`MmLocks`]).
@@ -127,19 +138,6 @@ pub enum FaultLock {
     /// The lock of a VMA no other thread write-locks (a mapping the model does not track):
     /// never waited for.
     OwnVma,
-}
-
-impl MmLocks {
-    /// The lock of a page fault (`madvise`: false) or of an `madvise` on VMA (arena) `vma`
-    /// (None: a mapping of its own).
-    pub fn read_lock(self, madvise: bool, vma: Option<u32>) -> FaultLock {
-        let per_vma = if madvise { self.madvise_per_vma() } else { self.faults_per_vma() };
-        match (per_vma, vma) {
-            (false, _) => FaultLock::MmapSem,
-            (true, Some(a)) => FaultLock::Vma(a),
-            (true, None) => FaultLock::OwnVma,
-        }
-    }
 }
 
 /// How a thread wants the semaphore.

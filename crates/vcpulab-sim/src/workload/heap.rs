@@ -33,11 +33,14 @@
 //!   left (`get_free_list`), else creates one while the process has fewer than the limit
 //!   (`arena_get2`: 8 × CPUs, at least 9, the main one included), else shares one in
 //!   `reused_arena`'s round-robin order. Each thread frees its own chunks.
+//! - With glibc's per-thread cache (2.26 and later, [`HeapParams::tcache`]) a thread's first
+//!   `malloc` allocates the cache first (`tcache_init`), so that request creates the arena:
+//!   the first heap is sized for it, and its chunk stays at the heap's bottom.
 //! - Not modelled: the main arena's `sbrk` heap (it grows and trims as a non-main arena does
 //!   here; glibc grows it by `top_pad` more each time and trims it by shrinking `brk`, which
-//!   flushes the TLB as `madvise` does), tcache and fastbins (small frees never reach the top,
-//!   and trim nothing either way), and `reused_arena` passing over an arena another thread
-//!   holds locked at that instant.
+//!   flushes the TLB as `madvise` does), the tcache's and fastbins' holding of small chunks
+//!   (small frees never reach the top, and trim nothing either way), and `reused_arena`
+//!   passing over an arena another thread holds locked at that instant.
 //!
 //! Profiles free LIFO (the most recent allocation first), the pattern that trims. A replayed
 //! trace frees any live chunk by its id, its own or another thread's ([`Arena::free_chunk`]):
@@ -231,8 +234,9 @@ impl Arena {
     }
 
     /// The thread's first `malloc(size)` creates its arena (glibc malloc/arena.c `arena_get2` →
-    /// `_int_new_arena(size)` → `new_heap(size + header, top_pad)`): the first heap is the
-    /// request plus the arena's header plus `top_pad`, page-rounded (at least HEAP_MIN_SIZE =
+    /// `_int_new_arena(size)` → `new_heap(size + header, top_pad)`; with a tcache, `size` is the
+    /// cache's, allocated first): the first heap is the request plus the arena's header plus
+    /// `top_pad`, page-rounded (at least HEAP_MIN_SIZE =
     /// 32 KiB, at most HEAP_MAX_SIZE = 64 MiB), made read-write with one `mprotect`, and the
     /// header's page is resident. An arena that starts in its steady state (`mprotect_size` >
     /// 0) was created, grown and trimmed before the run: no `mprotect`, `mprotect_size` bytes
