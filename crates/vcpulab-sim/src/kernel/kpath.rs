@@ -45,8 +45,9 @@ pub enum KStep {
     Zap {
         /// Pages of the range.
         pages: u64,
-        /// Whether the pages are freed (not for `mprotect`).
-        release: bool,
+        /// Pages freed after the flush: those of the range that were resident (none for
+        /// `mprotect`).
+        release: u64,
     },
     /// A zap's pages (after its TLB flush): `left` of its `total` still to take off the LRU;
     /// then all `total` are freed.
@@ -192,9 +193,9 @@ impl World<'_> {
                 KStep::Zap { pages, release } => {
                     self.threads[t as usize].kpath.pop_front();
                     self.push_work(k, cpu, Attr { owner, layer: Layer::Kernel, cause: Cause::MemoryOp }, self.costs.syscall_mm);
-                    if release {
+                    if release > 0 {
                         // tlb_finish_mmu: the flush, then the pages go (release_pages).
-                        self.kpath_push_front(t, vec![KStep::Release { left: pages, total: pages }]);
+                        self.kpath_push_front(t, vec![KStep::Release { left: release, total: release }]);
                     }
                     if let Flow::Stop = self.tlb_shootdown(k, cpu, t, pages) {
                         return Flow::Stop;

@@ -564,11 +564,13 @@ impl World<'_> {
                     let vma = th.arena;
                     if th.faults_left != u64::MAX {
                         // A replayed thread that touched less than it allocated takes no more
-                        // faults than the kernel counted for it.
+                        // faults than the kernel counted for it (and a mapped chunk's munmap
+                        // releases only the pages it touched).
                         for op in &mut ops {
                             if let crate::workload::heap::MmOp::Faults(n) = op {
                                 *n = (*n).min(th.faults_left);
                                 th.faults_left -= *n;
+                                arena.touched(id, *n);
                             }
                         }
                         ops.retain(|op| *op != crate::workload::heap::MmOp::Faults(0));
@@ -599,7 +601,11 @@ impl World<'_> {
                 }
                 Instr::MmUnmap { call, pages } => {
                     use crate::workload::heap::MmOp;
-                    let op = if *call == crate::workload::program::MmCall::Mprotect { MmOp::Protect(*pages) } else { MmOp::Munmap(*pages) };
+                    let op = if *call == crate::workload::program::MmCall::Mprotect {
+                        MmOp::Protect(*pages)
+                    } else {
+                        MmOp::Munmap(*pages, *pages)
+                    };
                     self.threads[t as usize].mm_queue.push_back((op, None));
                     self.run_mm_queue(k, cpu, t)
                 }
@@ -675,11 +681,11 @@ impl World<'_> {
                     s
                 }
                 MmOp::Faults(n) => vec![KStep::Faults(n, locks.read_lock(false, vma))],
-                MmOp::Munmap(pages) => vec![KStep::Down(Write), KStep::Zap { pages, release: true }, KStep::Up],
+                MmOp::Munmap(pages, resident) => vec![KStep::Down(Write), KStep::Zap { pages, release: resident }, KStep::Up],
                 MmOp::Trim(pages) => {
-                    vec![KStep::ReadLock(locks.read_lock(true, vma)), KStep::Zap { pages, release: true }, KStep::ReadUnlock]
+                    vec![KStep::ReadLock(locks.read_lock(true, vma)), KStep::Zap { pages, release: pages }, KStep::ReadUnlock]
                 }
-                MmOp::Protect(pages) => vec![KStep::Down(Write), KStep::Zap { pages, release: false }, KStep::Up],
+                MmOp::Protect(pages) => vec![KStep::Down(Write), KStep::Zap { pages, release: 0 }, KStep::Up],
             };
             self.threads[t as usize].kpath.extend(steps);
         }

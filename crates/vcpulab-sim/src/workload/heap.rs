@@ -153,8 +153,9 @@ pub enum MmOp {
     Grow(u64),
     /// Page faults on non-resident pages (count).
     Faults(u64),
-    /// `munmap` of a large chunk (pages): shootdown.
-    Munmap(u64),
+    /// `munmap` of a large chunk: its pages (the range shot down), and those of them resident
+    /// (released: a program may touch less of a buffer than it allocated).
+    Munmap(u64, u64),
     /// `madvise(MADV_DONTNEED)` trimming the heap (pages): shootdown.
     Trim(u64),
     /// `mprotect` removing permissions (pages): shootdown, the pages stay.
@@ -199,6 +200,9 @@ struct Chunk {
     mmapped: bool,
     live: bool,
     id: ChunkId,
+    /// A mapped chunk's pages touched (faulted in), all of them unless [`Arena::touched`] says
+    /// fewer.
+    touched: u64,
 }
 
 /// `SIZE_SZ` on 64-bit: the chunk header word.
@@ -267,7 +271,7 @@ impl Arena {
             self.create(size, out);
         }
         if let Some(chunk) = par.mapped_chunk(size) {
-            self.chunks.push(Chunk { bytes: chunk, mmapped: true, live: true, id });
+            self.chunks.push(Chunk { bytes: chunk, mmapped: true, live: true, id, touched: pages_up(size) });
             out.push(MmOp::Mmap(chunk / PAGE));
             out.push(MmOp::Faults(pages_up(size)));
             return;
@@ -280,7 +284,7 @@ impl Arena {
                 return;
             }
         }
-        self.chunks.push(Chunk { bytes: size, mmapped: false, live: true, id });
+        self.chunks.push(Chunk { bytes: size, mmapped: false, live: true, id, touched: 0 });
         self.top += size;
         // The top chunk must keep MINSIZE after the split; a non-main arena grows its heap by
         // just what is missing, page-rounded (malloc.c `sysmalloc`: `grow_heap(h, MINSIZE + nb -
@@ -296,6 +300,14 @@ impl Arena {
         if need > self.resident {
             out.push(MmOp::Faults((need - self.resident) / PAGE));
             self.resident = need;
+        }
+    }
+
+    /// The mapped chunk `id` had only `pages` of its pages touched (a replayed thread faults no
+    /// more than the kernel counted for it): its `munmap` releases only those.
+    pub fn touched(&mut self, id: ChunkId, pages: u64) {
+        if let Some(c) = self.chunks.iter_mut().rev().find(|c| c.live && c.mmapped && c.id == id) {
+            c.touched = c.touched.min(pages);
         }
     }
 
@@ -327,10 +339,10 @@ impl Arena {
 
     /// `free` of the live chunk at `i`.
     fn free_at(&mut self, i: usize, par: &mut MallocPar, out: &mut Vec<MmOp>) {
-        let Chunk { bytes: size, mmapped, .. } = self.chunks[i];
+        let Chunk { bytes: size, mmapped, touched, .. } = self.chunks[i];
         if mmapped {
             self.chunks.remove(i);
-            out.push(MmOp::Munmap(pages_up(size)));
+            out.push(MmOp::Munmap(pages_up(size), touched));
             par.unmapped(size);
             return;
         }
@@ -555,6 +567,24 @@ mod tests {
         assert_eq!(rounds(0), 299, "an arena sized for the first request");
     }
 
+    /// `sort` mallocs a buffer sized from physical memory and touches a sliver of it: the
+    /// replay faults only what the kernel counted, and the `munmap` then releases only those
+    /// pages (it shoots down the whole range).
+    #[test]
+    fn a_mapped_chunk_releases_only_the_pages_it_touched() {
+        let mut a = Arena::new(HeapParams::default());
+        let mut par = MallocPar::default();
+        let mut ops = Vec::new();
+        let id = ChunkId { thread: 0, seq: 0 };
+        a.malloc(&par, id, 2 << 30, &mut ops);
+        assert!(ops.contains(&MmOp::Faults(1 << 19)), "{ops:?}");
+        a.touched(id, 5_000);
+        a.touched(id, 9_000);
+        ops.clear();
+        a.free(&mut par, 0, 1, &mut ops);
+        assert_eq!(ops, vec![MmOp::Munmap((1 << 19) + 1, 5_000)]);
+    }
+
     #[test]
     fn churn_at_the_top_trims_and_refaults() {
         let mut a = Arena::new(HeapParams::default());
@@ -660,7 +690,7 @@ mod tests {
         // is then mapped on its own: 1 MiB + 16 bytes of header, page-rounded.
         assert_eq!(ops[..2], [MmOp::Grow(289), MmOp::Mmap(257)]);
         a.free(&mut par, 0, 1, &mut ops);
-        assert!(ops.contains(&MmOp::Munmap(257)));
+        assert!(ops.contains(&MmOp::Munmap(257, 256)));
         assert_eq!(par.mmap_threshold, (1 << 20) + PAGE);
         assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
         // The same request again is below the raised threshold: it comes from the heap, which
@@ -691,7 +721,7 @@ mod tests {
         let mut ops = Vec::new();
         main.malloc(&par, ChunkId::default(), 1 << 20, &mut ops);
         main.free(&mut par, 0, 1, &mut ops);
-        assert_eq!(ops.last(), Some(&MmOp::Munmap(257)));
+        assert_eq!(ops.last(), Some(&MmOp::Munmap(257, 256)));
         assert_eq!(par.trim_threshold, 2 * ((1 << 20) + PAGE));
         for _ in 0..3 {
             assert_eq!(churn(&mut worker, &mut par), 0, "2 MiB trim threshold: nothing trimmed");

@@ -869,7 +869,7 @@ impl<'a> Builder<'a> {
                     *left -= n;
                     n * c.page_fault
                 }
-                MmOp::Munmap(_) | MmOp::Trim(_) | MmOp::Protect(_) => {
+                MmOp::Munmap(..) | MmOp::Trim(_) | MmOp::Protect(_) => {
                     c.syscall_mm + c.tlb_flush_local + c.ipi_send + c.ipi_latency + c.tlb_flush_remote
                 }
             })
@@ -1704,7 +1704,7 @@ mod tests {
         let h = malloc_history(&threads, &HeapParams::default(), (10, &[Some(0), None]), 2);
         assert_eq!(h.arenas.par, raised);
         assert_eq!(h.frees, BTreeMap::from([((1, 2), (0, 0)), ((0, 3), (0, 1))]), "thread 1's record 2 frees thread 0's first allocation");
-        let unmaps = |h: &MallocHistory, at| h.ops.get(&at).is_some_and(|ops| ops.iter().any(|o| matches!(o, MmOp::Munmap(_))));
+        let unmaps = |h: &MallocHistory, at| h.ops.get(&at).is_some_and(|ops| ops.iter().any(|o| matches!(o, MmOp::Munmap(..))));
         assert!(unmaps(&h, (1, 2)), "thread 0's mapping unmapped by thread 1: {:?}", h.ops);
         assert!(!unmaps(&h, (0, 3)), "the second buffer, below the raised threshold, came from the heap: {:?}", h.ops);
         // Set thresholds stay put: the second buffer is mapped too.
