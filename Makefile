@@ -13,6 +13,8 @@ DEVELOP := PIP_QUIET=1 VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop -q
 demo: install
 	$(BIN)/vcpulab run examples/quickstart.toml
 
+# pytest twice: the tests that simulate in parallel on every core (pytest-xdist), then the ones
+# that time real programs on this machine (marker `measures`) alone.
 test: install tracefs
 	@if cargo nextest --version >/dev/null 2>&1; then \
 		echo "cargo nextest run --workspace --release"; \
@@ -22,7 +24,8 @@ test: install tracefs
 		cargo test --workspace --release; \
 	fi
 	cargo test --release --doc -p vcpulab-sim
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q -n auto -m "not measures" tests
+	$(BIN)/pytest -q -m measures tests
 
 bench: install
 	cargo bench -p vcpulab-sim

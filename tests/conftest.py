@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -17,6 +18,13 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# pytest-xdist's workers (make test runs most tests with `pytest -n`) carry COLUMNS=80 and
+# LINES=24 in their environment, which the commands the tests start would take for a
+# terminal's size; the tests run them as pipes, as serial pytest does.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 RESULT_KEYS = frozenset(
     """workload scenario vcpus threads seed t_native_s t_virt_s delta_eta_r delta_eta_t omega
@@ -158,6 +166,15 @@ def debian_install(package: str, present: Callable[[], bool]) -> str | None:
         return None
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return f"{package} is not installed and this user cannot apt-get install it"
+    # One apt-get at a time: tests run in parallel (pytest -n) would find dpkg's lock taken.
+    with open(Path(tempfile.gettempdir()) / "vcpulab-tests-apt.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _apt_get_install(package, present)
+
+
+def _apt_get_install(package: str, present: Callable[[], bool]) -> str | None:
+    if present():
+        return None
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install = ["apt-get", "install", "-y", "--no-install-recommends", package]
     proc = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900)

@@ -12,6 +12,9 @@ import pytest
 
 from conftest import run_cli, syscall_counts_missing
 
+# Times real programs on this machine: run alone, after the rest (make test).
+pytestmark = pytest.mark.measures
+
 # A program with a known number of each event: N madvise(MADV_DONTNEED) and munmap calls, T
 # threads each computing ~W ms, output on stdout, exit status from argv.
 PROGRAM = r"""

@@ -10,6 +10,9 @@ import pytest
 
 from conftest import REPO, run_cli, syscall_counts_missing
 
+# Times real programs on this machine: run alone, after the rest (make test).
+pytestmark = pytest.mark.measures
+
 NATIVE = REPO / "target" / "native"
 
 

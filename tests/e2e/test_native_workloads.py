@@ -23,10 +23,14 @@ BIN = REPO / "target" / "native" / "bin"
 PROGRAMS = ["spin_barrier", "heap_churn", "pipeline", "parallel", "syscall_storm", "spinlock", "sync_semantics"]
 TUNED_MALLOC = "glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=67108864"
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("make") and shutil.which("gcc") and os.uname().sysname == "Linux"),
-    reason="the native workloads need Linux, make and gcc",
-)
+pytestmark = [
+    # Times real programs on this machine: run alone, after the rest (make test).
+    pytest.mark.measures,
+    pytest.mark.skipif(
+        not (shutil.which("make") and shutil.which("gcc") and os.uname().sysname == "Linux"),
+        reason="the native workloads need Linux, make and gcc",
+    ),
+]
 
 
 def make(*args: str) -> subprocess.CompletedProcess[str]:

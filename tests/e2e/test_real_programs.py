@@ -21,6 +21,9 @@ import pytest
 
 from conftest import debian_install, debian_program, run_cli, vcpulab_command
 
+# Times real programs on this machine: run alone, after the rest (make test).
+pytestmark = pytest.mark.measures
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -18,6 +18,9 @@ import pytest
 
 from conftest import REPO, busy_spec, journaled, run_cli, spawn_cli
 
+# Times how fast commands end on a signal: run alone, after the rest (make test).
+pytestmark = pytest.mark.measures
+
 # Many cells of a tenth of a second or so: still running long after the first is stored.
 SEEDS = 200
 SPEC = busy_spec(SEEDS, 60000)

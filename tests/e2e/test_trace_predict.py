@@ -12,6 +12,9 @@ import pytest
 
 from conftest import REPO, run_cli, vcpulab_command
 
+# Times real programs on this machine: run alone, after the rest (make test).
+pytestmark = pytest.mark.measures
+
 BIN = REPO / "target" / "native" / "bin"
 
 

@@ -21,10 +21,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TRACER = REPO / "tracer" / "vtrace"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or shutil.which("make") is None or shutil.which("cargo") is None,
-    reason="needs gcc, make and cargo",
-)
+pytestmark = [
+    # Times real programs on this machine: run alone, after the rest (make test).
+    pytest.mark.measures,
+    pytest.mark.skipif(
+        shutil.which("gcc") is None or shutil.which("make") is None or shutil.which("cargo") is None,
+        reason="needs gcc, make and cargo",
+    ),
+]
 
 
 @dataclass
