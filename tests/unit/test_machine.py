@@ -25,7 +25,7 @@ from vcpulab.bridge import machine
     ],
 )
 def test_each_kernel_gets_the_rules_of_its_version(release: str, mm_locks: str, slice_ms: float | None) -> None:
-    k = machine.Kernel(release, 2)
+    k = machine.Machine(release, 2)
     assert k.known and k.mm_locks == mm_locks and k.slice_ms == slice_ms
     sets = k.overrides()
     assert sets[0] == f'host.mm_locks="{mm_locks}"'
@@ -49,17 +49,17 @@ def test_a_trace_without_its_kernel_keeps_the_default_preset(release: str | None
     [("2.17", 0, "always"), ("2.22", 0, "threshold"), ("2.27", 576, "threshold"), ("2.36", 640, "threshold")],
 )
 def test_each_glibc_gets_its_malloc(libc: str, tcache: int, trim: str) -> None:
-    k = machine.Kernel("6.18.1", 2, libc)
+    k = machine.Machine("6.18.1", 2, libc)
     assert (k.tcache_bytes, k.arena_trim) == (tcache, trim)
     assert f"host.tcache_bytes={tcache}" in k.overrides() and f'host.arena_trim="{trim}"' in k.overrides()
     assert f"glibc {libc}" in k.describe()
-    assert machine.Kernel("6.18.1", 2, None).tcache_bytes is None
+    assert machine.Machine("6.18.1", 2, None).tcache_bytes is None
 
 
 def test_the_overrides_are_valid_spec_settings() -> None:
     text = '[experiment]\nworkloads = ["lock"]\nscenarios = ["native"]\nvcpus = [2]\n'
     for release in ("6.18.1", "6.5.0", "5.15.0"):
-        plan = Plan(text, "<test>", machine.Kernel(release, 2, "2.36").overrides())
+        plan = Plan(text, "<test>", machine.Machine(release, 2, "2.36").overrides())
         spec = plan.spec_toml()
-        assert f'mm_locks = "{machine.Kernel(release, 2).mm_locks}"' in spec
+        assert f'mm_locks = "{machine.Machine(release, 2).mm_locks}"' in spec
         assert json.loads(plan.run_cell(0))["t_native_s"] > 0

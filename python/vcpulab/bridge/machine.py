@@ -1,4 +1,5 @@
-"""The kernel of the machine a program was measured or traced on, as simulator settings.
+"""The kernel and C library of the machine a program was measured or traced on, as simulator
+settings.
 
 A native replay held against that machine's measurements (``predict``'s first line, ``fidelity``,
 ``mitigate``'s simulated column, ``oversubscription``) has to follow that machine's kernel, not
@@ -53,7 +54,7 @@ def version(release: str | None) -> tuple[int, int] | None:
 
 
 @dataclass(frozen=True)
-class Kernel:
+class Machine:
     """The rules of the kernel ``release`` and of the C library ``libc`` (glibc's version) that
     the simulator models, on ``cpus`` CPUs."""
 
@@ -114,6 +115,6 @@ class Kernel:
         return f"Linux {self.release}'s rules: {locks}{sched}{libc}"
 
 
-def traced(replay: dict) -> Kernel:
+def traced(replay: dict) -> Machine:
     """The kernel and C library a trace was recorded on (``trace_info(...)["replay"]``)."""
-    return Kernel(replay.get("kernel"), int(replay.get("cpus") or 1), replay.get("libc"))
+    return Machine(replay.get("kernel"), int(replay.get("cpus") or 1), replay.get("libc"))

@@ -63,7 +63,7 @@ class Comparison:
         }
 
 
-def simulate(threads: int, cpus: int, rounds: int, work_us: float, kernel: machine.Kernel) -> dict[str, float]:
+def simulate(threads: int, cpus: int, rounds: int, work_us: float, kernel: machine.Machine) -> dict[str, float]:
     text = (
         '[experiment]\nworkloads = ["spinbarrier", "barrier"]\nscenarios = ["native"]\n'
         f"vcpus = [{cpus}]\nthreads = {threads}\nseeds = [1]\n"
@@ -102,7 +102,7 @@ def compare(threads: int, cpus: int, rounds: int, work_us: float, runs: int) -> 
         runs_of_mode = [measure(argv, cpus) for _ in range(runs)]
         measured[mode] = [wall for wall, _ in runs_of_mode]
         held_off += [share for _, share in runs_of_mode]
-    kernel = machine.Kernel(platform.release(), cpus, platform.libc_ver()[1] or None)
+    kernel = machine.Machine(platform.release(), cpus, platform.libc_ver()[1] or None)
     simulated = simulate(threads, cpus, rounds, work_us, kernel)
     return Comparison(threads, cpus, rounds, work_us, kernel.slice_ms, measured, simulated, statistics.fmean(held_off))
 
