@@ -136,7 +136,7 @@ fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Bui
         };
         let len = usize::from(le16(payload, pos + 2));
         let expected = match code {
-            // Version 4 adds the kernel release after the command line.
+            // Version 4 adds the kernel release and the C library version after the command line.
             kind::PROCESS_START if len >= info.len => {
                 info.len + usize::from(le16(payload, pos + 34)) + if version >= 4 { format::RELEASE_LEN + format::LIBC_LEN } else { 0 }
             }
@@ -686,7 +686,7 @@ mod tests {
     /// Version 4 appends the kernel release (64 bytes) and the C library version (16), NUL-padded,
     /// to PROCESS_START.
     #[test]
-    fn the_process_start_carries_the_kernel_release_from_version_4() {
+    fn the_process_start_carries_the_kernel_and_libc_from_version_4() {
         let start = |release: Option<&[u8]>| {
             let mut r = process_start(100, 0, b"./app\0");
             if let Some(rel) = release {
