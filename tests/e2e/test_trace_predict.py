@@ -230,6 +230,7 @@ def test_predict_takes_lists_and_refuses_a_repeated_single_value(tmp_path: Path)
 def heap_fidelity(tmp_path: Path, *args: object, threads: int = 16, iters: int = 30) -> dict:
     """`vcpulab fidelity` on heap_churn with 16 threads; skips where the tracepoint counters
     that count the measured calls cannot be opened."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "fid.json"
     argv = [BIN / "heap_churn", "--threads", threads, "--iters", iters, "--blocks", 8, "--size", 32768, *args]
     r = run_cli("fidelity", "--runs", 1, "-o", out, "--", *argv)
@@ -259,14 +260,19 @@ def test_past_the_arena_limit_the_replay_trims_as_glibc_did(tmp_path: Path) -> N
     kernel (the trace records its release): on Linux ≥ 6.4 page faults and, from 6.17, trims
     take per-VMA locks, so new threads do not queue on `mmap_sem` behind the others' faults.
     Replayed with the 4.15 rules instead, 64 threads on 2 CPUs shared 44-49 arenas where glibc
-    shared about 30, and the replay made 1,873 trimming calls against 4,858 measured (2026-12-02);
-    with the traced kernel's rules, within 25 % in every run measured here."""
+    shared about 30, and the replays made 0.1-0.4 of the trimming calls measured (2026-12-02).
+    With the traced kernel's rules single traces still land from -53 % to +28 % (which threads
+    share decides it), so three traces are summed: 0.72-0.79 of the measured calls in the runs
+    measured here."""
     cpus = len(os.sched_getaffinity(0))
-    f = heap_fidelity(tmp_path, threads=32 * cpus, iters=50)
-    assert f["kernel"] == os.uname().release and f["kernel"] in f["kernel_rules"], f
-    measured, replayed = f["measured_trim_calls"], f["replayed_unmap_calls"]
-    assert measured > 32 * cpus * 50, f
-    assert abs(replayed - measured) <= 0.4 * measured, f
+    measured = replayed = 0
+    for k in range(3):
+        f = heap_fidelity(tmp_path / str(k), threads=32 * cpus, iters=50)
+        assert f["kernel"] == os.uname().release and f["kernel"] in f["kernel_rules"], f
+        assert f["measured_trim_calls"] > 32 * cpus * 50, f
+        measured += f["measured_trim_calls"]
+        replayed += f["replayed_unmap_calls"]
+    assert 0.6 <= replayed / measured <= 1.4, (replayed, measured)
 
 
 def test_threads_past_the_arena_limit_reuse_or_share_arenas(tmp_path: Path) -> None:
