@@ -308,7 +308,13 @@ impl World<'_> {
         }
         let woken = self.mmap_sem(t).release(t);
         self.rwsem_touch_spinners(self.threads[t as usize].inst);
-        for w in woken {
+        self.wake_on_release(k, cpu, &woken)
+    }
+
+    /// Wakes the sleepers a release on (`k`, `cpu`) hands a lock to. Stop when a wake-up's IPI
+    /// made the vCPU exit (the path goes on after re-entry).
+    fn wake_on_release(&mut self, k: KernelId, cpu: u32, woken: &[ThreadId]) -> Flow {
+        for &w in woken {
             self.wake_thread(w, (k, cpu));
         }
         if k != HOST && !self.vcpu_in_guest(self.vcpu_of(k, cpu)) {
@@ -365,11 +371,7 @@ impl World<'_> {
                 v.readers -= 1;
                 let Some(w) = v.writer.filter(|_| v.readers == 0 && v.writer_waits) else { return Flow::Continue };
                 v.writer_waits = false;
-                self.wake_thread(w, (k, cpu));
-                if k != HOST && !self.vcpu_in_guest(self.vcpu_of(k, cpu)) {
-                    return Flow::Stop;
-                }
-                Flow::Continue
+                self.wake_on_release(k, cpu, &[w])
             }
             Some(FaultLock::OwnVma) | None => Flow::Continue,
         }
