@@ -1,57 +1,184 @@
-"""Write a file so that it appears whole or not at all."""
+"""Every file vcpulab writes for the user goes through :class:`Output`: the path is checked
+before any work starts, and the file then appears whole or not at all.
+
+What the path names decides how it is written:
+
+- a regular file, or nothing yet: written to a temporary file beside it, synced and renamed
+  over it, so a reader sees the old file or the new one, never a part;
+- a symbolic link: written through, as above, to the file it points to (the link stays);
+- a character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named pipe): opened and
+  written in place, never replaced by a regular file;
+- a directory, a block device or a socket, or a path that cannot be written: refused with a
+  one-line :class:`OutputError` naming the path (and the option it came from).
+
+An error while writing (a full disk, a closed pipe) is an :class:`OutputError` naming the file.
+"""
 
 from __future__ import annotations
 
 import csv
 import os
+import stat
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
+from .text import printable
 
-class AtomicWriter:
-    """A context manager that writes text to a temporary file beside ``path``.
 
-    On a clean exit the temporary file is flushed, synced and renamed over ``path``; on any
-    exception (KeyboardInterrupt included) it is removed and ``path`` is left untouched.
-    """
+class OutputError(Exception):
+    """An output path that cannot be written, or a write that failed: one line, naming it."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+class Output:
+    """A file the user asked vcpulab to write (``path``, given by ``option`` if any).
+
+    Creating one checks the path (:class:`OutputError` if it cannot be written); nothing is
+    created until :meth:`open_text`, :meth:`write_bytes`, :meth:`write_csv` or
+    :meth:`replace_with`."""
+
+    def __init__(self, path: str | os.PathLike[str], option: str | None = None) -> None:
         self.path = Path(path)
-        self._file: TextIO | None = None
-        self._tmp: Path | None = None
+        self.option = option
+        self.target, self.stream = self._resolve()
 
-    def __enter__(self) -> TextIO:
-        directory = self.path.parent
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
-        self._tmp = Path(tmp)
-        try:
-            self._file = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-        except BaseException:
-            os.close(fd)
-            self._tmp.unlink(missing_ok=True)
-            raise
-        return self._file
+    def error(self, why: str) -> OutputError:
+        """An :class:`OutputError`: ``[option: ]cannot write 'path': why``."""
+        what = f"{self.option}: " if self.option else ""
+        return OutputError(f"{what}cannot write '{printable(self.path)}': {why}")
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        assert self._file is not None and self._tmp is not None
+    def _resolve(self) -> tuple[Path, bool]:
+        """The file to write (symbolic links followed) and whether it is written in place."""
+        given = os.fspath(self.path)
+        if not given:
+            raise self.error("the file name is empty")
         try:
-            if exc_type is None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                os.chmod(self._file.fileno(), 0o666 & ~_umask())
-            self._file.close()
-            if exc_type is None:
-                os.replace(self._tmp, self.path)
+            st = os.stat(given)  # follows symbolic links
+        except FileNotFoundError:
+            st = None
+        except OSError as e:  # a loop of links, a file where a directory should be, no permission
+            raise self.error(e.strerror or str(e)) from None
+        if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            if not os.access(given, os.W_OK):
+                raise self.error("permission denied")
+            return self.path, True
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise self.error(f"it is {_kind(st.st_mode)} (expected a file, a character device or a FIFO)")
+        # A regular file, nothing yet, or a link to nothing yet: the file the links lead to.
+        target = Path(os.path.realpath(given))
+        directory = target.parent
+        if not directory.is_dir():
+            raise self.error(f"directory '{printable(directory)}' does not exist")
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise self.error(f"directory '{printable(directory)}' is not writable")
+        return target, False
+
+    # --- writing ------------------------------------------------------------------------------
+
+    @contextmanager
+    def open_text(self) -> Iterator[TextIO]:
+        """A text file to write (UTF-8, ``\\n`` line ends): a regular file appears, whole, when
+        the block ends without an exception; on an exception (Ctrl-C included) it is left as it
+        was. A device or FIFO is written as the block writes."""
+        if self.stream:
+            with self._named_errors():
+                fd = os.open(self.target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)  # never creates
+                f = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+            try:
+                yield _Named(f, self)
+            finally:
+                with self._named_errors():
+                    f.close()
+            return
+        with self._named_errors():
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.target.name}.", suffix=".tmp", dir=self.target.parent)
+        try:
+            with self._named_errors():
+                f = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+            try:
+                yield _Named(f, self)
+                with self._named_errors():
+                    f.flush()
+                    os.fsync(f.fileno())
+                    os.chmod(f.fileno(), 0o666 & ~_umask())
+            finally:
+                with self._named_errors():
+                    f.close()
+            with self._named_errors():
+                os.replace(tmp, self.target)
         finally:
-            self._tmp.unlink(missing_ok=True)
+            Path(tmp).unlink(missing_ok=True)
+
+    def write_bytes(self, data: bytes) -> None:
+        """Writes ``data`` (whole or not at all, as :meth:`open_text`)."""
+        with self.open_text() as f:
+            f.buffer_write(data)
+
+    def write_csv(self, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """A CSV (``header``, then ``rows``; floats as ``%.6g``), whole or not at all."""
+        with self.open_text() as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(header)
+            for row in rows:
+                w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in row])
+
+    def replace_with(self, made: Path) -> None:
+        """Puts the finished file ``made`` (written beside :attr:`target` by another program)
+        in place: renamed over a regular file, copied into a device or FIFO and removed."""
+        if not self.stream:
+            with self._named_errors():
+                os.replace(made, self.target)
+            return
+        try:
+            with open(made, "rb") as src, self.open_text() as f:
+                while chunk := src.read(1 << 20):
+                    f.buffer_write(chunk)
+        finally:
+            made.unlink(missing_ok=True)
+
+    @contextmanager
+    def _named_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as e:
+            raise self.error(e.strerror or str(e)) from None
+
+
+class _Named:
+    """A text file whose write errors are :class:`OutputError` naming the output."""
+
+    def __init__(self, f: TextIO, out: Output) -> None:
+        self._f = f
+        self._out = out
+
+    def write(self, s: str) -> int:
+        with self._out._named_errors():
+            return self._f.write(s)
+
+    def buffer_write(self, data: bytes) -> None:
+        with self._out._named_errors():
+            self._f.flush()
+            self._f.buffer.write(data)
+
+    def flush(self) -> None:
+        with self._out._named_errors():
+            self._f.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 def _umask() -> int:
@@ -61,25 +188,30 @@ def _umask() -> int:
     return mask
 
 
+class AtomicWriter:
+    """``with AtomicWriter(path) as f``: :meth:`Output.open_text` of ``path``."""
+
+    def __init__(self, path: str | os.PathLike[str], option: str | None = None) -> None:
+        self._output = Output(path, option)
+        self._context: Any = None
+
+    def __enter__(self) -> TextIO:
+        self._context = self._output.open_text()
+        f: TextIO = self._context.__enter__()
+        return f
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        result: bool | None = self._context.__exit__(exc_type, exc, tb)
+        return result
+
+
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` so that it appears whole or not at all (like :class:`AtomicWriter`)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-            os.chmod(f.fileno(), 0o666 & ~_umask())
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    """Writes ``data`` to ``path`` through :class:`Output` (whole or not at all)."""
+    Output(path).write_bytes(data)
 
 
 def write_csv_atomic(path: str | os.PathLike[str], header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """Write a CSV (``header``, then ``rows``; floats as ``%.6g``) that appears whole or not at all."""
-    with AtomicWriter(path) as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(header)
-        for row in rows:
-            w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in row])
+    """Writes a CSV to ``path`` through :class:`Output` (whole or not at all)."""
+    Output(path).write_csv(header, rows)

@@ -42,13 +42,14 @@ from ._vcpulab import (
     workload_toml,
     workloads,
 )
-from .atomic import AtomicWriter, write_bytes_atomic, write_csv_atomic
+from .atomic import AtomicWriter, Output, OutputError, write_bytes_atomic, write_csv_atomic
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
 from .report import memory
 from .spec import SCENARIOS, InputFileError, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override
 from .spec import read_text_input as spec_read_text_input
 from .store import COMPACT_ABOVE, QUERY_MEMORY_LIMIT, ResultsStore, StoreError, result_from_row
+from .text import json_text, one_line, printable
 from .sweep import (
     CellFailed,
     InlineExecutor,
@@ -97,17 +98,45 @@ class _StoreOnce(argparse._StoreAction):
         super().__call__(parser, namespace, values, option)
 
 
+# The metavars of the arguments that name files (or a program and its arguments): these may
+# hold bytes that are not UTF-8, as file names may. Every other argument is text.
+PATH_METAVARS = frozenset({"FILE", "FILE.png", "DIR", "RESULTS", "SPEC", "TRACE", "-- PROGRAM [ARGS...]"})
+
+
+def _utf8(parse: Any) -> Any:
+    """An argument type: ``parse`` of a text that must be UTF-8. Python hands a command line's
+    bytes that are not UTF-8 over as lone surrogates, which no later step can encode."""
+
+    def check(text: str) -> Any:
+        if any("\udc80" <= c <= "\udcff" for c in text):
+            raise argparse.ArgumentTypeError(f"expected UTF-8 text; '{printable(text)}' holds a byte that is not UTF-8")
+        return parse(text)
+
+    check.__name__ = getattr(parse, "__name__", "text")
+    return check
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (no usage dump) handled by :func:`main`, and an
-    option that takes one value may not be repeated (:class:`_StoreOnce`)."""
+    """argparse, but a usage error is one line (no usage dump) handled by :func:`main`, an
+    option that takes one value may not be repeated (:class:`_StoreOnce`), and every argument
+    but a file name must be UTF-8 text (:func:`_utf8`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.register("action", None, _StoreOnce)
         self.register("action", "store", _StoreOnce)
 
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("metavar") not in PATH_METAVARS and kwargs.get("action") not in TAKES_NO_VALUE:
+            kwargs["type"] = _utf8(kwargs.get("type") or str)
+        return super().add_argument(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise CliError(message)
+
+
+# Actions that take no value (a type would be an error).
+TAKES_NO_VALUE = frozenset({"store_true", "store_false", "store_const", "append_const", "count", "help", "version"})
 
 
 # --- argument types -------------------------------------------------------------------------
@@ -230,13 +259,32 @@ def _window(text: str) -> tuple[int, int | None]:
     return from_ns, to_ns
 
 
+# The longest `bench` runs, in seconds (one hour).
+MAX_BENCH_S = 3600.0
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds (got {text!r})")
+    if not 0 < value <= MAX_BENCH_S:  # also NaN, inf and 1e400 (inf)
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds up to {MAX_BENCH_S:g} (got {text!r})")
+    return value
+
+
+def max_jobs() -> int:
+    """The most local worker processes ``-j`` may start: 8 per core. More only crowd the
+    machine (each process holds a simulator), and the results are the same with any number."""
+    return 8 * (os.cpu_count() or 1)
+
+
+def _jobs(text: str) -> int:
+    value = _int(text)
+    if not 1 <= value <= max_jobs():
+        raise argparse.ArgumentTypeError(
+            f"expected 1 to {max_jobs()} worker processes (8 per core of this machine; got {value})"
+        )
     return value
 
 
@@ -319,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "-j",
         "--jobs",
-        type=_int,
+        type=_jobs,
         metavar="N",
         help="local worker processes (default: all cores; 1 runs in this process)",
     )
@@ -593,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the one results directory of the whole suite (default: results/reproduce, results/reproduce-quick "
         "with --quick; under $VCPULAB_RESULTS when set); cells already stored there are not run again",
     )
-    rep.add_argument("-j", "--jobs", type=_int, metavar="N", help="local worker processes (default: all cores)")
+    rep.add_argument("-j", "--jobs", type=_jobs, metavar="N", help="local worker processes (default: all cores)")
     rep.add_argument("--cluster", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://HOST:8786")
     rep.add_argument("--json", action="store_true", help="print the scoreboard as one JSON document")
     rep.add_argument("--html", metavar="FILE", help="the HTML scoreboard to write (default: RESULTS/scoreboard.html)")
@@ -701,8 +749,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     cdf_out = _cdf_out(args.cdf_out, info)
     _check_window_out(args.window_out)
     _check_scaling_out(args.scaling_out)
-    if args.jobs is not None and args.jobs < 1:
-        raise CliError(f"--jobs must be at least 1 (got {args.jobs})")
     if args.jobs is not None and args.cluster:
         raise CliError("--jobs and --cluster exclude each other (the cluster's workers run the cells)")
     cells = plan.cells()
@@ -713,7 +759,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not selected:
         raise CliError(f"--only {' '.join(args.only)}: no cell of the experiment matches (see `vcpulab validate`)")
     if args.out is not None:
-        _check_writable(args.out)
+        _check_writable(args.out, option="--out")
     if args.timeline is not None or args.timeline_window is not None or args.timeline_max_events is not None:
         return _run_with_timeline(args, plan, info, scale_info, cdf_out, cells, selected)
     results_dir = _results_dir(args)
@@ -850,9 +896,9 @@ def _report(
     large sweep), the published, CDF, PLE, scalability, spread and asymmetric-vCPU tables;
     returns the console for more footer lines (None with ``--json``)."""
     if args.out is not None:
-        with AtomicWriter(args.out) as out:
+        with AtomicWriter(args.out, option="--out") as out:
             for r in ordered:
-                out.write(json.dumps(r, ensure_ascii=False) + "\n")
+                out.write(json_text(r) + "\n")
     written = _write_cdf(cdf_out, ordered) if cdf_out is not None else []
     if args.window_out is not None:
         written += _write_window(Path(args.window_out), ordered)
@@ -885,7 +931,7 @@ def _report(
         console.print()
         console.print(render.memory_table(memory.console_rows(ordered or overview or [])))
     if written:
-        console.print(f"wrote {', '.join(written)}", style="dim", highlight=False)
+        console.print(f"wrote {', '.join(written)}", style="dim", highlight=False)  # escaped by the console
     return console
 
 
@@ -941,7 +987,7 @@ def _run_with_timeline(
         {"result_json": json.dumps(rest, sort_keys=True), "run_json": json.dumps(raw["run"], sort_keys=True)}
     )
     if args.json:
-        sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(result) + "\n")
     _report(args, info, scale_info, plan.spec_toml(), [result], cdf_out, None)
     sys.stdout.flush()
     cut = (
@@ -972,7 +1018,7 @@ class _InOrder:
         while self._next < len(self.order) and self.order[self._next] in self.rows:
             if self.stream is not None:
                 result = result_from_row(self.rows[self.order[self._next]])
-                self.stream.write(json.dumps(result, ensure_ascii=False) + "\n")
+                self.stream.write(json_text(result) + "\n")
                 self.stream.flush()
             self._next += 1
 
@@ -1074,7 +1120,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         raise CliError(f"query failed: {e}") from None
     if args.format == "json":
         for row in rows:
-            print(json.dumps(dict(zip(columns, row, strict=True)), ensure_ascii=False, default=str))
+            print(json_text(dict(zip(columns, row, strict=True)), default=str))
     elif args.format == "csv":
         import csv
 
@@ -1101,7 +1147,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
         raise CliError(str(e.args[0])) from None
     if args.json:
         for row in rows:
-            print(json.dumps(row, ensure_ascii=False))
+            print(json_text(row))
         return 0
     render.stdout_console().print(render.summary_table(rows, metrics, args.confidence))
     _print_legend(store, rows)
@@ -1113,7 +1159,7 @@ def _print_legend(store: ResultsStore, rows: Sequence[Mapping[str, Any]]) -> Non
     if any(r.get("config") for r in rows):
         with store.reading():
             for line in analysis.config_legend(store, rows):
-                print(line)
+                print(printable(line))
 
 
 def cmd_categorize(args: argparse.Namespace) -> int:
@@ -1135,7 +1181,7 @@ def cmd_categorize(args: argparse.Namespace) -> int:
             )
     if args.json:
         for row in rows:
-            print(json.dumps(row, ensure_ascii=False))
+            print(json_text(row))
         return 0
     if not args.declared:
         render.stdout_console().print(render.categories_table(rows))
@@ -1210,9 +1256,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     except report.ReportError as e:
         raise CliError(str(e)) from None
     csvs = written[1:]
-    print(f"wrote {written[0]}")
+    print(f"wrote {printable(written[0])}")
     if csvs:
-        print(f"wrote {csvs[0].parent}/ ({len(csvs)} CSV files: {', '.join(p.name for p in csvs)})")
+        print(f"wrote {printable(csvs[0].parent)}/ ({len(csvs)} CSV files: {', '.join(p.name for p in csvs)})")
     return 0
 
 
@@ -1228,15 +1274,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         chosen = suite.select(args.ids)
         if args.list:
             if args.json:
-                print(json.dumps([scoreboard.id_json(e) for e in chosen], ensure_ascii=False))
+                print(json_text([scoreboard.id_json(e) for e in chosen]))
             else:
                 render.stdout_console().print(scoreboard.list_table(chosen))
             return 0
         prepared = [run.prepare(e, args.quick) for e in chosen if e.runnable]
     except reproduce.SuiteError as e:
         raise CliError(str(e)) from None
-    if args.jobs is not None and args.jobs < 1:
-        raise CliError(f"--jobs must be at least 1 (got {args.jobs})")
     if args.jobs is not None and args.cluster:
         raise CliError("--jobs and --cluster exclude each other (the cluster's workers run the cells)")
     results_dir = args.results or os.path.join(
@@ -1268,10 +1312,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         Path(html_out).parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(html_out, page.render(board, command, date).encode("utf-8"))
     if args.markdown is not None:
-        with AtomicWriter(args.markdown) as out:
+        with AtomicWriter(args.markdown, option="--markdown") as out:
             out.write(scoreboard.markdown(board, command, date))
     if args.json:
-        print(json.dumps(board.to_json(), ensure_ascii=False))
+        print(json_text(board.to_json()))
     else:
         console = render.stdout_console()
         console.print(scoreboard.rich_table(board))
@@ -1468,17 +1512,10 @@ def _write_cdf(path: Path, results: Sequence[dict[str, Any]]) -> list[str]:
     return [str(path)]
 
 
-def _check_writable(path: str, option: str | None = None) -> None:
-    """One-line errors, before anything runs, for an output path that cannot be written
-    (naming ``option`` when given)."""
-    what = f"{option}: " if option else ""
-    if os.path.isdir(path):
-        raise CliError(f"{what}cannot write '{path}': is a directory")
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        raise CliError(f"{what}cannot write '{path}': directory '{directory}' does not exist")
-    if not os.access(directory, os.W_OK):
-        raise CliError(f"{what}cannot write '{path}': directory '{directory}' is not writable")
+def _check_writable(path: str, option: str | None = None) -> Output:
+    """A one-line error, before anything runs, for an output path that cannot be written
+    (naming ``option`` when given): :class:`vcpulab.atomic.Output`."""
+    return Output(path, option)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -1492,7 +1529,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     cells = plan.cells()
     if args.json:
         for cell in cells:
-            print(json.dumps(cell, ensure_ascii=False))
+            print(json_text(cell))
         return 0
     console = render.stdout_console()
     if len(cells) <= render.MANY_CELLS:
@@ -1546,7 +1583,7 @@ def _print_items(items: Sequence[Any], table: Any, as_json: bool) -> int:
     """Prints ``items`` as JSON Lines, or as the rich table ``table(items)``."""
     if as_json:
         for item in items:
-            print(json.dumps(item, ensure_ascii=False))
+            print(json_text(item))
     else:
         render.stdout_console().print(table(items))
     return 0
@@ -1561,7 +1598,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         raise CliError(f"--cpus must be at least 1 and at most {U32_MAX} (got {args.cpus})")
     result = json.loads(characterize(args.workload, args.cpus, args.seed, int(args.slice * 1e6), list(args.sets)))
     if args.json:
-        print(json.dumps(result))
+        print(json_text(result))
     else:
         render.stdout_console().print(render.characterization_table(result))
     return 0
@@ -1571,7 +1608,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from . import diagnose
 
     if args.out is not None:
-        _check_writable(args.out)
+        _check_writable(args.out, option="--out")
     _, payload = make_payload(args)
     try:
         want = parse_only(args.only)
@@ -1597,10 +1634,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             raise CliError(str(e)) from None
     data = diag.to_json()
     if args.out is not None:
-        with AtomicWriter(args.out) as out:
-            out.write(json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+        with AtomicWriter(args.out, option="--out") as out:
+            out.write(json_text(data, indent=1) + "\n")
     if args.json:
-        print(json.dumps(data, ensure_ascii=False))
+        print(json_text(data))
         return 0
     console = render.stdout_console()
     console.print(render.diagnosis_header(data))
@@ -1644,7 +1681,7 @@ def cmd_workload_show(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     result = json.loads(bench(args.seconds))
     if args.json:
-        print(json.dumps(result))
+        print(json_text(result))
     else:
         print(render.bench_text(result))
     return 0
@@ -1657,26 +1694,10 @@ def _write(stream: TextIO, text: str) -> None:
 # --- entry point ----------------------------------------------------------------------------
 
 
-# Control characters (C0, DEL, C1) and the bidirectional overrides and isolates: from a spec
-# or a flag, they would act on the terminal instead of showing in an error line.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def _one_line(message: object) -> str:
-    """``message`` as one printable line: its lines joined with "; ", control characters
-    escaped (``\\x00``, ``\\x1b``, ``\\u202e``)."""
-    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-    return _UNPRINTABLE.sub(_escape, "; ".join(lines)) or "unknown error"
-
-
 def _fail(message: object, code: int) -> int:
-    sys.stderr.write(f"vcpulab: error: {_one_line(message)}\n")
-    sys.stderr.flush()
+    if sys.stderr is not None:  # closed (2>&-): the exit code still says it
+        sys.stderr.write(f"vcpulab: error: {one_line(message)}\n")
+        sys.stderr.flush()
     return code
 
 
@@ -1756,12 +1777,24 @@ def _give_up_after_interrupt(code: int = EXIT_INTERRUPTED) -> None:
     os._exit(code)
 
 
+def _quiet_stdout() -> None:
+    """Points stdout at /dev/null, so what is left in its buffer goes nowhere without an error."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     with _Interrupts():
         return _main(argv)
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    if sys.stdout is None:  # started with stdout closed (>&-): nothing could be printed
+        return _fail("standard output is closed (vcpulab prints its results there; redirect it to a file or /dev/null)", EXIT_USAGE)
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(argv) if argv is not None else sys.argv[1:]
@@ -1780,15 +1813,18 @@ def _main(argv: Sequence[str] | None) -> int:
         return _fail(e, EXIT_USAGE)
     except LaunchError as e:
         return _fail(e, e.code)
+    except OutputError as e:
+        return _fail(e, EXIT_USAGE)
+    except BrokenPipeError:
+        # The reader of stdout went away (e.g. `| head`): stop quietly, as a pipeline expects,
+        # and keep Python from complaining again when it flushes stdout at exit. (Before
+        # ConnectionError, of which it is a kind.)
+        _quiet_stdout()
+        return 141
     except ConnectionError as e:
         return _fail(e, EXIT_USAGE)
     except KeyboardInterrupt as e:
         return _fail(*_interrupted(e))
-    except BrokenPipeError:
-        # The reader went away (e.g. `| head`): stop quietly, and keep Python from
-        # complaining again when it flushes stdout at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
     except OSError as e:
         where = f"'{e.filename}': " if e.filename else ""
         return _fail(f"cannot access {where}{e.strerror or e}", EXIT_USAGE)

@@ -4,7 +4,6 @@ fields made in :mod:`vcpulab.report`)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -24,6 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from . import text
 from .ple import SPINLOCK_INTENSIVE_INEFFICIENCY, Classification, Matrix
 from .report import CDF_QUANTILES, CdfSummary, Comparison, metric_value, where_text
 from .report.common import gamma_notes
@@ -56,15 +56,14 @@ LEGEND_WIDTH = 104
 
 
 def stdout_console() -> Console:
-    """A console for stdout; when stdout is not a terminal, wide enough not to squeeze tables."""
-    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(width=200 if wide else None)
+    """A console for stdout (no markup, nothing unprintable: :class:`vcpulab.text.SafeConsole`);
+    when stdout is not a terminal, wide enough not to squeeze tables."""
+    return text.console()
 
 
 def stderr_console() -> Console:
     """The same for stderr (the reports of commands whose stdout belongs to another program)."""
-    wide = not sys.stderr.isatty() and "COLUMNS" not in os.environ
-    return Console(stderr=True, highlight=False, width=200 if wide else None)
+    return text.console(stderr=True, highlight=False)
 
 
 def fmt_seconds(value: float | None) -> str:
@@ -738,7 +737,7 @@ def _stderr_bar(*extra: ProgressColumn) -> Progress:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         *extra,
-        console=Console(stderr=True),
+        console=text.console(stderr=True),
         transient=True,
         redirect_stdout=sys.stdout.isatty(),
         redirect_stderr=False,

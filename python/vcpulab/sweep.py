@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import os
 import queue
+import re
 import signal
 import sys
 import threading
@@ -34,6 +35,7 @@ from typing import Any, Protocol
 from ._vcpulab import Plan, VcpulabError
 from ._vcpulab import build_id as _version
 from .store import ResultsStore, StoreWriter, journal_line, run_row
+from .text import printable
 
 # --- the work -------------------------------------------------------------------------------
 
@@ -266,6 +268,43 @@ class LocalExecutor(_ResultQueue):
         self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 
+# How long --cluster waits for the scheduler to answer, and then for a first worker (unless
+# VCPULAB_CLUSTER_WAIT_S says otherwise).
+CLUSTER_CONNECT_S = 10.0
+CLUSTER_WAIT_S = 60.0
+
+
+def cluster_wait_s() -> float:
+    """How long to wait for a first worker: $VCPULAB_CLUSTER_WAIT_S, else :data:`CLUSTER_WAIT_S`."""
+    text = os.environ.get("VCPULAB_CLUSTER_WAIT_S")
+    if text is None:
+        return CLUSTER_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86_400:
+        raise ConnectionError(f"VCPULAB_CLUSTER_WAIT_S: expected seconds from 0 to 86400 (got {printable(text)!r})")
+    return value
+# What --cluster takes: [PROTOCOL://]HOST:PORT with one of Dask's protocols (not the dashboard's http).
+_CLUSTER_ADDRESS = re.compile(r"(?:(?:tcp|tls|ws|wss|ucx)://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}")
+
+
+def check_cluster_address(address: str) -> None:
+    """A ConnectionError (one line) for a ``--cluster`` value that is no scheduler address."""
+    if _CLUSTER_ADDRESS.fullmatch(address) and 0 < int(address.rsplit(":", 1)[1]) < 65536:
+        return
+    hint = (
+        " (that is a web address, e.g. the dashboard's; the scheduler listens on tcp://HOST:8786)"
+        if address.lower().startswith(("http://", "https://"))
+        else ""
+    )
+    raise ConnectionError(
+        f"--cluster: expected a Dask scheduler address such as tcp://HOST:8786 or HOST:8786 "
+        f"(protocols tcp, tls, ws, wss, ucx), got {printable(address)!r}{hint}"
+    )
+
+
 class DaskExecutor(_ResultQueue):
     """Tasks on a Dask distributed cluster (``--cluster tcp://HOST:8786``). The workers need
     vcpulab installed (the same version: results carry it)."""
@@ -276,14 +315,39 @@ class DaskExecutor(_ResultQueue):
             from distributed import Client
         except ImportError as e:  # pragma: no cover - dask is a dependency
             raise RuntimeError("--cluster needs dask[distributed] (pip install 'dask[distributed]')") from e
+        check_cluster_address(address)
         try:
-            self._client = Client(address, timeout="10s", set_as_default=False)
-        except OSError as e:
-            raise ConnectionError(f"cannot reach the Dask scheduler at {address}: {e}") from None
-        info = self._client.scheduler_info()
-        self.workers = max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
+            self._client = Client(address, timeout=f"{CLUSTER_CONNECT_S:g}s", set_as_default=False)
+        except (OSError, ValueError) as e:  # TimeoutError is an OSError
+            raise ConnectionError(f"--cluster: cannot reach the Dask scheduler at {address}: {e}") from None
+        try:
+            self.workers = self._wait_for_workers(address)
+        except BaseException:
+            self._client.close()
+            raise
         self._futures: dict[Any, Any] = {}  # by Dask key
         self._lock = threading.Lock()
+
+    def _wait_for_workers(self, address: str) -> int:
+        """The threads of the cluster's workers, after waiting up to :func:`cluster_wait_s`
+        for a first worker to join (saying so on stderr); ConnectionError if none does."""
+        info = self._client.scheduler_info()
+        if not info.get("workers"):
+            wait = cluster_wait_s()
+            sys.stderr.write(
+                f"vcpulab: note: the Dask scheduler at {address} has no workers yet; waiting up to "
+                f"{wait:g} s for one (start one with `dask worker {address}`)\n"
+            )
+            sys.stderr.flush()
+            try:
+                self._client.wait_for_workers(1, timeout=wait)
+            except (TimeoutError, OSError):
+                raise ConnectionError(
+                    f"--cluster: the Dask scheduler at {address} has no workers (waited {wait:g} s); "
+                    f"start some with `dask worker {address}`"
+                ) from None
+            info = self._client.scheduler_info()
+        return max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
 
     def submit(self, payload: SpecPayload, task: Task, provided: dict[str, str]) -> None:
         fut = self._client.submit(execute, payload, task, provided, pure=False, retries=0)

@@ -219,12 +219,22 @@ fn workloads<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
 #[pyfunction]
 #[pyo3(signature = (workload, cpus, seed, slice_ns, overrides))]
 fn characterize(py: Python<'_>, workload: String, cpus: u32, seed: u64, slice_ns: u64, overrides: Vec<String>) -> PyResult<String> {
-    use vcpulab_sim::characterize::{characterize as run, CharacterizeError};
-    let r = py.detach(move || run(&workload, cpus, seed, slice_ns, &overrides));
-    match r {
-        Ok(c) => serde_json::to_string(&c).map_err(|e| VcpulabError::new_err(e.to_string())),
-        Err(CharacterizeError::Spec(e)) => Err(SpecError::new_err(e.to_string())),
-        Err(CharacterizeError::Run(e)) => Err(SimulationError::new_err(e.to_string())),
+    use vcpulab_sim::characterize::{characterize_checked as run, CharacterizeError};
+    let mut spec_error = None;
+    let r = interruptible(py, |check| {
+        run(&workload, cpus, seed, slice_ns, &overrides, check).map_err(|e| match e {
+            CharacterizeError::Run(e) => e,
+            CharacterizeError::Spec(e) => {
+                let message = e.to_string();
+                spec_error = Some(e);
+                api::CellError { message, interrupted: false }
+            }
+        })
+    });
+    match (r, spec_error) {
+        (_, Some(e)) => Err(SpecError::new_err(e.to_string())),
+        (Ok(c), None) => serde_json::to_string(&c).map_err(|e| VcpulabError::new_err(e.to_string())),
+        (Err(e), None) => Err(e),
     }
 }
 
@@ -302,7 +312,7 @@ fn platform_toml(name: &str) -> PyResult<&'static str> {
 #[pyfunction]
 #[pyo3(name = "bench")]
 fn bench_sim(py: Python<'_>, seconds: f64) -> PyResult<String> {
-    let r = py.detach(move || api::bench(seconds));
+    let r = interruptible(py, |check| api::bench_checked(seconds, check))?;
     serde_json::to_string(&r).map_err(|e| VcpulabError::new_err(e.to_string()))
 }
 

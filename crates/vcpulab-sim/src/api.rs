@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::account::metrics::{efficiency, overhead, weighted_speedup};
-use crate::scenario::{simulate_run, simulate_run_checked, Corunner, Layout, RunConfig};
+use crate::scenario::{simulate_run_checked, Corunner, Layout, RunConfig};
 use crate::spec::{Scenario, Spec, SpecError};
 use crate::workload::builtin::BUILTINS;
 use crate::workload::profile::parse_workload;
@@ -735,6 +735,12 @@ pub struct BenchResult {
 /// Simulates the fixed bench model (`barrier`, OC, 16 vCPUs, 2 VMs) repeatedly for at least
 /// `seconds` of wall time.
 pub fn bench(seconds: f64) -> BenchResult {
+    bench_checked(seconds, &mut || false).expect("the bench model runs")
+}
+
+/// Like [`bench`], asking `check` every few thousand events whether to stop (then a
+/// [`CellError`] with `interrupted`).
+pub fn bench_checked(seconds: f64, check: &mut dyn FnMut() -> bool) -> Result<BenchResult, CellError> {
     let text = "[experiment]\nworkloads = [\"barrier\"]\nscenarios = [\"OC\"]\nvcpus = [16]\nseeds = [1]\n";
     let plan = Plan::new(text, "<bench>", &[]).expect("bench spec is valid");
     let cell = plan.cells()[0].clone();
@@ -742,20 +748,23 @@ pub fn bench(seconds: f64) -> BenchResult {
     let (mut events, mut sim_ns, mut runs) = (0u64, 0u64, 0u32);
     let start = Instant::now();
     while runs == 0 || start.elapsed().as_secs_f64() < seconds {
-        let r = simulate_run(&cfg).expect("bench model runs");
+        let r = simulate_run_checked(&cfg, check).map_err(|e| CellError {
+            message: format!("the bench model: {e}"),
+            interrupted: e == RunError::Interrupted,
+        })?;
         events += r.events;
         sim_ns += r.duration_ns;
         runs += 1;
     }
     let wall = start.elapsed().as_secs_f64();
-    BenchResult {
+    Ok(BenchResult {
         workload: "barrier, OC, 16 vCPUs x 2 VMs".into(),
         events,
         wall_s: wall,
         events_per_s: events as f64 / wall,
         sim_s: sim_ns as f64 * 1e-9,
         sim_per_wall: sim_ns as f64 * 1e-9 / wall,
-    }
+    })
 }
 
 /// What a trace file holds and what its replay would be (`vcpulab trace`, `vcpulab predict`):

@@ -111,9 +111,21 @@ impl std::fmt::Display for CharacterizeError {
 /// Runs `workload` natively with n = `cpus` threads on `cpus` cores (seed `seed`, spec
 /// overrides `sets`) and characterizes it with the time slice `slice_ns`.
 pub fn characterize(workload: &str, cpus: u32, seed: u64, slice_ns: u64, sets: &[String]) -> Result<Characterization, CharacterizeError> {
+    characterize_checked(workload, cpus, seed, slice_ns, sets, &mut || false)
+}
+
+/// Like [`characterize`], asking `check` every few thousand events whether to stop.
+pub fn characterize_checked(
+    workload: &str,
+    cpus: u32,
+    seed: u64,
+    slice_ns: u64,
+    sets: &[String],
+    check: &mut dyn FnMut() -> bool,
+) -> Result<Characterization, CharacterizeError> {
     let text = format!("[experiment]\nworkloads = [{workload:?}]\nscenarios = [\"native\"]\nvcpus = [{cpus}]\nseeds = [{seed}]\n");
     let mut plan = Plan::new(&text, "<characterize-sim>", sets).map_err(CharacterizeError::Spec)?;
-    let r = plan.run_cell(0).map_err(CharacterizeError::Run)?;
+    let r = plan.run_cell_checked(0, check).map_err(CharacterizeError::Run)?;
     let declared = plan.spec().workloads.iter().find(|w| w.name == workload).map_or(0, |w| w.meta.scalability_type);
     Ok(of_result(&r, cpus, slice_ns, declared))
 }
