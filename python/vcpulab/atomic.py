@@ -53,6 +53,8 @@ class Output:
     def __init__(self, path: str | os.PathLike[str], option: str | None = None) -> None:
         self.path = Path(path)
         self.option = option
+        if not os.fspath(path):  # Path("") would be "."
+            raise self.error("the file name is empty")
         self.target, self.stream = self._resolve()
 
     def error(self, why: str) -> OutputError:
@@ -63,8 +65,6 @@ class Output:
     def _resolve(self) -> tuple[Path, bool]:
         """The file to write (symbolic links followed) and whether it is written in place."""
         given = os.fspath(self.path)
-        if not given:
-            raise self.error("the file name is empty")
         try:
             st = os.stat(given)  # follows symbolic links
         except FileNotFoundError:

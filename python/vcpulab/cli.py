@@ -728,7 +728,8 @@ def _name_the_flag(message: str, selection: Selection, source: str, sets: Sequen
 
 
 def _read_spec(path: str) -> SpecSource:
-    return SpecSource(read_text_input(path, "spec file"), path)
+    # Errors name the file as it prints (a byte that is not UTF-8 as \xNN): the simulator takes text.
+    return SpecSource(read_text_input(path, "spec file"), printable(path))
 
 
 def read_text_input(path: str, what: str) -> str:

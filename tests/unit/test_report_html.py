@@ -440,7 +440,7 @@ def test_write_is_all_or_nothing(full_report: report.Report, tmp_path: Path, mon
     def boom(*_a: Any, **_k: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(build, "write_bytes_atomic", boom)
+    monkeypatch.setattr(build.Output, "write_bytes", boom)
     smaller = report.build.Report("x", "y", rep.sections[:2])
     with pytest.raises(OSError):
         report.write_report(smaller, out)

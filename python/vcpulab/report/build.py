@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import analysis
-from ..atomic import write_bytes_atomic
+from ..atomic import Output, OutputError
 from ..store import ResultsStore, StoreError
+from ..text import printable
 from . import mechanisms, memory, overhead, tables
 from .common import Figures
 from .data import load
@@ -126,18 +127,21 @@ def csv_dir_for(out: Path) -> Path:
     return out.with_name(f"{out.stem}_csv")
 
 
-def check_output(out: Path) -> None:
-    """One-line errors, before any work, for a page or CSV folder that cannot be written."""
-    directory = out.parent
-    if out.is_dir():
-        raise ReportError(f"cannot write '{out}': is a directory")
-    if not directory.is_dir():
-        raise ReportError(f"cannot write '{out}': directory '{directory}' does not exist")
-    if not os.access(directory, os.W_OK):
-        raise ReportError(f"cannot write '{out}': directory '{directory}' is not writable")
-    csv_dir = csv_dir_for(out)
-    if csv_dir.exists() and not _is_csv_dir(csv_dir):
-        raise ReportError(f"cannot write the CSV files to '{csv_dir}': it exists and is not a report's CSV folder")
+def check_output(out: Path) -> Output:
+    """One-line errors, before any work, for a page or CSV folder that cannot be written; the
+    page's :class:`~vcpulab.atomic.Output` (a symbolic link is written through; a device or
+    FIFO gets the page alone, and no CSV folder)."""
+    try:
+        page = Output(out, "-o")
+    except OutputError as e:
+        raise ReportError(str(e)) from None
+    if not page.stream:
+        csv_dir = csv_dir_for(page.target)
+        if csv_dir.exists() and not _is_csv_dir(csv_dir):
+            raise ReportError(
+                f"cannot write the CSV files to '{printable(csv_dir)}': it exists and is not a report's CSV folder"
+            )
+    return page
 
 
 def _is_csv_dir(path: Path) -> bool:
@@ -149,8 +153,14 @@ def write_report(report: Report, out: str | os.PathLike[str]) -> list[Path]:
 
     The CSV files are written into a fresh temporary folder that then replaces the old one
     (renames), and the page last, atomically: an error leaves the previous report in place."""
-    page = Path(out)
-    check_output(page)
+    output = check_output(Path(out))
+    if output.stream:  # a device or FIFO: the page alone (no folder beside /dev/null)
+        try:
+            output.write_bytes(report.html(csv_dir_for(output.target).name).encode("utf-8"))
+        except OutputError as e:
+            raise ReportError(str(e)) from None
+        return [output.path]
+    page = output.target
     csv_dir = csv_dir_for(page)
     files = report.tables()
     tmp = Path(tempfile.mkdtemp(prefix=f".{csv_dir.name}.", dir=page.parent))
@@ -165,7 +175,7 @@ def write_report(report: Report, out: str | os.PathLike[str]) -> list[Path]:
             os.replace(csv_dir, old / csv_dir.name)
         os.replace(tmp, csv_dir)
         swapped = True
-        write_bytes_atomic(page, report.html(csv_dir.name).encode("utf-8"))
+        output.write_bytes(report.html(csv_dir.name).encode("utf-8"))
     except BaseException:
         shutil.rmtree(csv_dir if swapped else tmp, ignore_errors=True)
         if old is not None and (old / csv_dir.name).exists():
