@@ -76,14 +76,16 @@ class Output:
                 raise self.error("permission denied")
             return self.path, True
         if st is not None and not stat.S_ISREG(st.st_mode):
-            raise self.error(f"it is {_kind(st.st_mode)} (expected a file, a character device or a FIFO)")
+            raise self.error(f"is {_kind(st.st_mode)} (expected a file, a character device or a FIFO)")
         # A regular file, nothing yet, or a link to nothing yet: the file the links lead to.
         target = Path(os.path.realpath(given))
         directory = target.parent
+        # Named as the user gave it, unless a link leads elsewhere.
+        shown = printable(directory if os.path.islink(given) else (os.path.dirname(given) or "."))
         if not directory.is_dir():
-            raise self.error(f"directory '{printable(directory)}' does not exist")
+            raise self.error(f"directory '{shown}' does not exist")
         if not os.access(directory, os.W_OK | os.X_OK):
-            raise self.error(f"directory '{printable(directory)}' is not writable")
+            raise self.error(f"directory '{shown}' is not writable")
         return target, False
 
     # --- writing ------------------------------------------------------------------------------

@@ -1827,7 +1827,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt as e:
         return _fail(*_interrupted(e))
     except OSError as e:
-        where = f"'{e.filename}': " if e.filename else ""
+        where = f"'{printable(e.filename)}': " if e.filename else ""
         return _fail(f"cannot access {where}{e.strerror or e}", EXIT_USAGE)
     except Exception as e:  # a bug of ours: still one line, unless asked for the traceback
         if os.environ.get("VCPULAB_DEBUG"):

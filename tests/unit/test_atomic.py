@@ -44,7 +44,7 @@ def test_keeps_old_file_on_error(tmp_path: Path) -> None:
 def test_output_refuses_what_it_cannot_write(tmp_path: Path) -> None:
     from vcpulab.atomic import Output, OutputError
 
-    with pytest.raises(OutputError, match=r"^--out: cannot write '.*': it is a directory"):
+    with pytest.raises(OutputError, match=r"^--out: cannot write '.*': is a directory"):
         Output(tmp_path, "--out")
     with pytest.raises(OutputError, match="directory '.*missing' does not exist"):
         Output(tmp_path / "missing" / "f.json")
