@@ -23,11 +23,14 @@ replacement in one manifest line.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import io
 import json
 import os
 import re
 import signal
+import stat
 import tempfile
 import threading
 import time
@@ -35,7 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 FORMAT = "vcpulab-results"
 FORMAT_VERSION = 1
@@ -47,6 +50,32 @@ COMPACT_ABOVE = 32
 
 class StoreError(Exception):
     """A results directory that cannot be used (not a store, locked, unreadable)."""
+
+
+class StorePartUnreadable(StoreError):
+    """A committed part that exists but cannot be read (no permission, an I/O error, not a
+    regular file): not damage, so ``--repair`` leaves it where it is."""
+
+    def __init__(self, root: Path, file: str, why: str) -> None:
+        super().__init__(
+            f"cannot read results store '{root}': {file}: {why} (nothing is set aside: `--repair` moves only a "
+            "part that is missing or not Parquet; make the file readable and run again)"
+        )
+        self.file = file
+
+
+class StorePartInvalid(StoreError):
+    """A committed part that is valid Parquet but not what vcpulab writes (a column of the
+    wrong type): reading it would fail in the middle of a command."""
+
+    def __init__(self, root: Path, file: str, column: str, problem: str) -> None:
+        super().__init__(
+            f"results store '{root}': {file} is not as vcpulab writes it: column '{column}' {problem} "
+            f"(the file was changed after vcpulab wrote it: restore it, or move it out of "
+            f"the store and run `vcpulab run SPEC --results {root} --repair` to run its cells again)"
+        )
+        self.file = file
+        self.column = column
 
 
 # How a manifest may name a part: ``<table>/part-<hex>.parquet`` (nothing outside the table's folder).
@@ -92,6 +121,165 @@ def _sync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class _TrackedFile(io.FileIO):
+    """A file that remembers the error of its own system calls (``error``). pyarrow reads and
+    writes Parquet through it and raises what it raised, so an error pyarrow raises is known to
+    come from the disk (``error`` set) or from the content (``error`` None): only the latter
+    means a part is damaged."""
+
+    error: OSError | None = None
+
+    def _track(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def read(self, size: int | None = -1, /) -> Any:
+        return self._track(super().read, size)
+
+    def readall(self) -> bytes:
+        data: bytes = self._track(super().readall)
+        return data
+
+    def readinto(self, buffer: Any, /) -> Any:
+        return self._track(super().readinto, buffer)
+
+    def write(self, data: Any, /) -> Any:
+        return self._track(super().write, data)
+
+    def seek(self, pos: int, whence: int = os.SEEK_SET, /) -> int:
+        offset: int = self._track(super().seek, pos, whence)
+        return offset
+
+    def tell(self) -> int:
+        offset: int = self._track(super().tell)
+        return offset
+
+
+def _open_part(path: Path) -> _TrackedFile:
+    """``path`` open for reading. FileNotFoundError when there is nothing there; another
+    OSError when it cannot be opened or is not a regular file (never blocks on a FIFO)."""
+    st = os.stat(path)  # follows a symbolic link, as opening does
+    if not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise OSError(errno.EINVAL, f"it is {what}, not a Parquet file", str(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced meanwhile
+            raise OSError(errno.EINVAL, "it is not a regular file, not a Parquet file", str(path))
+        os.set_blocking(fd, True)
+        return _TrackedFile(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _why(e: OSError) -> str:
+    """An OSError's reason, without the file name (the message names the file itself)."""
+    return e.strerror or str(e) or type(e).__name__
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An OSError of the block (a full disk, no permission) as a :class:`StoreError` naming
+    ``path``, the file being written (an OSError from a write has no file name of its own)."""
+    try:
+        yield
+    except OSError as e:
+        raise StoreError(f"cannot write '{path}': {_why(e)}") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _append_whole(fd: int, data: bytes, sync: bool = True) -> None:
+    """Appends ``data`` to the file open at ``fd`` (O_APPEND), whole or not at all: after a
+    failed or short write (a full disk) the file is cut back to where it ended, so no torn
+    line is ever followed by a complete one."""
+    start = os.fstat(fd).st_size
+    try:
+        _write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, start)
+            if sync:
+                os.fsync(fd)
+        raise
+
+
+# The types a column of a part may have: what vcpulab writes, NULL where a whole part has no
+# value (an all-NULL column).
+_TEXT, _INTEGER, _NUMBER = "text", "an integer", "a number"
+_TEXT_COLUMNS = {
+    "runs": frozenset(
+        {
+            "key",
+            "config_key",
+            "spec_hash",
+            "vcpulab_version",
+            "workload",
+            "workload_hash",
+            "scenario",
+            "variant",
+            "result_json",
+            "run_json",
+        }
+    ),
+    "baselines": frozenset({"key", "summary_json", "vcpulab_version"}),
+}
+_INTEGER_COLUMNS = frozenset({"workload_version", "vcpus", "threads", "oc_vms", "seed"})
+
+
+def _expected_kind(table: str, column: str) -> str | None:
+    """What ``column`` of a part of ``table`` holds (None: anything)."""
+    if column in _TEXT_COLUMNS[table]:
+        return _TEXT
+    if table != "runs":
+        return None
+    # The cell's integers; every other column (results, counters, metrics) is a number.
+    return _INTEGER if column in _INTEGER_COLUMNS else _NUMBER
+
+
+def _is_kind(type_: Any, kind: str) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_null(type_):
+        return True
+    if pa.types.is_dictionary(type_):
+        type_ = type_.value_type
+    if kind == _TEXT:
+        return bool(pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_))
+    if kind == _INTEGER:
+        return bool(pa.types.is_integer(type_))
+    return bool(pa.types.is_integer(type_) or pa.types.is_float32(type_) or pa.types.is_float64(type_))
+
+
+# Characters DuckDB gives a meaning to in a file name (glob patterns): a store whose path holds
+# one is read through /proc/self/fd, as is one whose path is not UTF-8.
+_DUCKDB_SPECIAL = frozenset("*?[]{}")
+# An open descriptor of every store directory read through /proc/self/fd, by (device, inode):
+# kept for the life of the process, so a DuckDB connection never outlives its directory's.
+_ROOT_FDS: dict[tuple[int, int], int] = {}
+_ROOT_FDS_LOCK = threading.Lock()
+
+
+def _duckdb_safe(path: str) -> bool:
+    """Whether DuckDB reads ``path`` as the file it names."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return not any(c in _DUCKDB_SPECIAL for c in path)
 
 
 def _column(name: str) -> str:
@@ -254,8 +442,34 @@ class ResultsStore:
 
         self.check()
         con = duckdb.connect(":memory:")
-        self._create_views(con, {t: [str(p) for p in self.parts(t)] for t in TABLES})
+        self._create_views(con, self._duckdb_files())
         return con
+
+    def _duckdb_files(self) -> dict[str, list[str]]:
+        """The committed parts of each table as DuckDB is given them: absolute paths, or, when
+        the store's path is not UTF-8 (DuckDB takes only UTF-8 names) or holds a character
+        DuckDB reads as a pattern (``*?[]{}``), the same files through an open descriptor of
+        the store's directory (``/proc/self/fd/<fd>/runs/part-….parquet``)."""
+        root = self.root.resolve()
+        base = str(root) if _duckdb_safe(str(root)) else self._fd_path()
+        state = _read_manifest(self.manifest_path)
+        return {t: [f"{base}/{p}" for p in state.parts[t]] for t in TABLES}
+
+    def _fd_path(self) -> str:
+        """``/proc/self/fd/<fd>`` of the store's directory (see :meth:`_duckdb_files`)."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        st = os.fstat(fd)
+        with _ROOT_FDS_LOCK:
+            kept = _ROOT_FDS.setdefault((st.st_dev, st.st_ino), fd)
+        if kept != fd:
+            os.close(fd)
+        base = f"/proc/self/fd/{kept}"
+        if not os.path.isdir(base):
+            raise StoreError(
+                f"cannot read results store '{self.root}': DuckDB takes only UTF-8 file names without * ? [ ] {{ }}, "
+                "and this system has no /proc/self/fd to reach the parts another way; rename the directory"
+            )
+        return base
 
     @staticmethod
     def _create_views(con: Any, files: Mapping[str, Sequence[str]]) -> None:
@@ -274,7 +488,7 @@ class ResultsStore:
         import duckdb
 
         self.check()
-        files = {t: [str(p.resolve()) for p in self.parts(t)] for t in TABLES}
+        files = self._duckdb_files()
         con = duckdb.connect(":memory:")
         con.execute("SET allowed_paths = ?", [[f for t in TABLES for f in files[t]]])
         self._create_views(con, files)
@@ -286,31 +500,63 @@ class ResultsStore:
     # --- damage -----------------------------------------------------------------------------
 
     def damage(self, full: bool = False) -> list[Damage]:
-        """The committed parts that are missing or unreadable. Without ``full`` only the file's
-        presence and its Parquet footer are checked (cheap); with it, every page is read."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        """The committed parts that are missing or not Parquet. Without ``full`` only the
+        file's presence and its Parquet footer are checked (cheap); with it, every page is read.
 
+        Only a part whose bytes were read and do not parse (or that is missing) is damage. A
+        part that cannot be read (no permission, an I/O error, not a file) raises
+        :class:`StorePartUnreadable`, and one whose columns are not of the types vcpulab writes
+        :class:`StorePartInvalid`: setting either aside would lose rows that may be intact."""
         found = []
         state = _read_manifest(self.manifest_path)
         for table in TABLES:
             for name in state.parts[table]:
-                path = self.root / name
-                if not path.is_file():
-                    found.append(Damage(table, name, "is listed in manifest.jsonl but missing"))
-                    continue
-                try:
-                    if full:
-                        pq.read_table(path)
-                    else:
-                        pq.read_metadata(path)
-                except (OSError, ValueError, pa.ArrowException) as e:
-                    why = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0].rstrip(".")
-                    found.append(Damage(table, name, f"is truncated or not a readable Parquet file ({why})"))
+                problem = self._part_damage(table, name, full)
+                if problem is not None:
+                    found.append(problem)
         return found
 
+    def _part_damage(self, table: str, name: str, full: bool) -> Damage | None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            f = _open_part(self.root / name)
+        except FileNotFoundError:
+            return Damage(table, name, "is listed in manifest.jsonl but missing")
+        except OSError as e:
+            raise StorePartUnreadable(self.root, name, _why(e)) from None
+        with f:
+            try:
+                parquet = pq.ParquetFile(f)
+                schema = parquet.schema_arrow
+                if full:
+                    for group in range(parquet.num_row_groups):
+                        parquet.read_row_group(group)
+            except MemoryError:  # (pyarrow's too): a limit of this machine, not damage
+                raise
+            except (OSError, ValueError, pa.ArrowException) as e:
+                if f.error is not None:
+                    raise StorePartUnreadable(self.root, name, _why(f.error)) from None
+                why = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0].rstrip(".")
+                return Damage(table, name, f"is truncated or not a readable Parquet file ({why})")
+        self._check_schema(table, name, schema)
+        return None
+
+    def _check_schema(self, table: str, name: str, schema: Any) -> None:
+        """Raises :class:`StorePartInvalid` when a column of the part ``name`` is not of the
+        type vcpulab writes there (docs/results.md, "Schema of runs")."""
+        if "key" not in schema.names:
+            raise StorePartInvalid(self.root, name, "key", "is missing (every part has one, of text)")
+        for column in schema:
+            kind = _expected_kind(table, column.name)
+            if kind is not None and not _is_kind(column.type, kind):
+                raise StorePartInvalid(self.root, name, column.name, f"is of type {column.type}, expected {kind}")
+
     def check(self) -> None:
-        """Raises :class:`StoreDamaged` when a committed part is missing or has no valid footer."""
+        """Raises :class:`StoreDamaged` when a committed part is missing or has no valid footer,
+        :class:`StorePartUnreadable` when one cannot be read, :class:`StorePartInvalid` when its
+        columns are not of the types vcpulab writes."""
         found = self.damage()
         if found:
             # A writer may have compacted meanwhile (new parts in the manifest, the old ones
@@ -424,10 +670,14 @@ class ResultsStore:
             lock.close()
 
     def _append_line(self, rec: Mapping[str, Any]) -> None:
-        with open(self.manifest_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Appends ``rec`` to the manifest as one line, whole and synced, or not at all."""
+        line = (json.dumps(rec, sort_keys=True) + "\n").encode("utf-8")
+        with _writing(self.manifest_path):
+            fd = os.open(self.manifest_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            try:
+                _append_whole(fd, line)
+            finally:
+                os.close(fd)
 
     def _truncate_torn_line(self) -> None:
         data = self.manifest_path.read_bytes()
@@ -461,19 +711,22 @@ class ResultsStore:
                 while dest.exists():
                     n += 1
                     dest = aside / f"{d.table}-{src.stem}.{n}{src.suffix}"
-                os.replace(src, dest)
+                with _writing(dest):
+                    os.replace(src, dest)
                 where = f"moved to damaged/{dest.name}"
             notes.append(
                 f"{stamp}: {d.file} {d.reason}; {where}. Its rows were removed from manifest.jsonl: "
                 "the next `vcpulab run` of the spec re-runs their cells.\n"
             )
-        with open(aside / "NOTES.txt", "a", encoding="utf-8") as f:
-            f.writelines(notes)
-            f.flush()
-            os.fsync(f.fileno())
-        _sync_dir(aside)
-        for table in TABLES:
-            _sync_dir(self.root / table)
+        with _writing(aside / "NOTES.txt"):
+            fd = os.open(aside / "NOTES.txt", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            try:
+                _append_whole(fd, "".join(notes).encode("utf-8"))
+            finally:
+                os.close(fd)
+            _sync_dir(aside)
+            for table in TABLES:
+                _sync_dir(self.root / table)
         gone = {d.file for d in damage}
         state = _read_manifest(self.manifest_path)
         self._rewrite_manifest({t: [p for p in state.parts[t] if p not in gone] for t in TABLES})
@@ -483,7 +736,7 @@ class ResultsStore:
         """Replaces the manifest (atomically) by one listing exactly ``parts``."""
         from .atomic import AtomicWriter
 
-        with AtomicWriter(self.manifest_path) as f:
+        with _writing(self.manifest_path), AtomicWriter(self.manifest_path) as f:
             f.write(json.dumps({"format": FORMAT, "op": "format", "version": FORMAT_VERSION}, sort_keys=True) + "\n")
             for table in TABLES:
                 for part in parts[table]:
@@ -530,14 +783,15 @@ class StoreWriter:
         self._committed = {t: {k for (k,) in store._scan(t, "key")} for t in TABLES}
         self._last_flush = time.monotonic()
         self._recover()
-        self._journal = open(self.journal_path, "a", encoding="utf-8")
+        with _writing(self.journal_path):
+            self._journal = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
     def close(self) -> None:
         """Commits what is pending and closes the journal."""
         try:
             self.flush()
         finally:
-            self._journal.close()
+            os.close(self._journal)
 
     def _recover(self) -> None:
         if not self.journal_path.exists():
@@ -557,10 +811,14 @@ class StoreWriter:
     def append(self, table: str, rows: Sequence[Mapping[str, Any]], lines: Sequence[str] | None = None) -> None:
         """Adds ``rows`` to ``table``: journaled now, committed by the next :meth:`flush`.
         ``lines`` are the rows' :func:`journal_line` when already encoded."""
-        for j, row in enumerate(rows):
-            self._journal.write(lines[j] if lines is not None else journal_line(table, row))
-            self._pending[table].append(row)
-        self._journal.flush()
+        text = "".join(lines) if lines is not None else "".join(journal_line(table, row) for row in rows)
+        # Pending first: a row the journal could not take (a full disk) is still committed by
+        # the next flush if there is room for a part by then.
+        self._pending[table].extend(rows)
+        with _writing(self.journal_path):
+            # Whole lines or nothing (a torn line would make the next one unreadable too);
+            # written through to the OS, not synced: a killed process keeps them.
+            _append_whole(self._journal, text.encode("utf-8"), sync=False)
         if time.monotonic() - self._last_flush >= self.flush_every:
             self.flush()
 
@@ -582,16 +840,18 @@ class StoreWriter:
             if not rows:
                 continue
             have = self._committed[table]
-            fresh: list[Mapping[str, Any]] = []
+            fresh: dict[str, Mapping[str, Any]] = {}
             for row in rows:
                 if row["key"] not in have:
-                    have.add(row["key"])
-                    fresh.append(row)
+                    fresh.setdefault(row["key"], row)
             if fresh:
-                name = self._write_part(table, fresh)
+                name = self._write_part(table, list(fresh.values()))
                 self.store._append_line({"op": "add", "table": table, "file": name, "rows": len(fresh)})
+            # Only now, the part committed: after a failure (a full disk) the rows stay pending
+            # and journaled, and the next flush tries again.
+            have.update(fresh)
             self._pending[table] = []
-        with open(self.journal_path, "w", encoding="utf-8") as f:
+        with _writing(self.journal_path), open(self.journal_path, "w", encoding="utf-8") as f:
             f.flush()
             os.fsync(f.fileno())
 
@@ -599,12 +859,12 @@ class StoreWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        def write(tmp: str) -> None:
+        def write(out: BinaryIO) -> None:
             # Rows differ in their columns (a metric only some workloads have): the part has
             # the union, in first-seen order, NULL where a row lacks one.
             columns = list(dict.fromkeys(k for row in rows for k in row))
             part = pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
-            pq.write_table(part, tmp, compression="zstd")
+            pq.write_table(part, out, compression="zstd")
 
         return self._new_part(table, write)
 
@@ -615,13 +875,18 @@ class StoreWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schema = pa.unify_schemas([pq.read_schema(p) for p in parts], promote_options="default")
+        schemas = []
+        for p in parts:
+            with self._reading_part(p) as f:
+                schemas.append(pq.read_schema(f))
+        schema = pa.unify_schemas(schemas, promote_options="default")
 
-        def write(tmp: str) -> None:
+        def write(sink: BinaryIO) -> None:
             seen: set[str] = set()
-            with pq.ParquetWriter(tmp, schema, compression="zstd") as out:
+            with pq.ParquetWriter(sink, schema, compression="zstd") as out:
                 for p in parts:
-                    part = pq.read_table(p)
+                    with self._reading_part(p) as f:
+                        part = pq.read_table(f)
                     keep = []
                     for k in part.column("key").to_pylist():
                         keep.append(k not in seen)
@@ -638,23 +903,54 @@ class StoreWriter:
 
         return self._new_part(table, write)
 
-    def _new_part(self, table: str, write: Callable[[str], None]) -> str:
-        """A new part file of ``table``, written by ``write(tmp_path)`` and then moved into
-        place atomically (never a partial part under its final name)."""
+    @contextlib.contextmanager
+    def _reading_part(self, path: Path) -> Iterator[_TrackedFile]:
+        """A committed part open for pyarrow. An error reading it (not parsing it) is a
+        :class:`StorePartUnreadable` naming it; a parse error passes as pyarrow raised it (a
+        damaged part, which :meth:`ResultsStore.reading` names)."""
+        name = f"{path.parent.name}/{path.name}"
+        try:
+            f = _open_part(path)
+        except OSError as e:
+            raise StorePartUnreadable(self.store.root, name, _why(e)) from None
+        with f:
+            try:
+                yield f
+            except OSError:
+                if f.error is not None:
+                    raise StorePartUnreadable(self.store.root, name, _why(f.error)) from None
+                raise
+
+    def _new_part(self, table: str, write: Callable[[BinaryIO], None]) -> str:
+        """A new part file of ``table``, written by ``write(file)`` to a temporary file and
+        then moved into place atomically (never a partial part under its final name). An
+        error writing it (a full disk) is a :class:`StoreError` naming the part."""
         name = f"{table}/part-{uuid.uuid4().hex[:16]}.parquet"
         target = self.store.root / name
-        fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=target.parent)
-        os.close(fd)
+        with _writing(target):
+            fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=target.parent)
+        raw = _TrackedFile(fd, "wb")
+        out = io.BufferedWriter(raw, 1 << 20)
         try:
-            write(tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-                os.chmod(f.fileno(), 0o666 & ~_umask())
-            os.replace(tmp, target)
+            try:
+                write(out)
+                out.flush()
+            except OSError as e:
+                if raw.error is None:
+                    raise  # not from writing the part (e.g. from reading one being merged)
+                raise StoreError(f"cannot write '{target}': {_why(raw.error)}") from e
+            with _writing(target):
+                os.fsync(fd)
+                os.fchmod(fd, 0o666 & ~_umask())
+                out.close()
+                os.replace(tmp, target)
         except BaseException:
+            with contextlib.suppress(OSError):
+                out.close()
             Path(tmp).unlink(missing_ok=True)
             raise
-        _sync_dir(target.parent)
+        with _writing(target):
+            _sync_dir(target.parent)
         return name
 
     def save_spec(self, spec_hash: str, text: str) -> None:
@@ -664,7 +960,7 @@ class StoreWriter:
             return
         from .atomic import AtomicWriter
 
-        with AtomicWriter(path) as f:
+        with _writing(path), AtomicWriter(path) as f:
             f.write(text)
 
     def compact(self, above: int = 1) -> None:

@@ -1,22 +1,29 @@
 """Issue 21, items 5, 15, 16, 17: the results store under damage and hostile queries, and
-summaries that never pool two configurations. Every store here is made by a real
-``vcpulab run`` of a tiny spec; the stored Parquet is read back independently with DuckDB."""
+summaries that never pool two configurations; a store in a directory whose name is not UTF-8,
+a part that cannot be read (never set aside), a part whose columns have the wrong types, and a
+full disk. Every store here is made by a real ``vcpulab run`` of a tiny spec; the stored
+Parquet is read back independently with DuckDB."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
 import shutil
 import statistics
+import subprocess
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from conftest import Result, one_line_error, run_cli
+from conftest import Result, one_line_error, run_cli, vcpulab_command
 
 TINY = '[experiment]\nworkloads = ["lock"]\nscenarios = ["native", "UC"]\nvcpus = [2]\nseeds = [1, 2]\n'
 SETTINGS = ("--set", "vm.apicv=false", "--set", "vm.pv.eoi=false")
@@ -44,9 +51,14 @@ def committed(root: Path) -> dict[str, list[str]]:
 
 
 def rows_of(root: Path, table: str = "runs") -> list[dict[str, Any]]:
-    files = [str(root / f) for f in committed(root)[table]]
-    listed = ", ".join("'" + f + "'" for f in files)
-    cur = duckdb.connect().execute(f"SELECT * FROM read_parquet([{listed}], union_by_name = true) ORDER BY key")
+    # Read by pyarrow from open files (any directory name), queried by DuckDB.
+    parts = []
+    for f in committed(root)[table]:
+        with open(root / f, "rb") as fh:
+            parts.append(pq.read_table(fh))
+    con = duckdb.connect()
+    con.register("rel", pa.concat_tables(parts, promote_options="default"))
+    cur = con.execute("SELECT * FROM rel ORDER BY key")
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
@@ -370,3 +382,204 @@ def test_more_seeds_of_one_configuration_are_one_row(tmp_path: Path) -> None:
     assert len(cats) == 1 and cats[0]["config"] is None
     table = ok(vcpulab("summary", "store", cwd=tmp_path)).out
     assert "config" not in table
+
+
+# --- a store in a directory whose name is not UTF-8 ----------------------------------------------
+
+ODD = os.fsdecode(b"st\xffore")  # how Python names the directory b'st\xffore': 'st\udcffore'
+
+
+@pytest.mark.parametrize("command", ["query", "summary", "categorize", "report"])
+def test_a_store_in_a_non_utf8_directory_reads_like_any_other(two_parts: Path, store_copy: Path, command: str) -> None:
+    # pyarrow and DuckDB take only UTF-8 paths: such a healthy store was reported damaged.
+    os.rename(store_copy / "store", store_copy / ODD)
+    root = store_copy / ODD
+    before = snapshot(root)
+    if command == "query":
+        sql = "SELECT key, delta_eta_t FROM runs ORDER BY key"
+        got = ok(vcpulab("query", ODD, sql, "--format", "json", cwd=store_copy)).json_lines()
+        assert got == [{"key": x["key"], "delta_eta_t": x["delta_eta_t"]} for x in rows_of(two_parts / "store")]
+    elif command == "summary":
+        summary = ok(vcpulab("summary", ODD, "--json", cwd=store_copy)).json_lines()
+        plain = ok(vcpulab("summary", "store", "--json", cwd=two_parts)).json_lines()
+        assert len(summary) == len(plain) == 2
+        for a, b in zip(summary, plain, strict=True):  # (DuckDB's parallel sums differ in the last bits)
+            assert a.keys() == b.keys()
+            for k, v in b.items():
+                assert a[k] == (pytest.approx(v, rel=1e-9) if isinstance(v, float) else v), k
+    elif command == "categorize":
+        cats = ok(vcpulab("categorize", ODD, "--json", cwd=store_copy)).json_lines()
+        assert [(c["workload"], c["vcpus"], c["categories"]) for c in cats] == [("lock", 2, ["negligible"])]
+    else:
+        ok(vcpulab("report", ODD, cwd=store_copy))  # into the store: RESULTS/report.html
+        assert "st\\xffore" in (root / "report.html").read_text()  # the directory, named in the page, escaped
+        assert len((root / "report_csv" / "summary.csv").read_text().splitlines()) == 3  # native, UC
+    assert {k: v for k, v in snapshot(root).items() if not k.startswith("report")} == before
+
+
+def test_a_store_in_a_non_utf8_directory_is_written_and_repaired(store_copy: Path) -> None:
+    os.rename(store_copy / "store", store_copy / ODD)
+    root = store_copy / ODD
+    before = snapshot(root)
+    # --repair of a healthy store moves nothing (it moved every part, then failed).
+    r = ok(vcpulab("run", "tiny.toml", "--results", ODD, "-j", "1", "--repair", cwd=store_copy))
+    assert cells_run(r) == (0, 4) and "repaired" not in r.err
+    assert snapshot(root) == before and not (root / "damaged").exists()
+
+    # New cells go into a new part.
+    three = ("--set", "experiment.seeds=[1, 2, 3]")
+    r = ok(vcpulab("run", "tiny.toml", "--results", ODD, "-j", "1", *three, cwd=store_copy))
+    assert cells_run(r) == (2, 4)
+    rows = rows_of(root)
+    assert len(rows) == 6 and {r["seed"] for r in rows} == {1, 2, 3}
+
+    # A part that really is damaged is the only one set aside, and its cells run again.
+    intact = {p: (root / p).read_bytes() for p in committed(root)["runs"][1:]}
+    name = damage(root, "truncated")
+    r = ok(vcpulab("run", "tiny.toml", "--results", ODD, "-j", "1", "--repair", *three, cwd=store_copy))
+    assert "set 1 damaged part(s) aside" in r.err and name in r.err
+    assert cells_run(r) == (2, 4)
+    assert sorted(p.name for p in (root / "damaged").iterdir()) == ["NOTES.txt", f"runs-{Path(name).name}"]
+    assert all((root / p).read_bytes() == data for p, data in intact.items())
+    assert {r["key"] for r in rows_of(root)} == {r["key"] for r in rows}
+
+
+# --- a part that cannot be read is not damage ------------------------------------------------------
+
+PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2
+
+
+def _drop_file_capabilities() -> None:
+    """(In the child, before exec) root without the capabilities that bypass file permissions:
+    a file of mode 000 is then unreadable to it, as to anyone."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            os._exit(97)
+
+
+def vcpulab_unprivileged(*args: object, cwd: Path) -> Result:
+    env = {k: v for k, v in os.environ.items() if k != "VCPULAB_DEBUG"}
+    proc = subprocess.run(
+        vcpulab_command() + [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_drop_file_capabilities,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize("how", ["permission", "directory"])
+def test_a_part_that_cannot_be_read_is_never_set_aside(store_copy: Path, how: str) -> None:
+    root = store_copy / "store"
+    name = committed(root)["runs"][0]
+    part = root / name
+    if how == "permission":
+        if os.geteuid() != 0:
+            pytest.skip("needs root (CI runs as root): a part root cannot read")
+        part.chmod(0)
+        probe = subprocess.run(["cat", str(part)], capture_output=True, preexec_fn=_drop_file_capabilities, check=False)
+        if probe.returncode == 0 or b"ermission" not in probe.stderr:
+            pytest.skip(f"cannot drop root's file capabilities here ({probe.returncode})")
+        reason = "Permission denied"
+        command = vcpulab_unprivileged
+    else:
+        data = part.read_bytes()
+        part.unlink()
+        part.mkdir()
+        (part / "x").write_bytes(data)
+        reason = "it is a directory"
+        command = vcpulab
+    before = snapshot(root)
+    for args in (READERS["summary"], READERS["query"], (*READERS["run"], "--repair")):
+        line = one_line_error(command(*args, cwd=store_copy))
+        assert f"cannot read results store 'store': {name}: {reason}" in line, line
+        assert "damaged" not in line.replace("nothing is set aside", "")
+        assert snapshot(root) == before and not (root / "damaged").exists()
+    assert committed(root)["runs"][0] == name
+
+
+# --- a part whose columns have the wrong types -------------------------------------------------------
+
+
+def retype(root: Path, column: str, convert: Any) -> str:
+    """Rewrites the first runs part (valid Parquet) with ``column``'s values converted."""
+    name = committed(root)["runs"][0]
+    path = root / name
+    table = pq.read_table(path)
+    i = table.schema.get_field_index(column)
+    values = pa.array([None if v is None else convert(v) for v in table.column(i).to_pylist()])
+    pq.write_table(table.set_column(i, column, values), path)
+    return name
+
+
+WRONG_TYPES = {
+    # a number stored as text
+    "text-number": ("delta_eta_t", str, "is of type string, expected a number"),
+    # a key stored as a number
+    "int-key": ("key", lambda k: int(k[:12], 16), "is of type int64, expected text"),
+}
+
+
+@pytest.mark.parametrize("how", list(WRONG_TYPES))
+@pytest.mark.parametrize("command", [*READERS, "repair"])
+def test_a_part_with_columns_of_the_wrong_type_is_one_line(store_copy: Path, how: str, command: str) -> None:
+    root = store_copy / "store"
+    column, convert, problem = WRONG_TYPES[how]
+    name = retype(root, column, convert)
+    before = snapshot(root)
+    args = (*READERS["run"], "--repair") if command == "repair" else READERS[command]
+    line = one_line_error(vcpulab(*args, cwd=store_copy))
+    assert f"results store 'store': {name} is not as vcpulab writes it: column '{column}' {problem}" in line, line
+    assert snapshot(root) == before and not (store_copy / "out.html").exists()
+
+
+# --- a full disk -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted for the test (needs root, as CI runs)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root (CI runs as root)")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        if subprocess.run(["umount", str(disk)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Fills the file system of ``disk`` up to its last page; returns the filler file."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == 28, e
+    return filler
+
+
+def test_a_full_disk_names_the_file_and_loses_no_cell(two_parts: Path, small_disk: Path, tmp_path: Path) -> None:
+    shutil.copy(two_parts / "tiny.toml", tmp_path / "tiny.toml")
+    store = small_disk / "store"
+    ok(vcpulab("run", "tiny.toml", "--results", store, "-j", "1", "--only", "seed=1", cwd=tmp_path))
+    filler = fill(small_disk)
+    line = one_line_error(vcpulab("run", "tiny.toml", "--results", store, "-j", "1", cwd=tmp_path))
+    # It said "cannot access No space left on device", naming no file.
+    assert re.search(rf"cannot write '{re.escape(str(store))}/[^']+': No space left on device", line), line
+    assert len(rows_of(store)) == 2  # the committed cells are intact
+    filler.unlink()
+    r = ok(vcpulab("run", "tiny.toml", "--results", store, "-j", "1", cwd=tmp_path))
+    assert sum(cells_run(r)) == 4
+    assert {r["key"] for r in rows_of(store)} == {r["key"] for r in rows_of(two_parts / "store")}

@@ -1,18 +1,29 @@
 """Issue 21: the store's defences below the command line — the manifest names only part files,
 the query connection cannot reach beyond the parts nor grow past its memory limit, damaged
-parts are found and set aside, and categorize tells configurations apart."""
+parts are found and set aside (and only they: a part that cannot be read, or whose columns
+have the wrong types, is refused), categorize tells configurations apart, a store works in a
+directory whose name is not UTF-8 or is a DuckDB pattern, and a full disk names the file and
+loses no row."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from vcpulab.analysis import _settings
-from vcpulab.store import ResultsStore, StoreDamaged, StoreError
+from vcpulab.store import ResultsStore, StoreDamaged, StoreError, StorePartInvalid, StorePartUnreadable
 
 
 def make_store(root: Path, parts: int = 2) -> ResultsStore:
@@ -152,3 +163,228 @@ def test_a_commit_is_never_cut_by_ctrl_c() -> None:
                 done.append(1)
     assert len(done) == 1000
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# --- paths pyarrow and DuckDB cannot take as they are ------------------------------------------------
+
+ODD = os.fsdecode(b"st\xffore")  # the directory b'st\xffore' (not UTF-8) as Python names it
+
+
+def test_a_store_in_a_non_utf8_directory_is_written_read_and_compacted(tmp_path: Path) -> None:
+    store = make_store(tmp_path / ODD)  # writing a part failed: pyarrow cannot encode the path
+    assert store.damage(full=True) == []
+    assert store.keys() == {"k00", "k01", "k02", "k10", "k11", "k12"}
+    con = store.query_connection()
+    assert con.execute("SELECT count(*), sum(value) FROM runs").fetchall() == [(6, 6.0)]
+    files = [f for (f,) in con.execute("SELECT DISTINCT filename FROM read_parquet(" + _listed(store) + ")").fetchall()]
+    assert all(f.startswith("/proc/self/fd/") for f in files)  # the parts, reached through the directory's fd
+    # The sandbox holds through that path too: nothing but the parts.
+    base = files[0].rsplit("/runs/", 1)[0]
+    for sql in (
+        f"SELECT * FROM read_text('{base}/manifest.jsonl')",
+        f"SELECT * FROM read_text('{base}/runs/../manifest.jsonl')",
+        f"COPY (SELECT 1) TO '{base}/x.csv'",
+        "SELECT * FROM glob('/proc/self/fd/*')",
+    ):
+        with pytest.raises(duckdb.Error):
+            con.execute(sql).fetchall()
+    with store.writer() as w:
+        w.compact()
+    assert len(store.parts("runs")) == 1 and store.keys() == {"k00", "k01", "k02", "k10", "k11", "k12"}
+    with store.writer(repair=True):
+        pass
+    assert store.repaired == [] and not (store.root / "damaged").exists()
+
+
+def _listed(store: ResultsStore) -> str:
+    return "[" + ", ".join(f"'{f}'" for f in store._duckdb_files()["runs"]) + "]"
+
+
+def test_a_store_whose_path_is_a_duckdb_pattern_reads_only_its_own_parts(tmp_path: Path) -> None:
+    # DuckDB expands * ? [ ] in a file name: the parts of a sibling directory matching it were
+    # read too (every row twice).
+    store = make_store(tmp_path / "st*re")
+    shutil.copytree(store.root, tmp_path / "stXre")
+    assert store.connect().execute("SELECT count(*) FROM runs").fetchall() == [(6,)]
+    assert store.query_connection().execute("SELECT count(*) FROM runs").fetchall() == [(6,)]
+
+
+# --- only what does not parse is damage ----------------------------------------------------------------
+
+
+def test_an_io_error_is_not_damage_and_repair_moves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = make_store(tmp_path / "r")
+    first, second = store.parts("runs")
+    before = {p: p.read_bytes() for p in (first, second)}
+    from vcpulab import store as store_module
+
+    real_read = store_module._TrackedFile.read
+    real_readinto = store_module._TrackedFile.readinto
+
+    def failing(real: Any) -> Any:
+        def call(self: Any, *args: Any) -> Any:
+            if self.name is not None and os.path.samefile(self.fileno(), first):
+                self.error = OSError(errno.EIO, os.strerror(errno.EIO))
+                raise self.error
+            return real(self, *args)
+
+        return call
+
+    monkeypatch.setattr(store_module._TrackedFile, "read", failing(real_read))
+    monkeypatch.setattr(store_module._TrackedFile, "readinto", failing(real_readinto))
+    for full in (False, True):
+        with pytest.raises(StorePartUnreadable, match=f"runs/{first.name}: Input/output error"):
+            store.damage(full=full)
+    with pytest.raises(StorePartUnreadable, match="nothing is set aside"):
+        with store.writer(repair=True):
+            pass
+    assert store.repaired == [] and not (store.root / "damaged").exists()
+    assert {p: p.read_bytes() for p in (first, second)} == before
+    monkeypatch.undo()
+    assert store.damage(full=True) == []
+
+
+# --- columns of the wrong type ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "row", "message"),
+    [
+        ("runs", {"key": 1, "value": 1.0}, "column 'key' is of type int64, expected text"),
+        ("runs", {"key": "a", "delta_eta_t": "0.1"}, "column 'delta_eta_t' is of type string, expected a number"),
+        ("runs", {"key": "a", "vcpus": 2.5}, "column 'vcpus' is of type double, expected an integer"),
+        (
+            "runs",
+            {"key": "a", "my_metric": [1.0]},
+            "column 'my_metric' is of type list<element: double>, expected a number",
+        ),
+        ("runs", {"value": 1.0}, "column 'key' is missing"),
+        ("baselines", {"key": "a", "summary_json": 3}, "column 'summary_json' is of type int64, expected text"),
+    ],
+)
+def test_a_part_with_columns_of_the_wrong_type_is_refused(
+    tmp_path: Path, table: str, row: dict[str, Any], message: str
+) -> None:
+    store = make_store(tmp_path / "r", parts=1)
+    name = f"{table}/part-00.parquet"
+    pq.write_table(pa.Table.from_pylist([row]), store.root / name)
+    with open(store.manifest_path, "a") as f:
+        f.write(json.dumps({"op": "add", "table": table, "file": name}) + "\n")
+    for read in (store.check, store.connect, store.query_connection, lambda: store.damage(full=True)):
+        with pytest.raises(StorePartInvalid, match=f"{name} is not as vcpulab writes it: {re.escape(message)}"):
+            read()
+    with pytest.raises(StorePartInvalid):
+        with store.writer(repair=True):
+            pass
+    assert (store.root / name).exists() and not (store.root / "damaged").exists()
+
+
+def test_the_columns_vcpulab_writes_pass_the_check(tmp_path: Path) -> None:
+    # Every column of a real row (run_row of a result with exits, breakdown and metrics), and
+    # an all-NULL column (a part of native cells only has no omega).
+    from vcpulab.store import run_row
+
+    result = {
+        "workload": "lock", "workload_version": 1, "workload_hash": "h", "scenario": "native", "vcpus": 2,
+        "threads": 2, "oc_vms": 2, "seed": 1, "variant": None, "t_native_s": 0.1, "t_virt_s": None,
+        "omega": None, "events": 10, "guest_ns": 5, "exits": {"HLT": 3}, "host_ns_by_reason": {"HLT": 7},
+        "breakdown": {"user": {"compute": 9}}, "metrics": {"parallelism": 1.5}, "run": {"x": 1},
+    }  # fmt: skip
+    store = ResultsStore(tmp_path / "r")
+    with store.writer() as w:
+        w.append("runs", [run_row(result, key="k", config_key="c", spec_hash="s", version="v")])
+        w.add_baselines([("b", "{}")], "v")
+    store.check()
+    assert store.keys() == {"k"}
+
+
+# --- a full disk -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted for the test (needs root, as CI runs)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root (CI runs as root)")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        if subprocess.run(["umount", str(disk)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Fills the file system of ``disk`` to its last page; returns the filler file."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+    return filler
+
+
+def test_a_full_disk_names_the_part_and_keeps_every_row(small_disk: Path) -> None:
+    store = ResultsStore(small_disk / "r")
+    rows = [{"key": f"k{i}", "result_json": os.urandom(3000).hex()} for i in range(4)]  # a part of several pages
+    part = re.escape(str(store.root / "runs")) + r"/part-[0-9a-f]+\.parquet"
+    with pytest.raises(StoreError, match=rf"^cannot write '{part}': No space left on device$"):
+        with store.writer() as w:
+            w.append("runs", rows)  # journaled
+            filler = fill(small_disk)
+            w.flush()  # pyarrow's OSError named no file ("cannot access No space left on device")
+    assert store.parts("runs") == [] and not list((store.root / "runs").iterdir())  # no partial part left
+    # Nothing lost: the rows are still journaled (a second try at the end dropped them, as if
+    # committed), and the next writer commits them.
+    assert [json.loads(line)["row"]["key"] for line in (store.root / "journal.jsonl").read_text().splitlines()] == [
+        "k0", "k1", "k2", "k3"
+    ]  # fmt: skip
+    filler.unlink()
+    with store.writer():
+        pass
+    assert store.keys() == {"k0", "k1", "k2", "k3"}
+
+
+def test_a_failed_commit_is_tried_again(small_disk: Path) -> None:
+    # The writer's own retry (its final flush after an error) committed nothing and emptied
+    # the journal: the rows were lost with the store still open.
+    store = ResultsStore(small_disk / "r")
+    with store.writer() as w:
+        w.append("runs", [{"key": f"k{i}", "result_json": os.urandom(3000).hex()} for i in range(4)])
+        filler = fill(small_disk)
+        with pytest.raises(StoreError, match="No space left on device"):
+            w.flush()
+        filler.unlink()
+        w.flush()
+    assert store.keys() == {"k0", "k1", "k2", "k3"}
+
+
+def test_a_manifest_line_is_appended_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A full disk part-way through a line left a torn line, and the next line appended after it
+    # made the manifest unreadable.
+    store = make_store(tmp_path / "r", parts=1)
+    before = store.manifest_path.read_bytes()
+    manifest = os.stat(store.manifest_path).st_ino
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        if os.fstat(fd).st_ino == manifest:
+            real_write(fd, bytes(data[:10]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    with store.writer() as w:
+        w.append("runs", [{"key": "new", "value": 1.0}])
+        monkeypatch.setattr(os, "write", write)
+        with pytest.raises(StoreError, match=rf"^cannot write '{re.escape(str(store.manifest_path))}': No space"):
+            w.flush()
+        monkeypatch.undo()
+        assert store.manifest_path.read_bytes() == before
+        w.flush()  # room again
+    assert store.keys() == {"k00", "k01", "k02", "new"}

@@ -12,12 +12,36 @@ from __future__ import annotations
 import html
 import io
 import math
+import os
 import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 DASH = "—"
+
+# A lone surrogate: how Python holds a byte of a file name that is not UTF-8 ('st\udcffore' for
+# b'st\xffore'); UTF-8 cannot encode it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def utf8_text(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a byte of a file name that is not UTF-8 is shown as
+    ``\\xff`` (``report`` of a store in such a directory names it in the page and the CSVs)."""
+    return _SURROGATE.sub(_escape_surrogate, text)
+
+
+def href_path(path: str) -> str:
+    """A relative file path as a link: every byte a URL cannot hold (``#``, ``%``, a space, a
+    byte that is not UTF-8) percent-encoded, so the link reaches the file."""
+    return urllib.parse.quote(os.fsencode(path))
+
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 
@@ -110,7 +134,7 @@ class Table:
         w.writerow(self.columns)
         for row in self.rows:
             w.writerow([csv_value(v) for v in row])
-        return out.getvalue()
+        return utf8_text(out.getvalue())
 
     def html(self) -> str:
         head = "".join(f"<th>{html.escape(self.headers.get(c, c))}</th>" for c in self.columns)
@@ -220,10 +244,11 @@ def render_page(title: str, subtitle: str, sections: Sequence[Section], csv_dir:
         toc.append(f'<li><a href="#{anchor}">{title_html}</a></li>')
         links = ""
         if s.tables and csv_dir is not None:
-            names = ", ".join(f'<a href="{html.escape(csv_dir)}/{t.name}.csv">{t.name}.csv</a>' for t in s.tables)
+            href = html.escape(href_path(csv_dir))
+            names = ", ".join(f'<a href="{href}/{t.name}.csv">{t.name}.csv</a>' for t in s.tables)
             links = f'<p class="csv">Data: {names}</p>'
         body.append(f'<section id="{anchor}"><h2>{title_html}</h2>{s.html}{links}</section>')
-    return (
+    page = (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -233,3 +258,6 @@ def render_page(title: str, subtitle: str, sections: Sequence[Section], csv_dir:
         + "\n".join(body)
         + "\n</main>\n</body>\n</html>\n"
     )
+    # The page is UTF-8: a non-UTF-8 byte of a file name anywhere in it (the results
+    # directory, the command) is shown escaped.
+    return utf8_text(page)
