@@ -200,6 +200,17 @@ def _listed(store: ResultsStore) -> str:
     return "[" + ", ".join(f"'{f}'" for f in store._duckdb_files()["runs"]) + "]"
 
 
+def test_a_store_named_tilde_is_not_the_home_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pyarrow and DuckDB expand a leading ~: `--results '~'` (a directory of that name here)
+    # read ~/runs/part-... of the home directory, and the store was reported damaged.
+    monkeypatch.chdir(tmp_path)
+    make_store(Path("~"))
+    store = ResultsStore("~")
+    assert store.damage(full=True) == []
+    assert store.keys() == {"k00", "k01", "k02", "k10", "k11", "k12"}
+    assert store.query_connection().execute("SELECT count(*) FROM runs").fetchall() == [(6,)]
+
+
 def test_a_store_whose_path_is_a_duckdb_pattern_reads_only_its_own_parts(tmp_path: Path) -> None:
     # DuckDB expands * ? [ ] in a file name: the parts of a sibling directory matching it were
     # read too (every row twice).
