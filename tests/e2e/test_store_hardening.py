@@ -447,14 +447,14 @@ def test_a_store_in_a_non_utf8_directory_is_written_and_repaired(store_copy: Pat
 # --- a part that cannot be read is not damage ------------------------------------------------------
 
 PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
 
 
 def _drop_file_capabilities() -> None:
     """(In the child, before exec) root without the capabilities that bypass file permissions:
     a file of mode 000 is then unreadable to it, as to anyone."""
-    libc = ctypes.CDLL(None, use_errno=True)
     for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
-        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+        if _PRCTL(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             os._exit(97)
 
 
