@@ -302,6 +302,15 @@ pub enum TraceErrorKind {
         /// What was inconsistent.
         what: String,
     },
+    /// A block that does not fit the others as the tracer writes them: empty, written twice
+    /// or out of its thread's order, records of a thread after its exit, a process or thread
+    /// start out of place.
+    Structure {
+        /// Block number.
+        block: u64,
+        /// What was out of place.
+        what: String,
+    },
 }
 
 impl fmt::Display for TraceError {
@@ -337,6 +346,7 @@ impl fmt::Display for TraceError {
             }
             K::UnknownKind { block, kind } => write!(f, "unknown record kind {kind:#04x} in block {block}"),
             K::Length { block, what } => write!(f, "inconsistent lengths in block {block}: {what}"),
+            K::Structure { block, what } => write!(f, "malformed block {block}: {what}"),
         }
     }
 }

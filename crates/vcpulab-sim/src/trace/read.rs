@@ -1,17 +1,40 @@
 //! Parsing and validation of vtrace files.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::format::{self, kind, KindInfo};
 use super::{Event, Header, LockMode, Origin, Process, ProcessStart, Record, ThreadTrace, Trace, TraceError, TraceErrorKind};
 
-/// Reads and validates the trace file at `path`.
+/// Reads and validates the trace file at `path` (errors name it, a byte of its name that is not
+/// UTF-8 as `\xNN`).
 pub fn read(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
     let path = path.as_ref();
-    let name = path.display().to_string();
+    let name = file_name(path);
     let bytes = std::fs::read(path).map_err(|e| TraceError { file: name.clone(), offset: 0, kind: TraceErrorKind::Io(e.to_string()) })?;
     from_bytes_named(&name, &bytes)
+}
+
+/// `path` as text: as it is when it is UTF-8, else with each byte that is not as `\xNN` (the
+/// CLI shows such bytes in the same way).
+fn file_name(path: &Path) -> String {
+    #[cfg(unix)]
+    {
+        use std::fmt::Write;
+        use std::os::unix::ffi::OsStrExt;
+        let mut name = String::new();
+        for chunk in path.as_os_str().as_bytes().utf8_chunks() {
+            name.push_str(chunk.valid());
+            for b in chunk.invalid() {
+                let _ = write!(name, "\\x{b:02x}");
+            }
+        }
+        name
+    }
+    #[cfg(not(unix))]
+    {
+        path.display().to_string()
+    }
 }
 
 /// Parses a trace held in memory (errors name it `<bytes>`).
@@ -121,9 +144,23 @@ fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Bui
         return Err((off + 36, TraceErrorKind::Checksum { block, stored, computed }));
     }
     let (pid, tid, base, seq, nrec) = (le32(b, off + 8), le32(b, off + 12), le64(b, off + 16), le32(b, off + 24), le32(b, off + 28));
+    let flags = le32(b, off + 32);
+    if flags != 0 {
+        return Err((off + 32, TraceErrorKind::Structure { block, what: format!("block flags {flags:#010x}, expected 0") }));
+    }
+    // The tracer writes a block only when it holds records (a header followed by an empty
+    // block is not a trace of anything).
+    if payload_len == 0 && nrec == 0 {
+        return Err((
+            off + 4,
+            TraceErrorKind::Structure { block, what: "an empty block: no records (the tracer never writes one)".into() },
+        ));
+    }
     let payload = &b[off + hl..off + hl + payload_len];
     let length = |at: usize, what: String| (off + hl + at, TraceErrorKind::Length { block, what });
     let mut records = Vec::new();
+    let mut at = Vec::new(); // each record's offset in the file
+    let mut start = None;
     let mut pos = 0;
     while pos < payload.len() {
         let left = payload.len() - pos;
@@ -152,11 +189,12 @@ fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Bui
         }
         let rec = &payload[pos..pos + len];
         records.push(decode(info, rec).map_err(|what| (off + hl + pos, TraceErrorKind::Length { block, what }))?);
-        if let (Event::ProcessStart { pid: p }, Some(start)) = (&records[records.len() - 1].event, process_start(rec, version)) {
+        at.push(off + hl + pos);
+        if let (Event::ProcessStart { pid: p }, Some(s)) = (&records[records.len() - 1].event, process_start(rec, version)) {
             if *p != pid || le64(rec, 36) != base {
                 return Err(length(pos, format!("a PROCESS_START record of pid {p} in a block of pid {pid} with another clock base")));
             }
-            out.start(pid, base, start);
+            start = Some(s);
         }
         pos += len;
     }
@@ -166,8 +204,17 @@ fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Bui
             TraceErrorKind::Length { block, what: format!("the header declares {nrec} records, the payload holds {}", records.len()) },
         ));
     }
-    out.block(pid, base, tid, seq, records);
-    Ok(())
+    out.block(BlockId { block, off, pid, base, tid, seq }, records, &at, start)
+}
+
+/// Where a block is and whose it is.
+struct BlockId {
+    block: u64,
+    off: usize,
+    pid: u32,
+    base: u64,
+    tid: u32,
+    seq: u32,
 }
 
 fn process_start(rec: &[u8], version: u16) -> Option<ProcessStart> {
@@ -273,13 +320,41 @@ fn decode(info: &KindInfo, r: &[u8]) -> Result<Record, String> {
     Ok(Record { t, cpu: info.cpu.then(|| le64(r, 12)), cpu_estimated: flags & format::F_CPU_EST != 0, event })
 }
 
-/// Groups blocks by process image (pid, clock base) and thread.
+/// Groups blocks by process image (pid, clock base) and thread, and checks that they fit
+/// together as the tracer writes them (docs/trace-format.md): each thread numbers its blocks
+/// from 0 and writes them in that order, once each; PROCESS_START opens the process's first
+/// block (its main thread's, number 0), THREAD_START opens its thread's first block (after
+/// PROCESS_START in the main thread) and names that thread, and THREAD_EXIT is the thread's last
+/// record. A thread id the kernel hands out again within the process (after the thread that
+/// had it exited) starts a new run of blocks from 0 with its THREAD_START.
 #[derive(Default)]
 struct Builder {
     processes: Vec<Process>,
     index: BTreeMap<(u32, u64), usize>,
     threads: Vec<BTreeMap<u32, usize>>,
-    seqs: Vec<Vec<BTreeSet<u32>>>,
+    /// Per process, per thread (in `Process::threads` order): the blocks read so far.
+    seen: Vec<Vec<Blocks>>,
+    /// Per process: the block holding its PROCESS_START.
+    started: Vec<Option<u64>>,
+}
+
+/// The blocks of one thread read so far.
+#[derive(Default)]
+struct Blocks {
+    /// Sequence number -> the file's block number, for the thread's current run of blocks.
+    seqs: BTreeMap<u32, u64>,
+    /// Its THREAD_EXIT: the time and the block holding it.
+    exited: Option<(u64, u64)>,
+    /// Lost blocks of earlier runs of the same thread id.
+    lost_before: u64,
+}
+
+impl Blocks {
+    /// Blocks missing from the current run's numbering.
+    fn lost(&self) -> u64 {
+        let span = self.seqs.last_key_value().map_or(0, |(&m, _)| u64::from(m) + 1);
+        span.saturating_sub(self.seqs.len() as u64)
+    }
 }
 
 impl Builder {
@@ -287,25 +362,91 @@ impl Builder {
         *self.index.entry((pid, base)).or_insert_with(|| {
             self.processes.push(Process { pid, base_ns: base, start: None, threads: Vec::new() });
             self.threads.push(BTreeMap::new());
-            self.seqs.push(Vec::new());
+            self.seen.push(Vec::new());
+            self.started.push(None);
             self.processes.len() - 1
         })
     }
 
-    fn start(&mut self, pid: u32, base: u64, start: ProcessStart) {
-        let p = self.process(pid, base);
-        self.processes[p].start = Some(start);
-    }
-
-    fn block(&mut self, pid: u32, base: u64, tid: u32, seq: u32, records: Vec<Record>) {
+    /// Adds a block's records (`at`: each one's offset in the file; `start`: its process start,
+    /// if it holds the PROCESS_START record), or says how it does not fit.
+    fn block(&mut self, id: BlockId, records: Vec<Record>, at: &[usize], start: Option<ProcessStart>) -> Result<(), Fail> {
+        let BlockId { block, off, pid, base, tid, seq } = id;
+        let bad = |at: usize, what: String| Err((at, TraceErrorKind::Structure { block, what }));
         let p = self.process(pid, base);
         let proc_ = &mut self.processes[p];
-        let seqs = &mut self.seqs[p];
+        let seen = &mut self.seen[p];
         let t = *self.threads[p].entry(tid).or_insert_with(|| {
             proc_.threads.push(ThreadTrace { tid, parent: None, seq: None, blocks: 0, lost_blocks: 0, records: Vec::new() });
-            seqs.push(BTreeSet::new());
+            seen.push(Blocks::default());
             proc_.threads.len() - 1
         });
+        let blocks = &mut seen[t];
+        let who = format!("thread {tid} of process {pid}");
+        // A thread id given again to a new thread: its block 0 opens with its THREAD_START,
+        // made after the THREAD_EXIT of the thread that had the id before.
+        let restarts = match (blocks.exited, records.first()) {
+            (Some((exit_t, _)), Some(Record { t: start_t, event: Event::ThreadStart { .. }, .. })) => seq == 0 && *start_t >= exit_t,
+            _ => false,
+        };
+        if restarts {
+            blocks.lost_before += blocks.lost();
+            blocks.seqs.clear();
+            blocks.exited = None;
+        } else if let Some(&first) = blocks.seqs.get(&seq) {
+            return bad(off + 24, format!("a second block number {seq} of {who} (the first is block {first}): each block is written once"));
+        } else if let Some((&last, &last_block)) = blocks.seqs.last_key_value().filter(|(&last, _)| seq < last) {
+            return bad(
+                off + 24,
+                format!("block number {seq} of {who} after its block number {last} (block {last_block}): a thread's blocks are written in order"),
+            );
+        } else if let Some((_, exit_block)) = blocks.exited {
+            return bad(off + 24, format!("block number {seq} of {who} after the thread's THREAD_EXIT (in block {exit_block})"));
+        }
+        for (i, r) in records.iter().enumerate() {
+            match r.event {
+                Event::ProcessStart { .. } => {
+                    if let Some(first) = self.started[p] {
+                        return bad(at[i], format!("a second PROCESS_START record of process {pid} (the first is in block {first})"));
+                    }
+                    if i != 0 || seq != 0 || tid != pid {
+                        return bad(
+                            at[i],
+                            format!(
+                                "a PROCESS_START record as record {i} of block number {seq} of {who}: it opens the process's first block \
+                                 (record 0 of block number 0 of thread {pid})"
+                            ),
+                        );
+                    }
+                    self.started[p] = Some(block);
+                }
+                Event::ThreadStart { tid: named, .. } => {
+                    if named != tid {
+                        return bad(at[i], format!("a THREAD_START record of thread {named} in a block of {who}"));
+                    }
+                    let opens = seq == 0 && (i == 0 || (i == 1 && matches!(records[0].event, Event::ProcessStart { .. })));
+                    if !opens {
+                        return bad(
+                            at[i],
+                            format!(
+                                "a THREAD_START record as record {i} of block number {seq} of {who}: it opens the thread's first block"
+                            ),
+                        );
+                    }
+                }
+                Event::ThreadExit => {
+                    if let Some(next) = records.get(i + 1) {
+                        return bad(at[i + 1], format!("a {} record of {who} after its THREAD_EXIT", next.event.kind_name()));
+                    }
+                    blocks.exited = Some((r.t, block));
+                }
+                _ => {}
+            }
+        }
+        blocks.seqs.insert(seq, block);
+        if let Some(start) = start {
+            proc_.start = Some(start);
+        }
         let thread = &mut proc_.threads[t];
         for r in &records {
             if let Event::ThreadStart { parent, seq, .. } = r.event {
@@ -314,17 +455,16 @@ impl Builder {
             }
         }
         thread.blocks += 1;
-        seqs[t].insert(seq);
         thread.records.extend(records);
+        Ok(())
     }
 
     fn finish(mut self) -> Vec<Process> {
         for (p, proc_) in self.processes.iter_mut().enumerate() {
             let children: BTreeMap<(u32, u32), u32> = proc_.threads.iter().filter_map(|t| Some(((t.parent?, t.seq?), t.tid))).collect();
             for (t, thread) in proc_.threads.iter_mut().enumerate() {
-                let seen = &self.seqs[p][t];
-                let span = seen.last().map_or(0, |&m| u64::from(m) + 1);
-                thread.lost_blocks = span.saturating_sub(seen.len() as u64).min(u64::from(u32::MAX)) as u32;
+                let seen = &self.seen[p][t];
+                thread.lost_blocks = (seen.lost_before + seen.lost()).min(u64::from(u32::MAX)) as u32;
                 thread.records.sort_by_key(|r| r.t);
                 let tid = thread.tid;
                 for r in &mut thread.records {
@@ -518,9 +658,10 @@ mod tests {
 
     #[test]
     fn records_are_sorted_and_lost_blocks_counted() {
-        let late = block(7, 7, BASE, 3, &[rec(kind::FREE, 0, 50, &1u64.to_le_bytes())]);
-        let early = block(7, 7, BASE, 0, &[rec(kind::FREE, 0, 10, &2u64.to_le_bytes())]);
-        let t = from_bytes(&[header(1), late, early].concat()).expect("valid");
+        // (a thread's blocks come in order; the reader sorts its records by time all the same)
+        let first = block(7, 7, BASE, 0, &[rec(kind::FREE, 0, 50, &1u64.to_le_bytes())]);
+        let fourth = block(7, 7, BASE, 3, &[rec(kind::FREE, 0, 10, &2u64.to_le_bytes())]);
+        let t = from_bytes(&[header(1), first, fourth].concat()).expect("valid");
         let th = &t.processes[0].threads[0];
         assert_eq!(th.records.iter().map(|r| r.t).collect::<Vec<_>>(), [10, 50]);
         assert_eq!((th.blocks, th.lost_blocks), (2, 2));
@@ -715,6 +856,153 @@ mod tests {
         assert!(e.to_string().contains("a PROCESS_START record has length 58, expected 138"), "{e}");
         let t = from_bytes_named("t.vtrace", &[header(4), start(Some(b"6.1.0"))].concat()).expect("reads");
         assert_eq!(t.processes[0].start.as_ref().expect("start").cmdline, ["./app"], "the release is not part of the command line");
+    }
+
+    /// The blocks of `sample()` after the file header, each with its offset.
+    fn sample_blocks() -> Vec<Vec<u8>> {
+        let bytes = sample();
+        let mut out = Vec::new();
+        let mut off = format::HEADER_LEN;
+        while off < bytes.len() {
+            let end = off + format::BLOCK_HEADER_LEN + le32(&bytes, off + 4) as usize;
+            out.push(bytes[off..end].to_vec());
+            off = end;
+        }
+        out
+    }
+
+    fn structure(bytes: &[u8]) -> (u64, String) {
+        let e = fails(bytes);
+        match &e.kind {
+            K::Structure { .. } => (e.offset, e.to_string()),
+            _ => panic!("not a structure error: {e}"),
+        }
+    }
+
+    #[test]
+    fn a_file_holding_its_blocks_twice_is_rejected() {
+        let bytes = sample();
+        let twice = [bytes.clone(), bytes[format::HEADER_LEN..].to_vec()].concat();
+        let (offset, msg) = structure(&twice);
+        assert_eq!(offset, (bytes.len() + 24) as u64, "the second copy's sequence number");
+        assert_eq!(msg, format!("t.vtrace: byte {offset}: malformed block 3: a second block number 0 of thread 100 of process 100 (the first is block 0): each block is written once"));
+        // one block repeated right after itself
+        let b = sample_blocks();
+        let (_, msg) = structure(&[header(1), b[0].clone(), b[1].clone(), b[1].clone(), b[2].clone()].concat());
+        assert!(msg.contains("malformed block 2: a second block number 0 of thread 101 of process 100 (the first is block 1)"), "{msg}");
+    }
+
+    #[test]
+    fn a_thread_s_blocks_out_of_order_are_rejected() {
+        let b = sample_blocks();
+        let (_, msg) = structure(&[header(1), b[2].clone(), b[1].clone(), b[0].clone()].concat());
+        assert!(msg.contains("malformed block 2: block number 0 of thread 100 of process 100 after its block number 1 (block 0)"), "{msg}");
+    }
+
+    #[test]
+    fn an_empty_block_is_rejected() {
+        let empty = block(100, 100, BASE, 0, &[]);
+        let e = fails(&[header(1), empty.clone()].concat());
+        assert_eq!(e.to_string(), "t.vtrace: byte 36: malformed block 0: an empty block: no records (the tracer never writes one)");
+        let e = fails(&[sample(), block(100, 100, BASE, 2, &[])].concat());
+        assert!(matches!(e.kind, K::Structure { block: 3, .. }), "{e}");
+    }
+
+    #[test]
+    fn block_flags_must_be_zero() {
+        let mut b = block(7, 7, BASE, 0, &[rec(kind::FREE, 0, 1, &[0; 8])]);
+        b[32] = 1;
+        let mut h = crc32fast::Hasher::new();
+        h.update(&b[..36]);
+        h.update(&b[40..]);
+        let crc = h.finalize();
+        b[36..40].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(fails(&[header(1), b].concat()).to_string(), "t.vtrace: byte 64: malformed block 0: block flags 0x00000001, expected 0");
+    }
+
+    #[test]
+    fn process_and_thread_starts_must_open_their_blocks() {
+        let free = rec(kind::FREE, 0, 1, &[0; 8]);
+        // a PROCESS_START that is not the first record
+        let (_, msg) = structure(&[header(1), block(7, 7, BASE, 0, &[free.clone(), process_start(7, 0, b"a")])].concat());
+        assert!(msg.contains("a PROCESS_START record as record 1 of block number 0 of thread 7 of process 7"), "{msg}");
+        // in a later block
+        let two =
+            [header(1), block(7, 7, BASE, 0, std::slice::from_ref(&free)), block(7, 7, BASE, 1, &[process_start(7, 0, b"a")])].concat();
+        assert!(structure(&two).1.contains("a PROCESS_START record as record 0 of block number 1"));
+        // in another thread's block
+        assert!(structure(&[header(1), block(7, 8, BASE, 0, &[process_start(7, 0, b"a")])].concat())
+            .1
+            .contains("of thread 8 of process 7"));
+        // twice
+        let twice = [header(1), block(7, 7, BASE, 0, &[process_start(7, 0, b"a"), process_start(7, 0, b"a")])].concat();
+        assert!(structure(&twice).1.contains("a second PROCESS_START record of process 7 (the first is in block 0)"));
+        // a THREAD_START naming another thread, or after other records
+        let (_, msg) = structure(&[header(1), block(7, 8, BASE, 0, &[thread_start(1, 9, 7, 1)])].concat());
+        assert!(msg.contains("a THREAD_START record of thread 9 in a block of thread 8 of process 7"), "{msg}");
+        let (_, msg) = structure(&[header(1), block(7, 8, BASE, 0, &[free.clone(), thread_start(1, 8, 7, 1)])].concat());
+        assert!(msg.contains("a THREAD_START record as record 1 of block number 0 of thread 8"), "{msg}");
+        let (_, msg) = structure(&[header(1), block(7, 8, BASE, 2, &[thread_start(1, 8, 7, 1)])].concat());
+        assert!(msg.contains("as record 0 of block number 2 of thread 8"), "{msg}");
+    }
+
+    #[test]
+    fn nothing_of_a_thread_follows_its_exit() {
+        let exit = rec(kind::THREAD_EXIT, 0, 5, &5u64.to_le_bytes());
+        let free = rec(kind::FREE, 0, 6, &[0; 8]);
+        let (offset, msg) = structure(&[header(1), block(7, 8, BASE, 0, &[thread_start(1, 8, 7, 1), exit.clone(), free.clone()])].concat());
+        assert!(msg.contains("malformed block 0: a FREE record of thread 8 of process 7 after its THREAD_EXIT"), "{msg}");
+        assert_eq!(offset, (format::HEADER_LEN + format::BLOCK_HEADER_LEN + 44 + 20) as u64);
+        let later = [header(1), block(7, 8, BASE, 0, &[thread_start(1, 8, 7, 1), exit.clone()]), block(7, 8, BASE, 1, &[free])].concat();
+        assert!(structure(&later).1.contains("block number 1 of thread 8 of process 7 after the thread's THREAD_EXIT (in block 0)"));
+    }
+
+    /// The kernel may give an exited thread's id to a new thread of the same process: its
+    /// blocks are numbered from 0 again, and open with its THREAD_START.
+    #[test]
+    fn a_thread_id_used_again_after_its_thread_exited_is_read() {
+        let exit = |t: u64| rec(kind::THREAD_EXIT, 0, t, &5u64.to_le_bytes());
+        let free = |t: u64| rec(kind::FREE, 0, t, &[0; 8]);
+        let bytes = [
+            header(1),
+            block(7, 7, BASE, 0, &[process_start(7, 0, b"a"), thread_start(1, 7, 0, 0)]),
+            block(7, 8, BASE, 0, &[thread_start(2, 8, 7, 1), free(3)]),
+            block(7, 8, BASE, 2, &[free(4), exit(5)]),
+            block(7, 8, BASE, 0, &[thread_start(9, 8, 7, 2), exit(10)]),
+        ]
+        .concat();
+        let t = from_bytes(&bytes).expect("valid");
+        let th = &t.processes[0].threads[1];
+        assert_eq!((th.tid, th.blocks, th.lost_blocks, th.records.len()), (8, 3, 1, 6));
+        // ... but not a copy of the earlier thread's first block
+        let copy = [bytes.clone(), block(7, 8, BASE, 0, &[thread_start(2, 8, 7, 1), free(3)])].concat();
+        assert!(structure(&copy).1.contains("malformed block 4: a second block number 0 of thread 8 of process 7 (the first is block 3)"));
+        let early = [
+            header(1),
+            block(7, 8, BASE, 0, &[thread_start(2, 8, 7, 1), exit(5)]),
+            block(7, 8, BASE, 0, &[thread_start(2, 8, 7, 1), exit(5)]),
+        ]
+        .concat();
+        assert_eq!(
+            fails(&early).kind,
+            K::Structure {
+                block: 1,
+                what: "a second block number 0 of thread 8 of process 7 (the first is block 0): each block is written once".into()
+            }
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_name_that_is_not_utf8_is_shown_with_its_bytes_escaped() {
+        use std::os::unix::ffi::OsStrExt;
+        let path = Path::new(std::ffi::OsStr::from_bytes(b"/nonexistent/t\xffx\xc3.vtrace"));
+        let e = match read(path) {
+            Err(e) => e,
+            Ok(_) => panic!("read a missing file"),
+        };
+        assert!(e.to_string().starts_with("/nonexistent/t\\xffx\\xc3.vtrace: cannot read: "), "{e}");
+        assert_eq!(file_name(Path::new("/tmp/caf\u{e9}.vtrace")), "/tmp/caf\u{e9}.vtrace");
     }
 
     #[test]
