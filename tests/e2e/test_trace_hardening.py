@@ -1,5 +1,5 @@
-"""Bad input to the bridge commands: malformed traces. Each fails with one line
-(`vcpulab: error: ...`), exit 2, before anything is simulated.
+"""Bad input to the bridge commands: malformed traces, output paths that cannot be written.
+Each fails with one line (`vcpulab: error: ...`), exit 2, before anything is run or simulated.
 
 The traces are built here, byte by byte, as docs/trace-format.md defines them (a two-thread
 program: the main thread creates a worker, both take one mutex, the main thread joins it), so
@@ -135,6 +135,36 @@ def test_a_malformed_trace_is_a_format_error_not_a_deadlock(name: str, tmp_path:
     assert f"{bad}: byte " in line and "malformed block" in line and expected in line, line
     assert "deadlock" not in r.err and "simulating" not in r.err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["a directory", "in a missing directory"])
+def test_predict_checks_its_output_before_simulating(where: str, tmp_path: Path) -> None:
+    trace = tmp_path / "ok.vtrace"
+    trace.write_bytes(valid())
+    out = tmp_path if where == "a directory" else tmp_path / "no" / "p.json"
+    r = run_cli("predict", trace, *PREDICT, "-o", out)
+    line = one_line_error(r, 2)
+    assert "-o" in line and str(out) in line, line
+    assert "simulating" not in r.err  # nothing simulated first
+
+
+@pytest.mark.parametrize("command", ["characterize", "mitigate", "fidelity"])
+def test_program_commands_check_their_output_before_running_it(command: str, tmp_path: Path) -> None:
+    """The program would leave a file behind had it run (it did, before the -o error)."""
+    ran = tmp_path / "ran"
+    options = {"mitigate": ["--runs", 1, "--no-predict"], "fidelity": ["--runs", 1]}.get(command, [])
+    for out in (tmp_path, tmp_path / "no" / "x.json"):
+        r = run_cli(command, *options, "-o", out, "--", "sh", "-c", f"touch '{ran}'")
+        line = one_line_error(r, 2)
+        assert "-o" in line and str(out) in line, line
+        assert not ran.exists(), f"{command} ran the program before checking -o {out}"
+
+
+def test_oversubscription_checks_its_output_first(tmp_path: Path) -> None:
+    # --cpus 100000 is refused too, but only once -o has been checked: -o comes first
+    r = run_cli("oversubscription", "--cpus", 100000, "--rounds", 1, "-o", tmp_path)
+    line = one_line_error(r, 2)
+    assert "-o" in line and "directory" in line, line
 
 
 # --- with the tracer ------------------------------------------------------------------------

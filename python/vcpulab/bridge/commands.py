@@ -19,7 +19,7 @@ from rich.text import Text
 from .. import render
 from .._vcpulab import TraceError, VcpulabError, trace_info
 from ..analysis import Thresholds
-from ..atomic import AtomicWriter
+from ..atomic import AtomicWriter, Output
 from ..render import stderr_console
 from . import machine, mitigate, native, oversub, predict
 from .characterize import MM_CALLS, Characterization, characterize
@@ -202,8 +202,17 @@ def _program(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def check_output(path: str | None) -> None:
+    """The one-line error of an ``-o FILE`` that cannot be written (a directory, a missing
+    directory, ...), raised before the runs and simulations whose results it is to hold: the
+    commands write it only at their end."""
+    if path is not None:
+        Output(path, "-o")
+
+
 def cmd_characterize(args: argparse.Namespace) -> int:
     argv = _program(args)
+    check_output(args.output)
     th = Thresholds(slice_ms=args.slice)
     m = run_measured(argv, cpus=args.cpus, sample_s=args.interval / 1000.0)
     c = characterize(m, th)
@@ -219,6 +228,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
 
 def cmd_mitigate(args: argparse.Namespace) -> int:
     argv = _program(args)
+    check_output(args.output)
     if not 0 < args.precision < 1:
         raise LaunchError(f"--precision must be between 0 and 1 (got {args.precision})", 2)
     if args.runs is not None:
@@ -478,6 +488,7 @@ def trace_program(
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
     argv = _program(args)
+    check_output(args.output)
     console = stderr_console()
     policy = mitigate.Policy.fixed(args.runs)
     measured = mitigate.repeat("untraced", argv, {}, policy, args.cpus, lambda n, m: None)
@@ -584,6 +595,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 
 
 def cmd_oversubscription(args: argparse.Namespace) -> int:
+    check_output(args.output)
     have = oversub.available_cpus()
     cpus = args.cpus or min(2, have)
     if cpus > have:
@@ -625,6 +637,7 @@ def trace_table(out: Path, m: Measurement, info: dict[str, Any]) -> Table:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    check_output(args.output)
     path = Path(args.trace)
     if path.is_dir():
         raise LaunchError(f"{path}: is a directory (expected a .vtrace file written by `vcpulab trace`)", 2)
