@@ -1,5 +1,6 @@
-"""Bad input to the bridge commands: malformed traces, output paths that cannot be written.
-Each fails with one line (`vcpulab: error: ...`), exit 2, before anything is run or simulated.
+"""Bad input to the bridge commands: malformed traces, output paths that cannot be written,
+file names that are not UTF-8. Each fails with one line (`vcpulab: error: ...`), exit 2, before
+anything is run or simulated.
 
 The traces are built here, byte by byte, as docs/trace-format.md defines them (a two-thread
 program: the main thread creates a worker, both take one mutex, the main thread joins it), so
@@ -167,6 +168,41 @@ def test_oversubscription_checks_its_output_first(tmp_path: Path) -> None:
     assert "-o" in line and "directory" in line, line
 
 
+NOT_UTF8 = "t\udcffx"  # the file name b"t\xffx": Python's str for it (surrogateescape)
+
+
+def test_a_trace_whose_name_is_not_utf8_is_predicted(tmp_path: Path) -> None:
+    """Its name went to the native reader as str (UnicodeEncodeError, exit 1), and into the
+    replay's spec (which is UTF-8 text). Also from a working directory whose name is not."""
+    here = tmp_path / "d\udcfe"
+    here.mkdir()
+    trace = here / f"{NOT_UTF8}.vtrace"
+    trace.write_bytes(valid())
+    out = here / f"{NOT_UTF8}.json"
+    r = run_cli("predict", trace, *PREDICT, "-o", out)
+    assert r.code == 0, r.err
+    assert json.loads(out.read_bytes())["trace"]["replay"]["threads"] == 2
+    r = run_cli("predict", trace.name, *PREDICT, cwd=here)
+    assert r.code == 0, r.err
+
+
+def test_a_malformed_trace_whose_name_is_not_utf8_is_named_with_the_byte_escaped(tmp_path: Path) -> None:
+    bad = tmp_path / f"{NOT_UTF8}.vtrace"
+    bad.write_bytes(header() + block(PID, 0, []))
+    line = one_line_error(run_cli("predict", bad, *PREDICT), 2)
+    assert "t\\xffx.vtrace: byte 36: malformed block 0: an empty block" in line, line
+
+
+def test_a_trace_name_outside_ascii_goes_into_the_replay_spec(tmp_path: Path) -> None:
+    """JSON's escapes of characters past U+FFFF are surrogate pairs, which TOML refuses (the
+    spec was "malformed TOML"); quotes, backslashes and control characters must be escaped."""
+    for name in ("\U0001f600.vtrace", 'a"b\\c.vtrace', "tab\there\x7f.vtrace"):
+        trace = tmp_path / name
+        trace.write_bytes(valid())
+        r = run_cli("predict", trace, *PREDICT)
+        assert r.code == 0, (name, r.err)
+
+
 # --- with the tracer ------------------------------------------------------------------------
 
 
@@ -191,3 +227,13 @@ def test_a_real_trace_appended_to_itself_is_a_format_error(tmp_path: Path) -> No
     twice.write_bytes(data + data[32:])
     line = one_line_error(run_cli("predict", twice, *PREDICT), 2)
     assert f"{twice}: byte " in line and "malformed block" in line and "a second block number 0" in line, line
+
+
+@pytest.mark.measures
+def test_trace_writes_a_file_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    _tracer()
+    out = tmp_path / f"{NOT_UTF8}.vtrace"
+    r = run_cli("trace", "-o", out, "--", "true")
+    assert r.code == 0, r.err
+    assert out.is_file() and "t\\xffx.vtrace" in r.err
+    assert run_cli("predict", out, *PREDICT).code == 0

@@ -251,7 +251,7 @@ fn scalability_type(parallelism: f64, sync_per_thread_s: f64, cpus: u32, high_pa
 /// Describes trace file `path` and the replay of process `pid` (None: the default choice); JSON.
 #[pyfunction]
 #[pyo3(signature = (path, pid=None))]
-fn trace_info(py: Python<'_>, path: String, pid: Option<u32>) -> PyResult<String> {
+fn trace_info(py: Python<'_>, path: std::path::PathBuf, pid: Option<u32>) -> PyResult<String> {
     let r = py.detach(move || api::trace_info(&path, pid));
     match r {
         Ok(info) => serde_json::to_string(&info).map_err(|e| VcpulabError::new_err(e.to_string())),

@@ -796,7 +796,7 @@ pub struct TraceProcessInfo {
 }
 
 /// Reads trace file `path` and describes it (errors: one line naming the file and offset).
-pub fn trace_info(path: &str, pid: Option<u32>) -> Result<TraceInfo, String> {
+pub fn trace_info(path: impl AsRef<std::path::Path>, pid: Option<u32>) -> Result<TraceInfo, String> {
     let trace = crate::trace::read(path).map_err(|e| e.to_string())?;
     let processes = trace
         .processes

@@ -13,7 +13,10 @@ in VM scenarios, with the causes of its overhead and the mitigations (TPDS §7, 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,13 +28,46 @@ from . import machine
 WORKLOAD = "app"
 
 
+# What a TOML basic string cannot hold as it is: the quote, the backslash and the control
+# characters but tab (TOML 1.0); each is written as a \uXXXX escape.
+_TOML_ESCAPE = re.compile(r'["\\\x00-\x08\x0a-\x1f\x7f]')
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string. Unlike JSON's, a TOML ``\\u`` escape must name a
+    character, not half of a surrogate pair, so the text goes as it is (UTF-8) with only what
+    TOML forbids escaped; ``text`` must be UTF-8 (a lone surrogate, a byte of a file name that
+    is not, cannot be written: see :func:`simulator_path`)."""
+    return '"' + _TOML_ESCAPE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + '"'
+
+
 def spec_text(trace: str, scenarios: Sequence[str], vcpus: int | Sequence[int], seed: int = 1) -> str:
-    listed = ", ".join(json.dumps(s) for s in scenarios)
+    listed = ", ".join(toml_string(s) for s in scenarios)
     counts = ", ".join(str(v) for v in ([vcpus] if isinstance(vcpus, int) else vcpus))
     return (
         f'[experiment]\nworkloads = ["{WORKLOAD}"]\nscenarios = [{listed}]\nvcpus = [{counts}]\nseeds = [{seed}]\n\n'
-        f"[workloads.{WORKLOAD}]\ntrace = {json.dumps(trace)}\n"
+        f"[workloads.{WORKLOAD}]\ntrace = {toml_string(trace)}\n"
     )
+
+
+@contextmanager
+def simulator_path(trace: str) -> Iterator[str]:
+    """A name of the file ``trace`` that a spec can hold. A spec is UTF-8 text, and a path may
+    hold bytes that are not UTF-8 (Python shows them as lone surrogates): such a file is opened
+    here and named by its descriptor (``/proc/self/fd/N``, the same file, read in this process)
+    while the block runs."""
+    try:
+        trace.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        yield trace
+        return
+    fd = os.open(trace, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 def run_cells(text: str, overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
@@ -122,7 +158,8 @@ def fidelity(
     traced on (:mod:`vcpulab.bridge.machine`; ``info`` = its ``trace_info``, read if not given),
     with spec ``overrides``."""
     replay = (info or json.loads(trace_info(trace)))["replay"]
-    return run_cells(spec_text(trace, ["native"], cpus, seed), [*machine.traced(replay).overrides(), *overrides])[0]
+    with simulator_path(trace) as path:
+        return run_cells(spec_text(path, ["native"], cpus, seed), [*machine.traced(replay).overrides(), *overrides])[0]
 
 
 def predict(
@@ -136,7 +173,20 @@ def predict(
     """The native replay on ``cpus`` (default: as traced), then native and each of
     ``scenarios`` at each vCPU count of ``vcpus`` (default: the traced machine's CPUs), then
     each mitigation whose cause a VM result shows."""
-    info = json.loads(trace_info(trace))
+    info = json.loads(trace_info(trace))  # the file read and checked whole, errors naming it
+    with simulator_path(trace) as path:
+        return _predict(path, info, scenarios, vcpus, cpus, seed, on_step)
+
+
+def _predict(
+    trace: str,
+    info: dict[str, Any],
+    scenarios: Sequence[str],
+    vcpus: Sequence[int] | None,
+    cpus: int | None,
+    seed: int,
+    on_step: Callable[[str], None],
+) -> Prediction:
     traced_cpus = int(info["replay"]["cpus"]) or 1
     native_cpus = cpus or traced_cpus
     on_step(f"native replay on {native_cpus} CPUs")
