@@ -105,6 +105,8 @@ def test_the_generated_trace_is_valid(tmp_path: Path) -> None:
     r = run_cli("predict", trace, *PREDICT, "-o", out)
     assert r.code == 0, r.err
     assert json.loads(out.read_text())["trace"]["replay"]["threads"] == 2
+    # its first line: the command line (bold by style; the consoles print markup as written)
+    assert r.out.startswith("./app: 2 threads, 15 records; traced 0.010 s"), r.out
 
 
 def _malformed() -> dict[str, tuple[bytes, str]]:

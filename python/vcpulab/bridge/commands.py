@@ -662,10 +662,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
     out = render.stdout_console()
     rep = pred.info["replay"]
     fid = pred.fidelity
+    # (the consoles print text as it is, markup included: the command line is bold by style)
     out.print(
-        f"[bold]{' '.join(rep['cmdline'])[:70]}[/]: {rep['threads']} threads, {rep['records']:,} records; "
-        f"traced {rep['traced_ns'] / 1e9:.3f} s, replayed natively on {fid['vcpus']} CPUs: {fid['t_native_s']:.3f} s "
-        f"({machine.traced(rep).describe()}; off-CPU time with no traced reason: {_unexplained(rep)})",
+        Text.assemble(
+            (" ".join(rep["cmdline"])[:70], "bold"),
+            f": {rep['threads']} threads, {rep['records']:,} records; "
+            f"traced {rep['traced_ns'] / 1e9:.3f} s, "
+            f"replayed natively on {fid['vcpus']} CPUs: {fid['t_native_s']:.3f} s "
+            f"({machine.traced(rep).describe()}; off-CPU time with no traced reason: {_unexplained(rep)})",
+        ),
         highlight=False,
     )
     results = pred.results
