@@ -148,3 +148,38 @@ def test_report_through_a_symlink_writes_beside_its_target(tmp_path: Path) -> No
     assert (tmp_path / "page.html").is_symlink()
     assert (tmp_path / "pages" / "report.html").read_text().startswith("<!DOCTYPE html>")
     assert (tmp_path / "pages" / "report_csv").is_dir()
+
+
+def _trace(out: object, cwd: Path) -> None:
+    r = run_cli("trace", "-o", out, "--", "sh", "-c", "true", cwd=cwd, timeout=300)
+    assert r.code == 0, r.err
+
+
+@needs_root
+def test_trace_to_a_device_leaves_it_a_device(tmp_path: Path) -> None:
+    null = _device(tmp_path / "null", 3)
+    _trace(null, tmp_path)
+    assert stat.S_ISCHR(null.lstat().st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["null"]
+
+
+def test_trace_to_a_fifo_streams_the_whole_trace(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader, got = _read_fifo(fifo)
+    _trace(fifo, tmp_path)
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    # What came through the pipe is a whole trace: the same bytes a regular file gets read back.
+    (tmp_path / "copy.vtrace").write_bytes(got[0])
+    r = run_cli("predict", "copy.vtrace", "--scenario", "UC", "--vcpus", "2", cwd=tmp_path, timeout=300)
+    assert r.code == 0, r.err
+
+
+def test_trace_through_a_symlink_writes_its_target(tmp_path: Path) -> None:
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "t.vtrace").symlink_to(Path("traces") / "run.vtrace")
+    _trace("t.vtrace", tmp_path)
+    assert (tmp_path / "t.vtrace").is_symlink()
+    assert (tmp_path / "traces" / "run.vtrace").stat().st_size > 0
+    assert sorted(os.listdir(tmp_path / "traces")) == ["run.vtrace"]

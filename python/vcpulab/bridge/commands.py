@@ -437,17 +437,17 @@ def trace_program(
     stdin: int | None = None,
     max_bytes: int | None = None,
 ) -> tuple[Measurement, dict[str, Any]]:
-    """Runs ``argv`` under the tracer into ``out`` (whole or not at all); the run's
-    measurement and the trace's description. With ``max_bytes`` the tracer stops recording
-    before the file grows beyond it (VTRACE_MAX_BYTES)."""
-    if out.is_dir():
-        raise LaunchError(f"-o {out}: is a directory (expected a file name)", 2)
-    if not out.parent.is_dir():
-        raise LaunchError(f"-o {out}: directory {out.parent} does not exist", 2)
+    """Runs ``argv`` under the tracer into ``out`` (whole or not at all, through
+    :class:`~vcpulab.atomic.Output`: a link is written through, a device or FIFO gets the
+    finished trace copied in); the run's measurement and the trace's description. With
+    ``max_bytes`` the tracer stops recording before the file grows beyond it (VTRACE_MAX_BYTES)."""
+    output = Output(out, "-o")
     lib = native.library("libvtrace.so")
     resolve(argv)  # a missing program fails before anything is created
-    # Absolute: the program may change directories before the tracer opens it.
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent.resolve())
+    # Absolute: the program may change directories before the tracer opens it. Beside the file
+    # it becomes (renamed over it), or in the temporary directory for a device or FIFO.
+    where = Path(tempfile.gettempdir()) if output.stream else output.target.parent
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.target.name}.", suffix=".tmp", dir=where.resolve())
     os.close(fd)
     tmp, log = Path(tmp_name), Path(tmp_name + ".log")
     tmp.unlink()  # the tracer creates it, header first
@@ -470,10 +470,16 @@ def trace_program(
                 m.exit_code or 1,
             )
         info = json.loads(trace_info(str(tmp)))  # the whole file must read back
-        os.replace(tmp, out)
+        output.replace_with(tmp)
         if log.exists() and log.stat().st_size > 0:
-            os.replace(log, Path(f"{out}.log"))
-            console.print(f"the tracer reported problems: see {out}.log", style="yellow")
+            if output.stream:  # no file beside a device or FIFO: the problems themselves
+                problems = log.read_text(errors="replace").splitlines()
+                console.print("the tracer reported problems:", style="yellow")
+                for line in problems[:20] + ([f"... ({len(problems) - 20} more lines)"] if len(problems) > 20 else []):
+                    console.print(f"  {line}", style="yellow", highlight=False)
+            else:
+                os.replace(log, Path(f"{output.target}.log"))
+                console.print(f"the tracer reported problems: see {output.target}.log", style="yellow")
     except TraceError as e:
         raise LaunchError(f"the trace of {argv[0]} is unreadable: {e}", 1) from None
     finally:
