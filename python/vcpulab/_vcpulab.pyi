@@ -1,5 +1,6 @@
 """Type stubs for the native module built from crates/vcpulab-py."""
 
+import os
 from typing import Self, TypedDict, final
 
 __all__ = [
@@ -118,7 +119,8 @@ def platform_toml(name: str) -> str:
     """A platform preset's TOML, its sources as comments; ``SpecError`` for an unknown name."""
 
 def characterize(workload: str, cpus: int, seed: int, slice_ns: int, overrides: list[str]) -> str:
-    """Run ``workload`` natively with n = ``cpus`` and characterize it; JSON text."""
+    """Run ``workload`` natively with n = ``cpus`` and characterize it; JSON text. SIGINT and
+    SIGTERM stop the simulation (the signal handler's exception is raised)."""
 
 def scalability_type(
     parallelism: float, sync_per_thread_s: float, cpus: int, high_parallelism: float = 0.75, slice_ms: float = 24.0
@@ -126,7 +128,9 @@ def scalability_type(
     """The digest §1.4 scalability type (1 high parallelism / low synchronization, 2 low/high,
     3 high/high, 4 low/low): the rule of ``characterize-sim`` (Rust ``characterize::classify``)."""
 
-def bench(seconds: float) -> str: ...
+def bench(seconds: float) -> str:
+    """Simulate the fixed bench model for at least ``seconds``; JSON text. SIGINT and SIGTERM
+    stop it (the signal handler's exception is raised)."""
 
 class PerfCounters:
     """Linux perf counters on process ``pid`` and every thread and child it starts, enabled
@@ -136,5 +140,5 @@ class PerfCounters:
     def read(self) -> dict[str, int | str]:
         """Event → count, or → the reason (a str) it is unavailable here."""
 
-def trace_info(path: str, pid: int | None = None) -> str:
+def trace_info(path: str | os.PathLike[str], pid: int | None = None) -> str:
     """JSON: the trace's processes and the replay statistics of the chosen process."""

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from .text import printable
 
@@ -95,6 +95,11 @@ class Output:
         """A text file to write (UTF-8, ``\\n`` line ends): a regular file appears, whole, when
         the block ends without an exception; on an exception (Ctrl-C included) it is left as it
         was. A device or FIFO is written as the block writes."""
+        with self._open() as f:
+            yield cast(TextIO, f)
+
+    @contextmanager
+    def _open(self) -> Iterator[_Named]:
         if self.stream:
             with self._named_errors():
                 fd = os.open(self.target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)  # never creates
@@ -126,7 +131,7 @@ class Output:
 
     def write_bytes(self, data: bytes) -> None:
         """Writes ``data`` (whole or not at all, as :meth:`open_text`)."""
-        with self.open_text() as f:
+        with self._open() as f:
             f.buffer_write(data)
 
     def write_csv(self, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -145,7 +150,7 @@ class Output:
                 os.replace(made, self.target)
             return
         try:
-            with open(made, "rb") as src, self.open_text() as f:
+            with open(made, "rb") as src, self._open() as f:
                 while chunk := src.read(1 << 20):
                     f.buffer_write(chunk)
         finally:

@@ -49,7 +49,6 @@ from .report import memory
 from .spec import SCENARIOS, InputFileError, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override
 from .spec import read_text_input as spec_read_text_input
 from .store import COMPACT_ABOVE, QUERY_MEMORY_LIMIT, ResultsStore, StoreError, result_from_row
-from .text import json_text, one_line, printable
 from .sweep import (
     CellFailed,
     InlineExecutor,
@@ -63,6 +62,7 @@ from .sweep import (
     stored_rows,
     sweep_units,
 )
+from .text import json_text, one_line, printable
 
 EXIT_USAGE = 2
 EXIT_SIMULATION = 3
@@ -1795,7 +1795,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     if sys.stdout is None:  # started with stdout closed (>&-): nothing could be printed
-        return _fail("standard output is closed (vcpulab prints its results there; redirect it to a file or /dev/null)", EXIT_USAGE)
+        closed = "standard output is closed (vcpulab prints its results there; redirect it to a file or /dev/null)"
+        return _fail(closed, EXIT_USAGE)
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(argv) if argv is not None else sys.argv[1:]

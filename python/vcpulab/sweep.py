@@ -347,7 +347,8 @@ class DaskExecutor(_ResultQueue):
                     f"start some with `dask worker {address}`"
                 ) from None
             info = self._client.scheduler_info()
-        return max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
+        threads: int = sum(w.get("nthreads", 1) for w in info.get("workers", {}).values())
+        return max(1, threads)
 
     def submit(self, payload: SpecPayload, task: Task, provided: dict[str, str]) -> None:
         fut = self._client.submit(execute, payload, task, provided, pure=False, retries=0)

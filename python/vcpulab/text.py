@@ -25,7 +25,9 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.text import Text
 
 # What printable() escapes; newline and tab are kept (multi-line messages, tables).
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\udc80-\udcff\ud800-\udc7f\udd00-\udfff]")
+_UNPRINTABLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\udc80-\udcff\ud800-\udc7f\udd00-\udfff]"
+)
 
 
 def _escape(match: re.Match[str]) -> str:

@@ -42,9 +42,7 @@ def _started(proc: subprocess.Popen[str], wait_s: float = 1.5) -> None:
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-@pytest.mark.parametrize(
-    "args", [("bench", "--seconds", "600"), LONG_CHARACTERIZE], ids=["bench", "characterize-sim"]
-)
+@pytest.mark.parametrize("args", [("bench", "--seconds", "600"), LONG_CHARACTERIZE], ids=["bench", "characterize-sim"])
 def test_a_signal_ends_a_simulation_command(tmp_path: Path, args: tuple[str, ...], signum: int, code: int) -> None:
     # Started as from a terminal: SIGINT at its default even when this suite runs with it
     # ignored (a background job), which the command would rightly inherit and keep.
@@ -132,7 +130,9 @@ def test_a_scheduler_without_workers_is_waited_for_a_bounded_time(tmp_path: Path
     assert r.code == 2, r.err
     note, error = r.err.splitlines()
     assert note.startswith("vcpulab: note: the Dask scheduler at") and "waiting up to 2 s" in note
-    assert error.startswith("vcpulab: error: --cluster: the Dask scheduler at") and "has no workers (waited 2 s)" in error
+    assert (
+        error.startswith("vcpulab: error: --cluster: the Dask scheduler at") and "has no workers (waited 2 s)" in error
+    )
 
 
 def test_a_closed_stdout_is_one_line_error() -> None:
@@ -158,7 +158,9 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(tmp_path: Path) -> None:
     cmd = vcpulab_command() + [
         "run", "--workload", "lock", "--scenario", "UC,OC", "--vcpus", "2,4", "--seed", "1,2,3", "--json",
     ]  # fmt: skip
-    writer = subprocess.Popen(cmd, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    writer = subprocess.Popen(
+        cmd, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert writer.stdout is not None and writer.stderr is not None
     head = writer.stdout.read(100)
     writer.stdout.close()

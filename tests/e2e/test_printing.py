@@ -63,7 +63,10 @@ def test_data_prints_as_written(odd_store: Path, command: tuple[str, ...]) -> No
 
 
 def test_query_json_has_no_nan(odd_store: Path) -> None:
-    sql = "SELECT workload, 'nan'::DOUBLE AS n, 'inf'::DOUBLE AS i, '-inf'::DOUBLE AS m, 1.5::DOUBLE AS x FROM runs ORDER BY 1"
+    sql = (
+        "SELECT workload, 'nan'::DOUBLE AS n, 'inf'::DOUBLE AS i, '-inf'::DOUBLE AS m, 1.5::DOUBLE AS x "
+        "FROM runs ORDER BY 1"
+    )
     r = run_cli("query", "store", sql, "--format", "json", cwd=odd_store)
     assert r.code == 0, r.err
 
