@@ -29,6 +29,31 @@ class OverrideSyntaxError(ValueError):
     """An override is not of the form PATH=VALUE."""
 
 
+MAX_DEPTH = 64
+"""The most levels a spec nests (each key, part of a dotted key and list index is one): the
+native side's bound for spec files and ``--set`` (``crates/vcpulab-sim/src/spec/depth.rs``).
+A dict spec or override value is held to it here, before it is written out as TOML, which
+recurses once per level."""
+
+
+def _check_depth(value: Any, what: str, start: int = 0) -> None:
+    """:class:`SpecError` (the native side's words) if ``value`` nests more than
+    :data:`MAX_DEPTH` levels below ``start``; without recursion, so any depth is told."""
+    stack = [(value, start)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, Mapping) else item if isinstance(item, (list, tuple)) else ()
+        for child in children:
+            if depth + 1 > MAX_DEPTH:
+                from ._vcpulab import SpecError
+
+                raise SpecError(
+                    f"{what}: nested more than {MAX_DEPTH} levels deep (each key, part of a dotted key and "
+                    f"list index is a level; at most {MAX_DEPTH})"
+                )
+            stack.append((child, depth + 1))
+
+
 @dataclass(frozen=True)
 class SpecSource:
     """Spec text plus the name errors should be reported against."""
@@ -79,6 +104,9 @@ def parse_override(text: str) -> str:
 def normalize_overrides(overrides: OverridesLike) -> list[str]:
     """Accept ``["a.b=1", ...]`` or ``{"a.b": 1, ...}`` and return ``PATH=VALUE`` strings."""
     if isinstance(overrides, Mapping):
+        for path, value in overrides.items():
+            # The path's own levels are the native side's to count; its value's are counted here.
+            _check_depth(value, f"--set {str(path)[:60]}", start=1)
         return [f"{path}={toml_value(value)}" for path, value in overrides.items()]
     if isinstance(overrides, str):
         raise TypeError("overrides must be a list of 'PATH=VALUE' strings or a mapping, not a str")
@@ -154,6 +182,7 @@ def load_spec(spec: SpecLike, source: str | None = None) -> SpecSource:
     existing file; otherwise it is TOML text.
     """
     if isinstance(spec, Mapping):
+        _check_depth(spec, "<dict>")
         loaded = SpecSource(tomli_w.dumps(dict(spec)), "<dict>")
     elif isinstance(spec, os.PathLike) or (isinstance(spec, str) and _looks_like_path(spec)):
         loaded = read_spec_file(spec)

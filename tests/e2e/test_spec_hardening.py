@@ -65,7 +65,12 @@ def test_overriding_a_field_that_read_a_parameter(cli: RunCli, tmp_path: Path) -
     built-in's parameter is dropped, not reported as the user's misspelling."""
     spec = tmp_path / "s.toml"
     spec.write_text('[experiment]\nworkloads = ["ebizzy"]\nscenarios = ["native"]\nvcpus = [2]\n')
-    mmap_mode = ["--set", 'workloads.ebizzy.heap.mmap_threshold="128KiB"', "--set", "workloads.ebizzy.params.mm_sections=1"]
+    mmap_mode = [
+        "--set",
+        'workloads.ebizzy.heap.mmap_threshold="128KiB"',
+        "--set",
+        "workloads.ebizzy.params.mm_sections=1",
+    ]
     r = cli("validate", spec, "--print-spec", *mmap_mode)
     assert r.code == 0, r.err
     ebizzy = tomllib.loads(r.out)["workloads"]["ebizzy"]
@@ -156,3 +161,24 @@ def test_ctrl_c_stops_an_in_process_zero_time_loop(tmp_path: Path) -> None:
         pytest.fail(f"still running 60 s after Ctrl-C; its stderr:\n{err}")
     assert proc.returncode == 130, err
     assert "Traceback" not in err and len(err.splitlines()) == 1 and err.startswith("vcpulab: error: interrupted"), err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--set", ".".join(["a"] * 20_000) + "=1"],  # was SIGSEGV: exit 139, nothing said
+        ["--set", "vm.x=" + "[" * 20_000 + "]" * 20_000],  # was read as a string of brackets
+        ["--set", "vm.x=" + "{a=" * 20_000 + "1" + "}" * 20_000],
+    ],
+    ids=["set-path", "set-array", "set-inline-table"],
+)
+def test_a_deeply_nested_override_is_one_line_like_a_deep_spec_file(
+    cli: RunCli, tmp_path: Path, args: list[str]
+) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    deep_file = tmp_path / "deep.toml"
+    deep_file.write_text(".".join(["a"] * 20_000) + " = 1\n")
+    for r in (cli("validate", repo / "examples" / "quickstart.toml", *args), cli("validate", deep_file)):
+        line = one_line_error(r)
+        assert "nested more than 64 levels deep" in line and len(line) < 400, line[:500]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.toml"]

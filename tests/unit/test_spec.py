@@ -104,3 +104,48 @@ def test_the_python_api_reads_spec_files_as_the_cli_does(tmp_path: Path) -> None
     big.write_bytes(b"#" * (16 * 1024 * 1024 + 1))
     with pytest.raises(InputFileError, match="larger than 16 MiB"):
         load_spec(big)
+
+
+def _nested(levels: int, leaf: object = 1) -> object:
+    value = leaf
+    for i in range(levels):
+        value = {"a": value} if i % 2 else [value]
+    return value
+
+
+def test_dict_specs_and_override_values_are_held_to_the_nesting_bound() -> None:
+    """A dict spec or override value is written out as TOML by code that recurses once per
+    level: past the spec's bound it is refused first, in the native side's words, whatever
+    its depth (a RecursionError, or a stack overflow natively, was the alternative)."""
+    from vcpulab import SpecError
+    from vcpulab.spec import MAX_DEPTH
+
+    spec: object = 1
+    for _ in range(MAX_DEPTH):
+        spec = {"a": spec}
+    assert load_spec(spec).text.count("a") == MAX_DEPTH  # type: ignore[arg-type]
+    for too_deep in ({"a": spec}, {"a": _nested(100_000)}):
+        with pytest.raises(SpecError, match=f"<dict>: nested more than {MAX_DEPTH} levels deep"):
+            load_spec(too_deep)  # type: ignore[arg-type]
+    assert normalize_overrides({"vm.x": _nested(MAX_DEPTH - 1)})
+    for value in (_nested(MAX_DEPTH), _nested(100_000)):
+        with pytest.raises(SpecError, match=f"--set vm.x: nested more than {MAX_DEPTH} levels deep"):
+            normalize_overrides({"vm.x": value})
+
+
+def test_the_python_bound_is_the_native_one() -> None:
+    """The same count on both sides: a spec at the bound reaches validation (and fails it on
+    its made-up field), one level more is refused as too deep."""
+    from vcpulab import Plan, SpecError
+    from vcpulab.spec import MAX_DEPTH
+
+    base = "[experiment]\nworkloads = ['lock']\n[vm]\n"
+    keys = ".".join(["a"] * (MAX_DEPTH - 1))
+    with pytest.raises(SpecError, match="unknown field"):
+        Plan(base + f"{keys} = 1\n", "t.toml", [])
+    with pytest.raises(SpecError, match=f"nested more than {MAX_DEPTH} levels deep"):
+        Plan(base + f"{keys}.a = 1\n", "t.toml", [])
+    with pytest.raises(SpecError, match="unknown field"):
+        Plan(base, "t.toml", normalize_overrides({"vm.x": _nested(MAX_DEPTH - 2)}))
+    with pytest.raises(SpecError, match=f"nested more than {MAX_DEPTH} levels deep"):
+        Plan(base, "t.toml", normalize_overrides({"vm.x": _nested(MAX_DEPTH - 1)}))

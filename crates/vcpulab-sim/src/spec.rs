@@ -7,6 +7,7 @@
 //! semantic checks. Every error is a [`SpecError`] naming the source, the field path and what
 //! was expected.
 
+pub mod depth;
 pub mod error;
 pub mod kernel;
 pub mod overrides;
@@ -263,7 +264,7 @@ impl Spec {
     /// Parses and validates spec `text` read from `source` (a file name or `<flags>`), after
     /// applying `--set PATH=VALUE` overrides.
     pub fn parse(text: &str, source: &str, overrides: &[String]) -> Result<Spec, SpecError> {
-        let mut doc: toml::Table = toml::from_str(text).map_err(|e| SpecError::toml(source, &e))?;
+        let mut doc: toml::Table = depth::parse_document(text, source)?;
         if let Some(why) = doc.get("reproduce").and_then(|r| r.get("not_expressible")).and_then(toml::Value::as_str) {
             let path = "reproduce.not_expressible";
             return Err(SpecError::new(
@@ -575,6 +576,17 @@ fn check_experiment(e: &ExperimentSpec, m: &MachineSpec) -> Result<(), (String, 
     }
     if e.seeds.0.len() > bounds::MAX_SEEDS {
         return Err(("seeds".into(), format!("expected at most {} seeds (got {})", bounds::MAX_SEEDS, e.seeds.0.len())));
+    }
+    // A key of `vary` or of a variant's `set` becomes a `--set` path: the same nesting bound.
+    let keys = e
+        .vary
+        .keys()
+        .map(|k| ("vary".to_string(), k))
+        .chain(e.variants.iter().enumerate().flat_map(|(i, v)| v.set.keys().map(move |k| (format!("variants[{i}].set"), k))));
+    for (table, key) in keys {
+        if overrides::path_too_deep(key) {
+            return Err((format!("{table}.\"{}\"", depth::shown_text(key)), depth::too_deep()));
+        }
     }
     for (key, values) in &e.vary {
         if values.is_empty() {

@@ -1,5 +1,6 @@
 //! `--set PATH=VALUE` overrides, applied to the TOML document before validation.
 
+use super::depth::{self, MAX_DEPTH};
 use super::error::SpecError;
 
 /// One parsed override.
@@ -46,11 +47,27 @@ fn parse(raw: &str) -> Result<Override, SpecError> {
     // compares against the unquoted form.
     let dotted = prefix(&segs);
     let text = value.trim();
-    let value = match toml::from_str::<toml::Table>(&format!("v = {text}")) {
-        Ok(mut t) => t.remove("v").expect("parsed key"),
-        Err(_) => toml::Value::String(text.to_string()),
+    // The path and the value nest together under the document's root: one bound for both,
+    // the spec file's, checked before the value is built into the document.
+    let too_deep = |segs: &[Seg]| SpecError::new(format!("--set {}", depth::shown_text(raw)), depth::shown_path(segs), depth::too_deep());
+    if segs.len() > MAX_DEPTH {
+        return Err(too_deep(&segs));
+    }
+    let value = match depth::parse_value(text) {
+        depth::ParsedValue::Toml(v) => v,
+        depth::ParsedValue::NotToml => toml::Value::String(text.to_string()),
+        depth::ParsedValue::TooDeep => return Err(too_deep(&segs)),
     };
+    if segs.len() + depth::levels(&value) > MAX_DEPTH {
+        return Err(too_deep(&segs));
+    }
     Ok(Override { raw: raw.to_string(), path: segs, dotted, value })
+}
+
+/// Whether dotted path `key` (of `experiment.vary` or a variant's `set`) alone nests deeper
+/// than the spec's bound. A malformed path is not: its override says what is wrong with it.
+pub fn path_too_deep(key: &str) -> bool {
+    split_path(key.trim()).is_ok_and(|segs| segs.len() > MAX_DEPTH)
 }
 
 /// Splits `PATH=VALUE` at the first '=' outside a quoted key.
@@ -261,5 +278,30 @@ mod tests {
         for bad in ["a.\"b=1", "a..b=1", "a.b\"c\"=1", "a[x]=1", "a[1=1"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_path_and_its_value_nest_within_the_spec_bound_together() {
+        let path = |n: usize| vec!["a"; n].join(".");
+        let inline = |n: usize| "{ a = ".repeat(n) + "1" + &" }".repeat(n);
+        assert!(parse(&format!("{}=1", path(MAX_DEPTH))).is_ok());
+        assert!(parse(&format!("{}={}", path(MAX_DEPTH - 3), inline(3))).is_ok());
+        assert!(parse(&format!("a[0][1]={}", inline(MAX_DEPTH - 3))).is_ok());
+        for raw in [
+            format!("{}=1", path(MAX_DEPTH + 1)),
+            format!("{}={}", path(MAX_DEPTH - 3), inline(4)),
+            format!("a[0][1]={}", inline(MAX_DEPTH - 2)),
+            // Far past every bound: a stack overflow (SIGSEGV) before the bound existed.
+            format!("{}=1", path(20_000)),
+            format!("x.y={}{}", "[".repeat(20_000), "]".repeat(20_000)),
+            format!("x.y={}", "[".repeat(20_000)),
+        ] {
+            let e = parse(&raw).unwrap_err();
+            assert_eq!(e.message, depth::too_deep(), "{e}");
+            assert!(e.source.starts_with("--set ") && e.source.len() < 120, "{e}");
+        }
+        let e = parse(&format!("{}=1", path(100))).unwrap_err();
+        assert_eq!(e.field, "a.a.a…");
+        assert_eq!(e.source, format!("--set {}… (201 characters)", &path(100)[..60]));
     }
 }

@@ -389,3 +389,28 @@ fn a_reproduce_table_is_checked() {
     assert_eq!(e.field, "reproduce.not_expressible");
     assert!(e.message.contains("cannot be run by the model yet (MISSING MECHANISM: x)"), "{e}");
 }
+
+#[test]
+fn every_way_in_has_the_same_nesting_bound() {
+    use super::depth::{too_deep, MAX_DEPTH};
+    let keys = |n: usize| vec!["a"; n].join(".");
+    // The file: at the bound the fields are judged (no `vm.a`), one level more is the bound.
+    let at = parse(&format!("{MIN}[vm]\n{} = 1\n", keys(MAX_DEPTH - 1)), &[]).unwrap_err();
+    assert!(at.message.contains("unknown field"), "{at}");
+    let past = parse(&format!("{MIN}[vm]\n{} = 1\n", keys(MAX_DEPTH)), &[]).unwrap_err();
+    assert_eq!((past.source.as_str(), past.message.as_str()), ("t.toml", too_deep().as_str()), "{past}");
+    // An override, its path and value together.
+    let at = parse(MIN, &[&format!("vm.{}=[1]", keys(MAX_DEPTH - 2))]).unwrap_err();
+    assert!(at.message.contains("unknown field"), "{at}");
+    let past = parse(MIN, &[&format!("vm.{}=[[1]]", keys(MAX_DEPTH - 2))]).unwrap_err();
+    assert_eq!(past.message, too_deep(), "{past}");
+    // A key of experiment.vary or of a variant's set (each becomes an override), named short.
+    let deep = keys(20_000);
+    let vary = format!("[experiment]\nworkloads = [\"lock\"]\nvary = {{ \"{deep}\" = [1] }}\n");
+    let e = parse(&vary, &[]).unwrap_err();
+    assert_eq!(e.message, too_deep(), "{e}");
+    assert!(e.field.starts_with("experiment.vary.\"a.a.a") && e.field.len() < 120, "{e}");
+    let variant = format!("[experiment]\nworkloads = [\"lock\"]\nvariants = [{{ name = \"v\", set = {{ \"{deep}\" = 1 }} }}]\n");
+    let e = parse(&variant, &[]).unwrap_err();
+    assert!(e.message == too_deep() && e.field.starts_with("experiment.variants[0].set.\"a.a"), "{e}");
+}
