@@ -184,7 +184,7 @@ def test_unknown_id_and_bad_flags(cli: RunCli, tmp_path: Path) -> None:
     line = one_line_error(cli("reproduce", "--suite", tmp_path / "missing", "--list"))
     assert "suite directory" in line and "does not exist" in line
     line = one_line_error(cli("reproduce", "--suite", FIXTURE, "-j", "0"))
-    assert "--jobs must be at least 1" in line
+    assert "--jobs: expected 1 to" in line
     line = one_line_error(cli("reproduce", "--suite", FIXTURE, "--markdown", tmp_path / "no" / "x.md"))
     assert "--markdown" in line and "does not exist" in line
 
