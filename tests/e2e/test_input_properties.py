@@ -61,19 +61,13 @@ class Outcome:
     err: str
     written: list[str]
 
-    def check(self, progress: str | None = None) -> None:
-        """The properties every input must keep. ``progress``: a prefix of lines a failure may
-        print before its error line (only for `predict`, a known defect: see
-        test_known_trace_failures)."""
+    def check(self) -> None:
+        """The properties every input must keep."""
         shown = f"args={[a[:200] for a in self.args]!r}\ncode={self.code}\nstderr={self.err[:2000]!r}"
         assert self.code in (0, 2, 3), shown
         assert "Traceback" not in self.out and "Traceback" not in self.err, shown
         assert not self.written, f"{shown}\nwrote {self.written}"
         lines = self.err.splitlines()
-        if progress is not None and self.code != 0:
-            while len(lines) > 1 and lines[0].startswith(progress):
-                lines.pop(0)
-            self.err = "".join(f"{line}\n" for line in lines)
         if self.code == 0:
             # Notes (vm.apicv) and the replay's progress may be said; an error may not.
             assert not any(line.startswith("vcpulab: error") for line in lines), shown
@@ -637,9 +631,7 @@ PREDICT = ["predict", "t.vtrace", "--scenario", "UC", "--vcpus", "2"]
 @_settings(40)
 @given(trace_bytes())
 def test_any_trace_is_predicted_or_refused_in_one_line(data: bytes) -> None:
-    # The "  simulating: ..." lines a failing replay prints before its error are tolerated
-    # here (a known defect, pinned by test_known_trace_failures); nothing else is.
-    in_subprocess(PREDICT, {"t.vtrace": data}, timeout=120).check(progress="  simulating: ")
+    in_subprocess(PREDICT, {"t.vtrace": data}, timeout=120).check()
 
 
 def _one_thread(*records: bytes) -> bytes:
@@ -650,18 +642,8 @@ def _one_thread(*records: bytes) -> bytes:
 
 # What the trace reader and the replay (another engineer's, for now) get wrong: each case's
 # bytes and what it does, a strict xfail until it is fixed (then the marker goes, and the
-# property above drops its tolerance of progress lines and its MAX_SIZE).
+# property above drops its MAX_SIZE).
 TRACE_KNOWN = {
-    # A replay-time error (here the barrier the trace inits for 36 parties and waits on with
-    # one thread, exit 2 in 0.5 s) is printed after the progress line "  simulating: native
-    # replay on 8 CPUs": two lines on stderr, where a failure must be one.
-    "progress-line-before-the-error": (
-        _one_thread(
-            record(0x17, 0, 1000, struct.pack("<QQIi", 900, 0x1000, 36, 0)),  # BARRIER_INIT, 36 parties
-            record(0x18, 0, 2000, struct.pack("<QQQi", 1000, 0x1000, 5, 0)),  # BARRIER_WAIT
-        ),
-        10.0,
-    ),
     # One MALLOC of 1 TiB (a 236-byte trace): the replay touches it a page at a time, and
     # predict runs for minutes (1 PiB: 35 s to the 600 s virtual-time limit, exit 3, also with
     # the progress line). A traced malloc that large cannot have succeeded.
@@ -670,6 +652,19 @@ TRACE_KNOWN = {
         10.0,
     ),
 }
+
+
+def test_a_replay_error_is_the_one_line_on_stderr() -> None:
+    # A replay-time error (the barrier the trace inits for 36 parties and waits on with one
+    # thread) came after a progress line "  simulating: native replay on 8 CPUs", printed
+    # even when stderr was no terminal: two lines where a failure must be one.
+    data = _one_thread(
+        record(0x17, 0, 1000, struct.pack("<QQIi", 900, 0x1000, 36, 0)),  # BARRIER_INIT, 36 parties
+        record(0x18, 0, 2000, struct.pack("<QQQi", 1000, 0x1000, 5, 0)),  # BARRIER_WAIT
+    )
+    r = in_subprocess(PREDICT, {"t.vtrace": data}, timeout=60)
+    r.check()
+    assert r.code == 2 and "the barrier would never open" in r.err
 
 
 @pytest.mark.xfail(strict=True, reason="trace reader/replay defects (see TRACE_KNOWN), owned elsewhere for now")

@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -651,16 +652,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise LaunchError(f"{path}: no such trace file", 2)
     if not path.is_file():
         raise LaunchError(f"{path}: not a regular file (expected a .vtrace file written by `vcpulab trace`)", 2)
-    console = stderr_console()
     try:
-        pred = predict.predict(
-            str(path.resolve()),
-            args.scenarios or ["UC", "OC"],
-            args.vcpus,
-            args.cpus,
-            args.seed,
-            on_step=lambda s: console.print(f"  simulating: {s}", style="dim"),
-        )
+        # What is being simulated, on a terminal only: an error is then stderr's one line.
+        with render.step_progress(sys.stderr.isatty()) as steps:
+            pred = predict.predict(
+                str(path.resolve()),
+                args.scenarios or ["UC", "OC"],
+                args.vcpus,
+                args.cpus,
+                args.seed,
+                on_step=lambda s: steps.done(f"simulating: {s}"),
+            )
     except TraceError as e:
         raise LaunchError(str(e), 2) from None
     if args.output:
@@ -682,7 +684,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     results = pred.results
     out.print(render.results_table(results, []))
     for warning in pred.warnings():
-        console.print(f"warning: {warning}", style="bold yellow", highlight=False)
+        stderr_console().print(f"warning: {warning}", style="bold yellow", highlight=False)
     natives = {r["vcpus"]: r for r in results if r["scenario"] == "native"}
     for r in results:
         if r["scenario"] == "native":
