@@ -14,7 +14,6 @@ import shutil
 import statistics
 import subprocess
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import Result, one_line_error, run_cli, vcpulab_command
+from conftest import Result, fill, one_line_error, run_cli, vcpulab_command
 
 TINY = '[experiment]\nworkloads = ["lock"]\nscenarios = ["native", "UC"]\nvcpus = [2]\nseeds = [1, 2]\n'
 SETTINGS = ("--set", "vm.apicv=false", "--set", "vm.pv.eoi=false")
@@ -541,33 +540,6 @@ def test_a_part_with_columns_of_the_wrong_type_is_one_line(store_copy: Path, how
 # --- a full disk -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs mounted for the test (needs root, as CI runs)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small file system needs root (CI runs as root)")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield disk
-    finally:
-        if subprocess.run(["umount", str(disk)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Fills the file system of ``disk`` up to its last page; returns the filler file."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError as e:
-            assert e.errno == 28, e
-    return filler
 
 
 def test_a_full_disk_names_the_file_and_loses_no_cell(two_parts: Path, small_disk: Path, tmp_path: Path) -> None:

@@ -12,8 +12,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import fill
 from vcpulab.analysis import _settings
 from vcpulab.store import ResultsStore, StoreDamaged, StoreError, StorePartInvalid, StorePartUnreadable
 
@@ -312,33 +311,6 @@ def test_the_columns_vcpulab_writes_pass_the_check(tmp_path: Path) -> None:
 # --- a full disk -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs mounted for the test (needs root, as CI runs)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small file system needs root (CI runs as root)")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield disk
-    finally:
-        if subprocess.run(["umount", str(disk)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Fills the file system of ``disk`` to its last page; returns the filler file."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError as e:
-            assert e.errno == errno.ENOSPC, e
-    return filler
 
 
 def test_a_full_disk_names_the_part_and_keeps_every_row(small_disk: Path) -> None:
