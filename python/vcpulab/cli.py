@@ -795,7 +795,7 @@ def sweep_failures(results_dir: str | None) -> Iterator[None]:
         raise CliError(f"{e}{kept}", EXIT_SIMULATION) from None
     except KeyboardInterrupt as e:
         kept = (
-            f" (finished cells are stored in {results_dir}; run the same command again to continue)"
+            f" (finished cells are stored in {printable(results_dir)}; run the same command again to continue)"
             if results_dir
             else ""
         )
@@ -833,7 +833,8 @@ def _sweep_and_show(
             executor = InlineExecutor()
         interactive = sys.stderr.isatty()
         if sweep.stored and interactive:
-            sys.stderr.write(f"vcpulab: {len(sweep.stored)} of {len(selected)} cells already stored in {results_dir}\n")
+            stored_in = f"{len(sweep.stored)} of {len(selected)} cells already stored in {printable(results_dir)}"
+            sys.stderr.write(f"vcpulab: {stored_in}\n")
 
         def on_result(i: int, row: dict[str, Any]) -> None:
             emit.add(i, row)
@@ -875,8 +876,9 @@ def _sweep_and_show(
     if console is not None and results_dir is not None:
         ran, kept_n = report_.ran, len(sweep.stored)
         console.print(
-            f"results: {results_dir} ({ran} cells run, {kept_n} already stored); "
-            f"query with `vcpulab summary {results_dir}` or `vcpulab query {results_dir} SQL`",
+            f"results: {printable(results_dir)} ({ran} cells run, {kept_n} already stored); "
+            f"query with `vcpulab summary {printable(results_dir)}` or "
+            f"`vcpulab query {printable(results_dir)} SQL`",
             style="dim",
             highlight=False,
         )
@@ -976,7 +978,7 @@ def _run_with_timeline(
             write_bytes_atomic(args.timeline, partial)
             n = int(getattr(e, "timeline_events", 0))
             sys.stderr.write(
-                f"vcpulab: wrote timeline {args.timeline} up to the failure below "
+                f"vcpulab: wrote timeline {printable(args.timeline)} up to the failure below "
                 f"({n:,} events; open in https://ui.perfetto.dev)\n"
             )
         raise
@@ -999,7 +1001,7 @@ def _run_with_timeline(
     if events == 0:
         cut = f": the run ended at {float(result['duration_s']) * 1e3:g} ms, before the window starts"
     sys.stderr.write(
-        f"vcpulab: wrote timeline {args.timeline} ({events:,} events{cut}; open in https://ui.perfetto.dev)\n"
+        f"vcpulab: wrote timeline {printable(args.timeline)} ({events:,} events{cut}; open in https://ui.perfetto.dev)\n"
     )
     return 0
 
@@ -1050,8 +1052,9 @@ def _repaired_note(store: ResultsStore) -> str:
     """The line ``run --repair`` prints after setting damaged parts aside."""
     names = ", ".join(d.file for d in store.repaired)
     return (
-        f"vcpulab: repaired {store.root}: set {len(store.repaired)} damaged part(s) aside in "
-        f"{store.root / 'damaged'}/ ({names}; see NOTES.txt there); the spec's cells among their rows run again\n"
+        f"vcpulab: repaired {printable(store.root)}: set {len(store.repaired)} damaged part(s) aside in "
+        f"{printable(store.root / 'damaged')}/ ({names}; see NOTES.txt there); the spec's cells among their rows "
+        "run again\n"
     )
 
 
@@ -1223,7 +1226,7 @@ def _categorize_build(results: str, wanted: str | None, builds: Mapping[str, int
             f"; categorizing this build's ({current}, {builds[current]} cells) only "
             "(--build all for every build, --build ID for another)"
         )
-    print(f"vcpulab: note: {results} holds the results of {len(builds)} model builds{what}", file=sys.stderr)
+    print(f"vcpulab: note: {printable(results)} holds the results of {len(builds)} model builds{what}", file=sys.stderr)
     return pick
 
 
@@ -1325,7 +1328,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         console.print(board.total_line(), style="bold", highlight=False, markup=False)
     written = [html_out] + ([args.markdown] if args.markdown else [])
     sys.stderr.write(
-        f"vcpulab: {done.ran} cells run, {done.stored} already stored in {results_dir}; wrote {', '.join(written)}\n"
+        f"vcpulab: {done.ran} cells run, {done.stored} already stored in {printable(results_dir)}; "
+        f"wrote {printable(', '.join(written))}\n"
     )
     return 0
 
@@ -1509,7 +1513,9 @@ def _write_cdf(path: Path, results: Sequence[dict[str, Any]]) -> list[str]:
     png = report.cdf_png_path(path)
     if report.write_cdf_png(png, results):
         return [str(path), str(png)]
-    sys.stderr.write(f"vcpulab: note: matplotlib is not installed; skipped the plot '{png}' (pip install matplotlib)\n")
+    sys.stderr.write(
+        f"vcpulab: note: matplotlib is not installed; skipped the plot '{printable(png)}' (pip install matplotlib)\n"
+    )
     return [str(path)]
 
 
@@ -1789,6 +1795,15 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A net under vcpulab.text.printable: whatever still reaches a stream with a byte that is
+    # not UTF-8 in it is written escaped, not an error.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
     with _Interrupts():
         return _main(argv)
 
