@@ -13,8 +13,9 @@ import pytest
 
 from conftest import one_line_error, run_cli
 
-# Workloads whose names are rich markup, a closing tag alone, and an escape sequence.
-ODD_NAMES = ("[/x]", "[red]x[/red]", "e\x1b[31mvil")
+# Workloads whose names are rich markup, a closing tag alone, an escape sequence, and TeX
+# (which matplotlib would typeset, and fails on).
+ODD_NAMES = ("[/x]", "[red]x[/red]", "e\x1b[31mvil", "$\\frac$")
 
 
 def _odd_spec() -> str:
@@ -118,3 +119,12 @@ def test_a_spec_and_a_report_may_have_file_names_that_are_not_utf8(tmp_path: Pat
     (tmp_path / bad).write_text('[experiment]\nworkloads = ["lock"]\nscenarios = 3\n')
     line = one_line_error(run_cli("validate", bad, cwd=tmp_path))
     assert line.startswith("vcpulab: error: b\\xffad.toml: experiment.scenarios")
+
+
+def test_report_shows_data_as_written(odd_store: Path) -> None:
+    r = run_cli("report", "store", "-o", "odd.html", cwd=odd_store)
+    assert r.code == 0, r.err
+    assert r.err == ""  # no matplotlib warning of a glyph it lacks, no TeX error
+    page = (odd_store / "odd.html").read_text()
+    assert "\x1b" not in page and "e\\x1b[31mvil" in page
+    assert "$\\frac$" in page and "[red]x[/red]" in page

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from ..text import printable
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -33,6 +35,8 @@ RC: dict[str, Any] = {
     "ytick.labelsize": 8,
     "axes.spines.top": False,
     "axes.spines.right": False,
+    # Labels are data (workload names): a '$' in one is a dollar sign, not TeX.
+    "text.parse_math": False,
 }
 
 SCENARIO_COLORS = {"native": "#4d4d4d", "UC": "#1f77b4", "OC": "#ff7f0e", "OC2": "#d62728"}
@@ -126,10 +130,30 @@ def thin(xs: Sequence[float], ys: Sequence[float], limit: int = MAX_POINTS) -> t
 _ID = re.compile(r'\bid="([^"]+)"')
 
 
+def _printable_texts(fig: Figure) -> None:
+    """Every text of ``fig`` (titles, legends, tick labels) with control characters escaped,
+    as vcpulab prints them (:func:`vcpulab.text.printable`): drawn raw they have no glyph, and
+    XML has no place for them."""
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter
+
+    for text in fig.findobj(Text):
+        shown = text.get_text()
+        if printable(shown) != shown:
+            text.set_text(printable(shown))
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            # Tick labels are made again from the formatter when drawn: give it the escaped ones.
+            labels = [t.get_text() for t in axis.get_majorticklabels()]
+            if any(printable(label) != label for label in labels):
+                axis.set_major_formatter(FixedFormatter([printable(label) for label in labels]))
+
+
 def to_svg(fig: Figure, prefix: str, label: str = "") -> str:
     """The figure as an ``<svg>`` element to inline in HTML: no XML prolog, DOCTYPE or metadata
     (so no URL but the namespace declarations), and every id prefixed with ``prefix`` so that
     several figures in one page never share an id."""
+    _printable_texts(fig)
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
     text = buf.getvalue()

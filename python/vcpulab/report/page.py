@@ -19,23 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..text import printable
+
 DASH = "—"
-
-# A lone surrogate: how Python holds a byte of a file name that is not UTF-8 ('st\udcffore' for
-# b'st\xffore'); UTF-8 cannot encode it.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _escape_surrogate(m: re.Match[str]) -> str:
-    code = ord(m.group())
-    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
-
-
-def utf8_text(text: str) -> str:
-    """``text`` as UTF-8 can carry it: a byte of a file name that is not UTF-8 is shown as
-    ``\\xff`` (``report`` of a store in such a directory names it in the page and the CSVs)."""
-    return _SURROGATE.sub(_escape_surrogate, text)
-
 
 def href_path(path: str) -> str:
     """A relative file path as a link: every byte a URL cannot hold (``#``, ``%``, a space, a
@@ -134,7 +120,7 @@ class Table:
         w.writerow(self.columns)
         for row in self.rows:
             w.writerow([csv_value(v) for v in row])
-        return utf8_text(out.getvalue())
+        return printable(out.getvalue())  # a file name's non-UTF-8 byte as \xff, as printed
 
     def html(self) -> str:
         head = "".join(f"<th>{html.escape(self.headers.get(c, c))}</th>" for c in self.columns)
@@ -260,4 +246,4 @@ def render_page(title: str, subtitle: str, sections: Sequence[Section], csv_dir:
     )
     # The page is UTF-8: a non-UTF-8 byte of a file name anywhere in it (the results
     # directory, the command) is shown escaped.
-    return utf8_text(page)
+    return printable(page)
