@@ -560,13 +560,6 @@ def field_value(draw: st.DrawFn, code: str, wild: bool) -> int:
     return draw(st.one_of(st.integers(-20, 20), st.integers(-(2**31), 2**31 - 1)))
 
 
-# The size fields of the allocator and mapping records (the index in the struct's values).
-SIZES = {0x20: [0], 0x22: [0, 1], 0x23: [1], 0x24: [1], 0x30: [2], 0x31: [2], 0x32: [2], 0x33: [2]}
-# The replay's cost grows with them (a page at a time): a 1 TiB malloc takes minutes
-# (test_known_trace_failures). The property keeps them at most this, until that is fixed.
-MAX_SIZE = 1 << 30
-
-
 @st.composite
 def a_record(draw: st.DrawFn, t: int, cpu: int) -> bytes:
     wild = draw(st.integers(0, 4)) == 0
@@ -575,8 +568,6 @@ def a_record(draw: st.DrawFn, t: int, cpu: int) -> bytes:
     values = [draw(field_value(c, wild)) for c in layout[1:]]
     if kind < 0x20 and not wild:
         values[0] = cpu  # the thread's CPU time, growing
-    for i in SIZES.get(kind, []):
-        values[i] %= MAX_SIZE + 1
     flags = draw(st.sampled_from([0, 0, 0x01, 0x02, 0x80] + ([0xFF] if wild else [])))
     return record(kind, flags, t, struct.pack(layout, *values))
 
@@ -641,16 +632,8 @@ def _one_thread(*records: bytes) -> bytes:
 
 
 # What the trace reader and the replay (another engineer's, for now) get wrong: each case's
-# bytes and what it does, a strict xfail until it is fixed (then the marker goes, and the
-# property above drops its MAX_SIZE).
+# bytes and what it does, a strict xfail until it is fixed (then the case goes).
 TRACE_KNOWN = {
-    # One MALLOC of 1 TiB (a 236-byte trace): the replay touches it a page at a time, and
-    # predict runs for minutes (1 PiB: 35 s to the 600 s virtual-time limit, exit 3, also with
-    # the progress line). A traced malloc that large cannot have succeeded.
-    "a-1-TiB-malloc-replays-for-minutes": (
-        _one_thread(record(0x20, 0, 2000, struct.pack("<QQ", 1 << 40, 0x5000))),  # MALLOC
-        10.0,
-    ),
 }
 
 

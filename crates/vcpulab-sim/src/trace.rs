@@ -302,6 +302,18 @@ pub enum TraceErrorKind {
         /// What was inconsistent.
         what: String,
     },
+    /// A successful call's size that no x86-64 Linux program could have had (beyond the
+    /// 47-bit user address space, [`format::USER_SPACE_MAX`]).
+    Field {
+        /// Block number.
+        block: u64,
+        /// The record's number in its block (counted from 0).
+        record: u64,
+        /// The record's kind (e.g. `MALLOC`).
+        kind: &'static str,
+        /// What was wrong, and what was expected.
+        what: String,
+    },
     /// A block that does not fit the others as the tracer writes them: empty, written twice
     /// or out of its thread's order, records of a thread after its exit, a process or thread
     /// start out of place.
@@ -347,6 +359,7 @@ impl fmt::Display for TraceError {
             K::UnknownKind { block, kind } => write!(f, "unknown record kind {kind:#04x} in block {block}"),
             K::Length { block, what } => write!(f, "inconsistent lengths in block {block}: {what}"),
             K::Structure { block, what } => write!(f, "malformed block {block}: {what}"),
+            K::Field { block, record, kind, what } => write!(f, "impossible {kind} record {record} of block {block}: {what}"),
         }
     }
 }

@@ -20,6 +20,18 @@ use super::spinlock::{KLockRef, MmLock};
 use super::thread::Flow;
 use super::{KernelId, ThreadId, HOST};
 
+/// Page-granular work on more pages than this (1 GiB of 4 KiB pages) is modelled in bulk
+/// beyond them, [`BULK_PIECE`] pages at a time: the per-page costs times the pages, the same
+/// CPU time under the same cause, without the per-pagevec (per-batch) spinlock round trips
+/// whose contention the simulator models for ordinary sizes. Page faults keep taking the read
+/// lock of `mmap_sem` (or the VMA's) for each piece, so a writer gets in between pieces. A
+/// range of at most this many pages (every ordinary allocation, mapping or zap) is modelled
+/// page batch by page batch as before; a larger one no longer costs simulator events in
+/// proportion to its pages (a traced 1 TiB `malloc` is 2^28 pages).
+pub const BULK_ABOVE: u64 = 1 << 18;
+/// Pages of one bulk piece (256 MiB of 4 KiB pages).
+pub const BULK_PIECE: u64 = 1 << 16;
+
 /// One step of a kernel path still to run on behalf of a thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KStep {
@@ -152,7 +164,14 @@ impl World<'_> {
                 }
                 KStep::Faults(n, vma) => {
                     self.threads[t as usize].kpath.pop_front();
-                    if n > 0 {
+                    if n > BULK_ABOVE {
+                        // A huge range: a piece of it in bulk, under the read lock (see
+                        // BULK_ABOVE), the rest after its release.
+                        let c = &self.costs;
+                        let ns = BULK_PIECE * (c.page_fault + c.zone_page + c.lru_page);
+                        let bulk = [KStep::ReadLock(vma), KStep::Work(ns, Cause::MemoryOp), KStep::ReadUnlock];
+                        self.kpath_push_front(t, [bulk.as_slice(), &[KStep::Faults(n - BULK_PIECE, vma)]].concat());
+                    } else if n > 0 {
                         self.kpath_push_front(t, vec![KStep::ReadLock(vma), KStep::FaultChunk(n, vma)]);
                     }
                 }
@@ -200,6 +219,13 @@ impl World<'_> {
                     if let Flow::Stop = self.tlb_shootdown(k, cpu, t, pages) {
                         return Flow::Stop;
                     }
+                }
+                KStep::Release { left, total } if left > BULK_ABOVE => {
+                    // A huge zap: a piece of its pages off the LRU, and freed, in bulk.
+                    self.threads[t as usize].kpath.pop_front();
+                    let ns = BULK_PIECE * (self.costs.lru_page + self.costs.zone_page);
+                    let (left, total) = (left - BULK_PIECE, total - BULK_PIECE);
+                    self.kpath_push_front(t, vec![KStep::Work(ns, Cause::MemoryOp), KStep::Release { left, total }]);
                 }
                 KStep::Release { left, total } => {
                     self.threads[t as usize].kpath.pop_front();

@@ -26,6 +26,10 @@ pub const BLOCK_HEADER_LEN: usize = 40;
 pub const BLOCK_MAX: usize = 65536;
 /// Length of the common record header (kind, flags, length, time).
 pub const RECORD_HEADER_LEN: usize = 12;
+/// The largest size a successful allocation, mapping, `munmap`, `madvise` or `mprotect` can
+/// have had: 128 TiB, x86-64's 47-bit user address space (`TASK_SIZE`; a larger one is a
+/// format error, not a call to replay).
+pub const USER_SPACE_MAX: u64 = 1 << 47;
 
 /// Record flag: a try-lock variant (`pthread_*_trylock`).
 pub const F_TRY: u8 = 0x01;

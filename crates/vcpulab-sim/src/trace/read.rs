@@ -188,7 +188,12 @@ fn parse_block(b: &[u8], off: usize, (block, version): (u64, u16), out: &mut Bui
             return Err(length(pos, format!("a {} record of {len} bytes overruns the payload ({left} bytes left)", info.name)));
         }
         let rec = &payload[pos..pos + len];
-        records.push(decode(info, rec).map_err(|what| (off + hl + pos, TraceErrorKind::Length { block, what }))?);
+        let r = decode(info, rec).map_err(|what| (off + hl + pos, TraceErrorKind::Length { block, what }))?;
+        if let Some(what) = implausible(&r.event) {
+            let record = records.len() as u64;
+            return Err((off + hl + pos, TraceErrorKind::Field { block, record, kind: info.name, what }));
+        }
+        records.push(r);
         at.push(off + hl + pos);
         if let (Event::ProcessStart { pid: p }, Some(s)) = (&records[records.len() - 1].event, process_start(rec, version)) {
             if *p != pid || le64(rec, 36) != base {
@@ -318,6 +323,31 @@ fn decode(info: &KindInfo, r: &[u8]) -> Result<Record, String> {
         other => return Err(format!("no decoder for kind {other:#04x}")),
     };
     Ok(Record { t, cpu: info.cpu.then(|| le64(r, 12)), cpu_estimated: flags & format::F_CPU_EST != 0, event })
+}
+
+/// Why a successful call's size could not have been (None: it could): an allocation (a
+/// `calloc`'s product), or a mapping, `munmap`, `madvise` or `mprotect` length, beyond the
+/// 128 TiB of x86-64's 47-bit user address space ([`format::USER_SPACE_MAX`]), or a `calloc`
+/// whose product overflows. A failed call (a NULL pointer, `MAP_FAILED`, a nonzero return)
+/// may have asked for anything.
+fn implausible(ev: &Event) -> Option<String> {
+    let max = format::USER_SPACE_MAX;
+    let (field, size) = match *ev {
+        Event::Malloc { size, ptr } | Event::Memalign { size, ptr, .. } | Event::Realloc { size, ptr, .. } if ptr != 0 => ("size", size),
+        Event::Calloc { nmemb, size, ptr } if ptr != 0 => match nmemb.checked_mul(size) {
+            Some(bytes) => ("nmemb × size", bytes),
+            None => {
+                return Some(format!(
+                    "nmemb {nmemb} × size {size} overflows 64 bits, expected a product of at most {max} bytes (128 TiB, the x86-64 user address space) for a calloc that succeeded"
+                ));
+            }
+        },
+        Event::Mmap { addr, len, .. } if addr != u64::MAX => ("len", len),
+        Event::Munmap { len, ret: 0, .. } | Event::Madvise { len, ret: 0, .. } | Event::Mprotect { len, ret: 0, .. } => ("len", len),
+        _ => return None,
+    };
+    (size > max)
+        .then(|| format!("{field} {size} bytes, expected at most {max} (128 TiB, the x86-64 user address space) for a call that succeeded"))
 }
 
 /// Groups blocks by process image (pid, clock base) and thread, and checks that they fit
@@ -1012,6 +1042,51 @@ mod tests {
             Ok(_) => panic!("read a missing file"),
         };
         assert!(e.to_string().starts_with("/nonexistent/dir/x.vtrace: cannot read: "), "{e}");
+    }
+
+    #[test]
+    fn a_successful_call_beyond_the_user_address_space_is_a_format_error() {
+        let q = |v: u64| v.to_le_bytes();
+        let d = |v: i32| v.to_le_bytes();
+        let one = |r: Vec<u8>| {
+            let main = [process_start(100, 0, b"./app\0"), thread_start(1, 100, 0, 0), r];
+            [header(2), block(100, 100, BASE, 0, &main)].concat()
+        };
+        let max = format::USER_SPACE_MAX;
+        let malloc = |size: u64, ptr: u64| rec(kind::MALLOC, 0, 2, &fields(&[&q(size), &q(ptr)]));
+        let calloc = |n: u64, size: u64, ptr: u64| rec(kind::CALLOC, 0, 2, &fields(&[&q(n), &q(size), &q(ptr)]));
+        let mmap = |addr: u64, len: u64| rec(kind::MMAP, 0, 2, &fields(&[&q(3), &q(addr), &q(len), &d(3), &d(0x22), &d(-1)]));
+        let madvise = |len: u64, ret: i32| rec(kind::MADVISE, 0, 2, &fields(&[&q(3), &q(0x5000), &q(len), &d(4), &d(ret)]));
+        let munmap = |len: u64| rec(kind::MUNMAP, 0, 2, &fields(&[&q(3), &q(0x5000), &q(len), &d(0)]));
+        // The largest possible ones, 1 TiB, and failed calls of any size are read.
+        for r in
+            [malloc(max, 0x5000), malloc(1 << 40, 0x5000), malloc(u64::MAX, 0), calloc(u64::MAX, 2, 0), calloc(1 << 20, 1 << 27, 0x5000)]
+                .into_iter()
+                .chain([mmap(u64::MAX, u64::MAX), mmap(0x7f00_0000_0000, max), madvise(64 << 40, 0), madvise(u64::MAX, -22)])
+        {
+            from_bytes(&one(r)).expect("a size a program could have had");
+        }
+        for (r, field) in [
+            (malloc(u64::MAX, 0x5000), "size 18446744073709551615 bytes"),
+            (malloc(max + 1, 0x5000), "size 140737488355329 bytes"),
+            (calloc(531, 0x7f00_0000_0000, 0x5000), "nmemb × size 74147765642330112 bytes"),
+            (calloc(1 << 32, 1 << 32, 0x5000), "nmemb 4294967296 × size 4294967296 overflows 64 bits"),
+            (mmap(0x7f00_0000_0000, max + 4096), "len 140737488359424 bytes"),
+            (madvise(1 << 48, 0), "len 281474976710656 bytes"),
+            (munmap(u64::MAX), "len 18446744073709551615 bytes"),
+        ] {
+            let len = r.len();
+            let bytes = one(r);
+            let e = fails(&bytes);
+            assert_eq!(e.offset, (bytes.len() - len) as u64, "the record's own offset: {e}");
+            assert!(matches!(e.kind, K::Field { block: 0, record: 2, .. }), "{e}");
+            let shown = e.to_string();
+            assert!(shown.starts_with("t.vtrace: byte "), "{shown}");
+            assert!(shown.contains("record 2 of block 0: "), "{shown}");
+            assert!(shown.contains(field), "{shown}");
+            assert!(shown.contains("expected "), "{shown}");
+            assert!(!shown.contains('\n'), "{shown}");
+        }
     }
 
     #[test]
