@@ -631,12 +631,6 @@ def _one_thread(*records: bytes) -> bytes:
     return trace_header(4) + trace_block(100, 100, BASE, 0, main)
 
 
-# What the trace reader and the replay (another engineer's, for now) get wrong: each case's
-# bytes and what it does, a strict xfail until it is fixed (then the case goes).
-TRACE_KNOWN = {
-}
-
-
 def test_a_replay_error_is_the_one_line_on_stderr() -> None:
     # A replay-time error (the barrier the trace inits for 36 parties and waits on with one
     # thread) came after a progress line "  simulating: native replay on 8 CPUs", printed
@@ -648,14 +642,3 @@ def test_a_replay_error_is_the_one_line_on_stderr() -> None:
     r = in_subprocess(PREDICT, {"t.vtrace": data}, timeout=60)
     r.check()
     assert r.code == 2 and "the barrier would never open" in r.err
-
-
-@pytest.mark.xfail(strict=True, reason="trace reader/replay defects (see TRACE_KNOWN), owned elsewhere for now")
-@pytest.mark.parametrize("case", sorted(TRACE_KNOWN))
-def test_known_trace_failures(case: str) -> None:
-    data, seconds = TRACE_KNOWN[case]
-    try:
-        r = in_subprocess(PREDICT, {"t.vtrace": data}, timeout=seconds)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"predict of a {len(data)}-byte trace still running after {seconds:.0f} s")
-    r.check()
