@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -78,11 +79,19 @@ def run_cli(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def as_from_a_terminal() -> None:
+    """Run in a child before it executes (``preexec_fn``): SIGINT at its default, as a command
+    started from a terminal has it. A suite run in the background has SIGINT ignored; a command
+    inherits that and rightly keeps ignoring it, so a test's Ctrl-C would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn_cli(
     *args: object, cwd: Path, stdout: int = subprocess.DEVNULL, env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
     """Starts ``vcpulab ARGS`` without waiting, in a session of its own (so a test can signal
-    or kill it with everything it started), no input, stderr (text) to read."""
+    or kill it with everything it started), no input, stderr (text) to read, and SIGINT as
+    from a terminal (:func:`as_from_a_terminal`)."""
     return subprocess.Popen(
         vcpulab_command() + [str(a) for a in args],
         cwd=cwd,
@@ -92,7 +101,19 @@ def spawn_cli(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """For a test that sends SIGINT to its own process: the default handler (KeyboardInterrupt)
+    while it runs, even when the suite runs with SIGINT ignored (in the background)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def journaled(store: Path) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error, run_cli, vcpulab_command
+from conftest import one_line_error, run_cli, spawn_cli, vcpulab_command
 
 # A characterize-sim run of many seconds: the lock workload with a thousand times its iterations.
 LONG_CHARACTERIZE = (
@@ -44,18 +44,7 @@ def _started(proc: subprocess.Popen[str], wait_s: float = 1.5) -> None:
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 @pytest.mark.parametrize("args", [("bench", "--seconds", "600"), LONG_CHARACTERIZE], ids=["bench", "characterize-sim"])
 def test_a_signal_ends_a_simulation_command(tmp_path: Path, args: tuple[str, ...], signum: int, code: int) -> None:
-    # Started as from a terminal: SIGINT at its default even when this suite runs with it
-    # ignored (a background job), which the command would rightly inherit and keep.
-    proc = subprocess.Popen(
-        vcpulab_command() + list(args),
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = spawn_cli(*args, cwd=tmp_path, stdout=subprocess.PIPE)
     try:
         _started(proc)
         proc.send_signal(signum)

@@ -78,7 +78,9 @@ def _predict(tmp_path: Path, data: bytes, timeout: float) -> tuple[subprocess.Co
     ],
     ids=["malloc-2^64-1", "malloc-128TiB+1", "calloc-531x0x7f0000000000", "calloc-overflow", "madvise-256TiB"],
 )
-def test_a_size_beyond_the_user_address_space_is_a_one_line_format_error(tmp_path: Path, data: bytes, field: str) -> None:
+def test_a_size_beyond_the_user_address_space_is_a_one_line_format_error(
+    tmp_path: Path, data: bytes, field: str
+) -> None:
     proc, _ = _predict(tmp_path, data, timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()

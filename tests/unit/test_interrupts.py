@@ -11,9 +11,7 @@ import pytest
 from vcpulab import cli
 
 
-def test_ctrl_c_raises_and_arms_the_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("the test runner owns Ctrl-C here")
+def test_ctrl_c_raises_and_arms_the_watchdog(monkeypatch: pytest.MonkeyPatch, ctrl_c: None) -> None:
     gave_up = threading.Event()
     monkeypatch.setattr(cli, "INTERRUPT_GRACE_S", 0.05)
     monkeypatch.setattr(cli, "_give_up_after_interrupt", lambda code: gave_up.set())
@@ -27,9 +25,7 @@ def test_ctrl_c_raises_and_arms_the_watchdog(monkeypatch: pytest.MonkeyPatch) ->
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_a_prompt_clean_up_cancels_the_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("the test runner owns Ctrl-C here")
+def test_a_prompt_clean_up_cancels_the_watchdog(monkeypatch: pytest.MonkeyPatch, ctrl_c: None) -> None:
     gave_up = threading.Event()
     monkeypatch.setattr(cli, "INTERRUPT_GRACE_S", 0.5)
     monkeypatch.setattr(cli, "_give_up_after_interrupt", lambda code: gave_up.set())

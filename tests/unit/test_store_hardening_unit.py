@@ -147,7 +147,7 @@ def test_categorize_configurations() -> None:
     assert means(_settings(two, ["x"]))[2] == ("C", {"native": None, "UC": 1.0, "OC": None, "OC2": None})
 
 
-def test_a_commit_is_never_cut_by_ctrl_c() -> None:
+def test_a_commit_is_never_cut_by_ctrl_c(ctrl_c: None) -> None:
     # Ctrl-C between a part's rename and its manifest line used to leave a part no line names.
     import os
     import signal
