@@ -9,7 +9,7 @@ command line can neither act on the terminal nor fail to encode.
   UTF-8 (``'st\\udcffore'`` for ``b'st\\xffore'``), are shown as the byte they stand for
   (``\\xff``): printed raw, they raise UnicodeEncodeError.
 - Rich markup in data (``[red]``, ``[/x]``) is shown as written: the consoles of
-  :func:`console` do not parse markup, and :func:`plain` makes a Text without it.
+  :func:`console` do not parse markup.
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.text import Text
 
 # What printable() escapes; newline and tab are kept (multi-line messages, tables).
-_UNPRINTABLE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\udc80-\udcff\ud800-\udc7f\udd00-\udfff]"
-)
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -48,11 +46,6 @@ def one_line(message: object) -> str:
     characters escaped (``\\x00``, ``\\x1b``, ``\\u202e``, ``\\xff`` for a byte that is not UTF-8)."""
     lines = [line.strip() for line in str(message).splitlines() if line.strip()]
     return printable("; ".join(lines)).replace("\t", "\\x09") or "unknown error"
-
-
-def plain(value: object, style: str = "") -> Text:
-    """A rich Text of ``value`` as it is written: no markup, nothing unprintable."""
-    return Text(printable(value), style=style)
 
 
 class SafeConsole(Console):
