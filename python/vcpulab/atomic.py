@@ -104,9 +104,8 @@ class Output:
             with self._named_errors():
                 fd = os.open(self.target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)  # never creates
                 f = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-            try:
+            with _closing(f):
                 yield _Named(f, self)
-            finally:
                 with self._named_errors():
                     f.close()
             return
@@ -115,17 +114,14 @@ class Output:
         try:
             with self._named_errors():
                 f = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-            try:
+            with _closing(f):
                 yield _Named(f, self)
                 with self._named_errors():
                     f.flush()
                     os.fsync(f.fileno())
                     os.chmod(f.fileno(), 0o666 & ~_umask())
-            finally:
-                with self._named_errors():
                     f.close()
-            with self._named_errors():
-                os.replace(tmp, self.target)
+                    os.replace(tmp, self.target)
         finally:
             Path(tmp).unlink(missing_ok=True)
 
@@ -186,6 +182,20 @@ class _Named:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._f, name)
+
+
+@contextmanager
+def _closing(f: TextIO) -> Iterator[None]:
+    """Closes ``f`` when the block fails, quietly: the block's own exception (Ctrl-C, or the
+    write error already named) is the one to report, not a second one from flushing the rest."""
+    try:
+        yield
+    except BaseException:
+        try:
+            f.close()
+        except OSError:
+            pass
+        raise
 
 
 def _umask() -> int:
