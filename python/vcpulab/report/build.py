@@ -199,15 +199,16 @@ def progress_bar(enabled: bool) -> Iterator[Progress]:
     if not enabled:
         yield lambda _label: None
         return
-    from rich.console import Console
     from rich.progress import Progress as RichProgress
     from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from .. import text
+
     bar = RichProgress(
         SpinnerColumn(),
-        TextColumn("report: {task.description}"),
+        TextColumn("report: {task.description}", markup=False),  # a step may name a workload
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=text.console(stderr=True),
         transient=True,
     )
     with bar:
