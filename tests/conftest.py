@@ -58,7 +58,11 @@ RunCli = Callable[..., Result]
 
 
 def run_cli(
-    *args: object, cwd: Path | None = None, timeout: float = 600, env_extra: dict[str, str] | None = None
+    *args: object,
+    cwd: Path | None = None,
+    timeout: float = 600,
+    env_extra: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Result:
     env = dict(os.environ)
     env.pop("VCPULAB_DEBUG", None)
@@ -75,6 +79,7 @@ def run_cli(
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=preexec_fn,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 

@@ -21,9 +21,8 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TextIO, cast
 
 from .text import printable
@@ -205,23 +204,10 @@ def _umask() -> int:
     return mask
 
 
-class AtomicWriter:
-    """``with AtomicWriter(path) as f``: :meth:`Output.open_text` of ``path``."""
-
-    def __init__(self, path: str | os.PathLike[str], option: str | None = None) -> None:
-        self._output = Output(path, option)
-        self._context: Any = None
-
-    def __enter__(self) -> TextIO:
-        self._context = self._output.open_text()
-        f: TextIO = self._context.__enter__()
-        return f
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        result: bool | None = self._context.__exit__(exc_type, exc, tb)
-        return result
+def AtomicWriter(path: str | os.PathLike[str], option: str | None = None) -> AbstractContextManager[TextIO]:  # noqa: N802
+    """``with AtomicWriter(path) as f``: :meth:`Output.open_text` of ``path`` (the name callers
+    had before :class:`Output`)."""
+    return Output(path, option).open_text()
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import Result, fill, one_line_error, run_cli, vcpulab_command
+from conftest import Result, fill, one_line_error, run_cli
 
 TINY = '[experiment]\nworkloads = ["lock"]\nscenarios = ["native", "UC"]\nvcpus = [2]\nseeds = [1, 2]\n'
 SETTINGS = ("--set", "vm.apicv=false", "--set", "vm.pv.eoi=false")
@@ -458,18 +458,7 @@ def _drop_file_capabilities() -> None:
 
 
 def vcpulab_unprivileged(*args: object, cwd: Path) -> Result:
-    env = {k: v for k, v in os.environ.items() if k != "VCPULAB_DEBUG"}
-    proc = subprocess.run(
-        vcpulab_command() + [str(a) for a in args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=_drop_file_capabilities,
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+    return run_cli(*args, cwd=cwd, timeout=300, preexec_fn=_drop_file_capabilities)
 
 
 @pytest.mark.parametrize("how", ["permission", "directory"])

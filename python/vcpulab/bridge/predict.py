@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,30 +22,18 @@ from typing import Any
 from .._vcpulab import Plan, trace_info
 from ..diagnose import exits, metric
 from ..mitigations import CATALOGUE, Mitigation
+from ..spec import toml_value
 from . import machine
 
 WORKLOAD = "app"
 
 
-# What a TOML basic string cannot hold as it is: the quote, the backslash and the control
-# characters but tab (TOML 1.0); each is written as a \uXXXX escape.
-_TOML_ESCAPE = re.compile(r'["\\\x00-\x08\x0a-\x1f\x7f]')
-
-
-def toml_string(text: str) -> str:
-    """``text`` as a TOML basic string. Unlike JSON's, a TOML ``\\u`` escape must name a
-    character, not half of a surrogate pair, so the text goes as it is (UTF-8) with only what
-    TOML forbids escaped; ``text`` must be UTF-8 (a lone surrogate, a byte of a file name that
-    is not, cannot be written: see :func:`simulator_path`)."""
-    return '"' + _TOML_ESCAPE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + '"'
-
-
 def spec_text(trace: str, scenarios: Sequence[str], vcpus: int | Sequence[int], seed: int = 1) -> str:
-    listed = ", ".join(toml_string(s) for s in scenarios)
+    listed = ", ".join(toml_value(s) for s in scenarios)
     counts = ", ".join(str(v) for v in ([vcpus] if isinstance(vcpus, int) else vcpus))
     return (
         f'[experiment]\nworkloads = ["{WORKLOAD}"]\nscenarios = [{listed}]\nvcpus = [{counts}]\nseeds = [{seed}]\n\n'
-        f"[workloads.{WORKLOAD}]\ntrace = {toml_string(trace)}\n"
+        f"[workloads.{WORKLOAD}]\ntrace = {toml_value(trace)}\n"
     )
 
 
