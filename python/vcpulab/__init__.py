@@ -25,6 +25,11 @@ from ._vcpulab import (
     workloads,
 )
 from .spec import OverridesLike, SpecLike, load_spec, normalize_overrides
+from .traced.manifest import set_default_root
+
+# Workloads named traced.<suite>.<program> are the repository's traces/ unless VCPULAB_TRACES
+# names another directory (docs/real-programs.md).
+set_default_root()
 
 __version__: str = version()
 
