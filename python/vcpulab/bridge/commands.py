@@ -11,6 +11,7 @@ import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -437,11 +438,13 @@ def trace_program(
     stdout: int | None = None,
     stdin: int | None = None,
     max_bytes: int | None = None,
+    env_extra: Mapping[str, str] | None = None,
 ) -> tuple[Measurement, dict[str, Any]]:
     """Runs ``argv`` under the tracer into ``out`` (whole or not at all, through
     :class:`~vcpulab.atomic.Output`: a link is written through, a device or FIFO gets the
     finished trace copied in); the run's measurement and the trace's description. With
-    ``max_bytes`` the tracer stops recording before the file grows beyond it (VTRACE_MAX_BYTES)."""
+    ``max_bytes`` the tracer stops recording before the file grows beyond it (VTRACE_MAX_BYTES).
+    ``env_extra`` is added to the program's environment (e.g. OMP_NUM_THREADS)."""
     output = Output(out, "-o")
     lib = native.library("libvtrace.so")
     resolve(argv)  # a missing program fails before anything is created
@@ -452,7 +455,7 @@ def trace_program(
     os.close(fd)
     tmp, log = Path(tmp_name), Path(tmp_name + ".log")
     tmp.unlink()  # the tracer creates it, header first
-    env = dict(os.environ)
+    env = {**os.environ, **(env_extra or {})}
     env.update({"VTRACE_OUT": str(tmp), "VTRACE_LOG": str(log)})
     env["LD_PRELOAD"] = f"{lib}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(lib)
     if cpu_gap is not None:
