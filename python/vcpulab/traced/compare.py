@@ -1,0 +1,240 @@
+"""Profiles checked against traces (issue 50, item 5; docs/profiles.md "Profiles against traces").
+
+For each traced program and each thread count N it was traced at, two native cells of the
+simulator, N threads on N CPUs of the default platform: the built-in profile (``parsec.dedup``)
+and the trace's replay (``traced.parsec.dedup``). They are compared on the rates that decide
+virtualization overheads; a rate more than :data:`RATE_TOLERANCE` off, or a median blocking
+time more than :data:`MEDIAN_FACTOR` × off, is flagged. The real program's own counts (untraced
+and traced, on the recording machine's CPUs) come from the manifest.
+
+    python -m vcpulab.traced.compare [--markdown docs/profiles.md] [--json out.json] [-j 2] [NAME ...]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .manifest import Program, catalogue, resolve
+
+RATE_TOLERANCE = 0.25
+MEDIAN_FACTOR = 2.0
+BEGIN = "<!-- profile-vs-trace:begin (python -m vcpulab.traced.compare --markdown docs/profiles.md) -->"
+END = "<!-- profile-vs-trace:end -->"
+
+
+@dataclass(frozen=True)
+class Rates:
+    """One native cell's rates (per second of its simulated wall time)."""
+
+    wall_s: float
+    parallelism: float
+    blocks_per_s: float | None
+    block_p50_us: float | None
+    block_p90_us: float | None
+    wakeups_per_s: float | None
+    remote_share: float | None
+    futex_per_s: float | None
+    unmaps_per_s: float
+
+
+def _get(m: Mapping[str, Any], key: str) -> float | None:
+    v = m.get(key)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def rates(result: Mapping[str, Any]) -> Rates:
+    m = result.get("metrics", {})
+    wall = float(result["t_native_s"])
+    per_s = (lambda x: None if x is None else x / wall) if wall > 0 else (lambda x: None)
+    wakeups = _get(m, "wakeups")
+    remote = _get(m, "wakeups_remote")
+    return Rates(
+        wall_s=wall,
+        parallelism=float(m.get("parallelism", 0.0)),
+        blocks_per_s=per_s(_get(m, "blocks")),
+        block_p50_us=_get(m, "block_p50_us"),
+        block_p90_us=_get(m, "block_p90_us"),
+        wakeups_per_s=per_s(wakeups),
+        remote_share=(remote / wakeups) if wakeups and remote is not None else None,
+        futex_per_s=per_s(_get(m, "futex_calls")),
+        unmaps_per_s=(float(m.get("tlb_shootdowns", 0)) + float(m.get("tlb_local_only", 0))) / wall if wall > 0 else 0.0,
+    )
+
+
+def spec(program: Program, threads: Sequence[int], seed: int = 1) -> dict[str, Any]:
+    """The native cells of the profile and the trace at each thread count (threads = CPUs)."""
+    return {
+        "experiment": {
+            "workloads": [program.name, program.workload],
+            "scenarios": ["native"],
+            "vcpus": list(threads),
+            "seeds": [seed],
+        }
+    }
+
+
+def _run(args: tuple[str, list[int]]) -> list[dict[str, Any]]:
+    from .. import simulate
+
+    name, threads = args
+    program = resolve(name, catalogue())
+    return simulate(spec(program, threads))
+
+
+@dataclass(frozen=True)
+class Row:
+    program: str
+    threads: int
+    profile: Rates
+    trace: Rates
+    measured: Mapping[str, Any]
+    """The manifest entry (untraced and traced counts of the real program)."""
+
+    def flags(self) -> list[str]:
+        out = []
+        for label, p, t in (
+            ("blocks/s", self.profile.blocks_per_s, self.trace.blocks_per_s),
+            ("wake-ups/s", self.profile.wakeups_per_s, self.trace.wakeups_per_s),
+            ("futex/s", self.profile.futex_per_s, self.trace.futex_per_s),
+            ("unmaps/s", self.profile.unmaps_per_s, self.trace.unmaps_per_s),
+            ("parallelism", self.profile.parallelism, self.trace.parallelism),
+        ):
+            if off(p, t, RATE_TOLERANCE):
+                out.append(label)
+        p50p, p50t = self.profile.block_p50_us, self.trace.block_p50_us
+        if p50p and p50t and max(p50p / p50t, p50t / p50p) > MEDIAN_FACTOR:
+            out.append("block p50")
+        return out
+
+
+def off(p: float | None, t: float | None, tol: float) -> bool:
+    """Whether the profile's ``p`` is more than ``tol`` away from the trace's ``t`` (relative to
+    the trace; two rates below 1 per second are equal)."""
+    if p is None or t is None:
+        return False
+    if max(abs(p), abs(t)) < 1.0:
+        return False
+    return t == 0 or abs(p / t - 1.0) > tol
+
+
+def compare(names: Sequence[str] | None = None, jobs: int = 2) -> list[Row]:
+    programs = catalogue()
+    chosen = [resolve(n, programs) for n in names] if names else programs
+    work = [(p.name, p.thread_counts) for p in chosen if p.traces]
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(_run, work))
+    rows = []
+    for program, cells in zip([p for p in chosen if p.traces], results, strict=True):
+        by = {(r["workload"], int(r["threads"])): r for r in cells}
+        for t in program.traces:
+            prof, trace = by.get((program.name, t.threads)), by.get((program.workload, t.threads))
+            if prof is None or trace is None:
+                continue
+            rows.append(Row(program.name, t.threads, rates(prof), rates(trace), t.entry))
+    return rows
+
+
+def _f(x: float | None, fmt: str = ",.0f") -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _pair(p: float | None, t: float | None, fmt: str = ",.0f") -> str:
+    return f"{_f(p, fmt)} / {_f(t, fmt)}"
+
+
+def _measured_rate(entry: Mapping[str, Any], run: str, key: str) -> float | None:
+    r = entry.get(run) or {}
+    v, wall = r.get(key), r.get("wall_s")
+    return float(v) / float(wall) if isinstance(v, (int, float)) and wall else None
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    lines = [
+        BEGIN,
+        "",
+        "Each cell is *profile / trace*: the built-in profile and the trace's replay, natively in the",
+        f"simulator, N threads on N CPUs of the default platform. **Flags**: a rate more than {RATE_TOLERANCE:.0%} off,",
+        f"or a median blocking time more than {MEDIAN_FACTOR:g}× off. *Real, untraced / traced*: the program's",
+        "own futex and trimming-madvise calls per second on the recording machine (2 CPUs), from the",
+        "manifest: the untraced run is the truth, the traced one shows the tracer's perturbation.",
+        "",
+        "| program | N | run time s | parallelism | blocks/s | block p50 µs | block p90 µs | wake-ups/s | remote wake-ups | futex/s | unmaps/s | real futex/s untraced / traced | real trims/s untraced / traced | flags |",
+        "| --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        p, t = r.profile, r.trace
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    f"`{r.program}`",
+                    str(r.threads),
+                    _pair(p.wall_s, t.wall_s, ".3f"),
+                    _pair(p.parallelism, t.parallelism, ".1f"),
+                    _pair(p.blocks_per_s, t.blocks_per_s),
+                    _pair(p.block_p50_us, t.block_p50_us, ",.1f"),
+                    _pair(p.block_p90_us, t.block_p90_us, ",.1f"),
+                    _pair(p.wakeups_per_s, t.wakeups_per_s),
+                    _pair(p.remote_share, t.remote_share, ".0%"),
+                    _pair(p.futex_per_s, t.futex_per_s),
+                    _pair(p.unmaps_per_s, t.unmaps_per_s),
+                    _pair(_measured_rate(r.measured, "untraced", "futex"), _measured_rate(r.measured, "traced", "futex")),
+                    _pair(
+                        _measured_rate(r.measured, "untraced", "madvise_trim"),
+                        _measured_rate(r.measured, "traced", "madvise_trim"),
+                    ),
+                    ", ".join(r.flags()) or "—",
+                ]
+            )
+            + " |"
+        )
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def splice(doc: str, block: str) -> str:
+    """``doc`` with the generated block replaced (or appended under its heading)."""
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if pattern.search(doc):
+        return pattern.sub(lambda _: block, doc)
+    return doc.rstrip("\n") + "\n\n## Profiles against traces (generated)\n\n" + block + "\n"
+
+
+def to_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    return [
+        {"program": r.program, "threads": r.threads, "profile": vars(r.profile), "trace": vars(r.trace), "flags": r.flags()}
+        for r in rows
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    from ..atomic import Output
+
+    p = argparse.ArgumentParser(prog="python -m vcpulab.traced.compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("names", nargs="*")
+    p.add_argument("--markdown", type=Path, help="splice the table into this Markdown file")
+    p.add_argument("--json", type=Path, help="write the rows as JSON")
+    p.add_argument("-j", "--jobs", type=int, default=2)
+    args = p.parse_args(argv)
+    rows = compare(args.names, args.jobs)
+    block = markdown(rows)
+    if args.markdown:
+        Output(args.markdown).write_bytes(splice(args.markdown.read_text(), block).encode())
+    else:
+        print(block)
+    if args.json:
+        Output(args.json).write_bytes(json.dumps(to_json(rows), indent=1).encode())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
