@@ -646,6 +646,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true", help="print the scoreboard as one JSON document")
     rep.add_argument("--html", metavar="FILE", help="the HTML scoreboard to write (default: RESULTS/scoreboard.html)")
     rep.add_argument("--markdown", metavar="FILE", help="also write the full scoreboard as Markdown to FILE")
+    rep.add_argument(
+        "--no-traces",
+        action="store_true",
+        help="skip the trace runs (by default an experiment whose PARSEC/SPLASH-2x workloads were all traced at its "
+        "thread counts runs a second time with traced.<suite>.<program> in their place: the trace columns)",
+    )
     rep.set_defaults(func=cmd_reproduce)
 
     pol = commands.add_parser(
@@ -1271,7 +1277,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     import shlex
 
     from . import reproduce
-    from .reproduce import page, run, scoreboard
+    from .reproduce import page, run, scoreboard, traces
 
     try:
         suite = reproduce.load_suite(args.suite or reproduce.default_suite())
@@ -1282,9 +1288,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             else:
                 render.stdout_console().print(scoreboard.list_table(chosen))
             return 0
-        prepared = [run.prepare(e, args.quick) for e in chosen if e.runnable]
+        profiles = [run.prepare(e, args.quick) for e in chosen if e.runnable]
     except reproduce.SuiteError as e:
         raise CliError(str(e)) from None
+    no_trace: dict[str, str] | None = None
+    prepared = profiles
+    if not args.no_traces:
+        traced, no_trace = traces.prepare_all_traced(profiles, args.quick)
+        by_id = {t.experiment.id: t for t in traced}
+        # Each experiment's trace run right after its profile run.
+        prepared = [q for p in profiles for q in (p, by_id.get(p.experiment.id)) if q is not None]
     if args.jobs is not None and args.cluster:
         raise CliError("--jobs and --cluster exclude each other (the cluster's workers run the cells)")
     results_dir = args.results or os.path.join(
@@ -1309,7 +1322,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             )
     finally:
         executor.close(cancel=True)  # a no-op after the suite closed it
-    board = scoreboard.build(done.experiments, chosen, args.quick)
+    board = scoreboard.build(done.experiments, chosen, args.quick, no_trace)
     command = shlex.join(["vcpulab", *getattr(args, "argv", ["reproduce"])])
     date = datetime.date.today().isoformat()
     if args.html is None:
@@ -1325,7 +1338,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         console.print(scoreboard.rich_table(board))
         for line in scoreboard.not_expressible_lines(board):
             console.print(line, style="dim", highlight=False, markup=False)
+        for line in board.trace_lines():
+            console.print(line, style="dim", highlight=False, markup=False)
         console.print(board.total_line(), style="bold", highlight=False, markup=False)
+        console.print(board.trace_line(), style="bold", highlight=False, markup=False)
     written = [html_out] + ([args.markdown] if args.markdown else [])
     sys.stderr.write(
         f"vcpulab: {done.ran} cells run, {done.stored} already stored in {printable(results_dir)}; "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..report import figures
 from ..report.page import Section, Table, figure, paragraph, render_page
-from .scoreboard import QUICK_NOTE, Row, Scoreboard, simulated_text
+from .scoreboard import QUICK_NOTE, Row, Scoreboard, simulated_text, trace_cells
 from .suite import Experiment
 from .verdict import NO_PUBLISHED, NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, published_text, quantity_text
 
@@ -31,19 +31,27 @@ VERDICT_COLORS = {
 PUBLISHED_COLOR = "#4d4d4d"
 
 _COLUMNS = ("measured", "quantity", "published", "simulated", "n", "verdict", "source")
+_TRACE_COLUMNS = ("trace", "trace n", "trace verdict")
+TRACE_COLOR = "#8c564b"
 
 
 def _anchor(text: str) -> str:
     return "x-" + (re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x")
 
 
-def _rows_table(name: str, rows: Sequence[Row], with_id: bool) -> Table:
+def _rows_table(name: str, rows: Sequence[Row], with_id: bool, traces: bool = False) -> Table:
     columns = (("id",) if with_id else ()) + _COLUMNS
+    if traces:  # after the profile's verdict, before the source
+        columns = columns[:-1] + _TRACE_COLUMNS + columns[-1:]
     records = []
     for r in rows:
         j = r.judged
+        value, n, verdict = trace_cells(r, note=" ({})")
         records.append(
             {
+                "trace": value,
+                "trace n": n,
+                "trace verdict": verdict,
                 "id": r.experiment.id,
                 "measured": r.what,
                 "quantity": quantity_text(r.entry),
@@ -93,8 +101,16 @@ def _panel(ax: Axes, row: Row) -> None:
         est = j.simulated
         if est.mean is not None:
             ax.errorbar([1], [est.mean], yerr=err(est), fmt="o", color=color, capsize=4)
-        ax.set_xticks([0, 1], ["published", "simulated"])
-        ax.set_xlim(-0.6, 1.6)
+        t = row.trace.simulated if row.trace is not None else None
+        if row.trace is not None and t is not None and t.mean is not None:
+            ax.errorbar([2], [t.mean], yerr=err(t), fmt="D", color=VERDICT_COLORS.get(row.trace.verdict, TRACE_COLOR),
+                        capsize=4)  # fmt: skip
+        if row.trace is not None:
+            ax.set_xticks([0, 1, 2], ["published", "profile", "trace"])
+            ax.set_xlim(-0.6, 2.6)
+        else:
+            ax.set_xticks([0, 1], ["published", "simulated"])
+            ax.set_xlim(-0.6, 1.6)
     ax.set_ylabel(quantity_text(row.entry)[:40], fontsize=7)
     ax.grid(True, axis="y", alpha=0.3)
     what = row.what if len(row.what) <= 48 else row.what[:47] + "…"
@@ -126,22 +142,27 @@ def experiment_figure(e: Experiment, rows: Sequence[Row]) -> str:
         svg = figures.to_svg(fig, _anchor(e.id), f"{e.id}: published and simulated values")
     caption = (
         "Grey: the published value with its tolerance band (or the threshold); coloured by verdict: the simulated "
-        "mean with its 95 % confidence interval over seeds (Student t)."
+        "mean with its 95 % confidence interval over seeds (Student t); a diamond, where the experiment ran with "
+        "traces: the trace run's."
     )
     if left_out:
         caption += f" {left_out} more rows without a published value are in the table above."
     return figure(svg, caption)
 
 
-def _experiment_section(e: Experiment, rows: Sequence[Row], index: int, quick: bool = False) -> Section:
+def _experiment_section(
+    e: Experiment, rows: Sequence[Row], index: int, quick: bool = False, trace: str | None = None
+) -> Section:
     rep = e.reproduce
     facts = [("status", e.status), ("platform", e.platform or "—"), ("spec", str(e.path))]
+    if trace is not None:
+        facts.append(("trace run", trace))
     if rep.get("source"):
         facts.append(("source", str(rep["source"])))
     if rep.get("notes"):
         facts.append(("setup notes", " ".join(str(rep["notes"]).split())))
     kv = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in facts)
-    table = _rows_table(f"exp_{index:03d}", rows, with_id=False)
+    table = _rows_table(f"exp_{index:03d}", rows, with_id=False, traces=trace is not None)
     body = f'<dl class="kv">{kv}</dl>'
     body += table.html() if rows else paragraph("No [[published]] entry.", "note")
     # A quick run checks structure: its page has the tables, not the figures (they take most of
@@ -150,11 +171,20 @@ def _experiment_section(e: Experiment, rows: Sequence[Row], index: int, quick: b
     return Section(title=f"{e.id} — {' '.join(e.title.split())}", anchor=_anchor(e.id), html=body, tables=(table,))
 
 
+def _trace_fact(board: Scoreboard, e: Experiment) -> str | None:
+    """The "trace run" line of an experiment's facts: run, or why not (None: not asked for)."""
+    status = board.trace_status(e)
+    if status is None:
+        return None
+    return "run (the trace columns)" if status["run"] else f"none: {status['reason']}"
+
+
 def render(board: Scoreboard, command: str, date: str) -> str:
     """The whole page."""
     sections = []
-    summary = _rows_table("scoreboard", board.rows, with_id=True)
-    top = paragraph(board.total_line(), "what")
+    traces = board.no_trace is not None
+    summary = _rows_table("scoreboard", board.rows, with_id=True, traces=traces)
+    top = paragraph(board.total_line(), "what") + paragraph(board.trace_line(), "what")
     if board.quick:
         top += paragraph(QUICK_NOTE + "; no figures are drawn.", "note")
     top += paragraph(
@@ -167,7 +197,7 @@ def render(board: Scoreboard, command: str, date: str) -> str:
     for i, e in enumerate(board.experiments):
         if e.runnable:
             rows = [r for r in board.rows if r.experiment.id == e.id]
-            sections.append(_experiment_section(e, rows, i, board.quick))
+            sections.append(_experiment_section(e, rows, i, board.quick, _trace_fact(board, e)))
     missing = board.not_expressible()
     if missing:
         items = "".join(

@@ -43,6 +43,14 @@ class Prepared:
     payload: SpecPayload
     settings: Mapping[str, Any]
     """The materialised spec (for selector keys that no variant sets)."""
+    source: str = "profile"
+    """``"profile"``: the spec as written; ``"trace"``: its PARSEC/SPLASH-2x workloads replaced
+    by their traced programs (:mod:`.traces`)."""
+
+    @property
+    def label(self) -> str:
+        """The experiment's id, with `` (traces)`` for a trace run (progress and failures)."""
+        return self.experiment.id if self.source == "profile" else f"{self.experiment.id} (traces)"
 
     @property
     def cells(self) -> list[Mapping[str, Any]]:
@@ -146,7 +154,7 @@ def run_suite(
                 except CellFailed as e:
                     if reopen is None:
                         raise
-                    out.append(ExperimentResults(p, failed=str(e).removeprefix(f"{p.experiment.id}: ")))
+                    out.append(ExperimentResults(p, failed=str(e).removeprefix(f"{p.label}: ")))
                     executor.close(cancel=True)
                     executor = reopen()
         if any(e.ran for e in out):
@@ -169,7 +177,7 @@ def _run_one(
     p: Prepared, first: SweepPlan, store: ResultsStore, writer: StoreWriter, executor: Executor, bar: _Progress
 ) -> ExperimentResults:
     cells = p.cells
-    eid = p.experiment.id
+    eid = p.label
     writer.flush()  # what the experiments before this one computed is now in the store
     sweep = plan_stored(p.plan, range(len(cells)), store) if first.tasks else first
     bar.skip(sweep_units(first) - sweep_units(sweep), f"{eid}: already computed")

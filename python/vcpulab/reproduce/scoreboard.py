@@ -1,6 +1,7 @@
 """The scoreboard: one row per published value (id, what, published, simulated mean and 95 %
-CI, n, verdict), the per-id lines of the experiments that cannot be expressed, and the total
-line; as a rich table, a JSON document and Markdown."""
+CI, n, verdict; and the same of the trace run, "—" without one), the per-id lines of the
+experiments that cannot be expressed or have no trace run, and the total lines (profiles, and
+trace runs); as a rich table, a JSON document and Markdown."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rich.text import Text
 from ..report.published import where_text
 from .run import ExperimentResults
 from .suite import Experiment
+from .traces import NO_BENCHMARK, PROFILE, TRACE
 from .verdict import (
     DASH,
     NO_PUBLISHED,
@@ -52,6 +54,8 @@ class Row:
     index: int
     entry: Mapping[str, Any]
     judged: Judged
+    trace: Judged | None = None
+    """The same entry judged on the trace run (:mod:`.traces`); None without one."""
 
     @property
     def what(self) -> str:
@@ -80,7 +84,19 @@ class Row:
             "source": one_line(e.get("source")),
             "points": [p.to_json() for p in j.points],
             "differences": [s.to_json() for s in j.steps],
+            "trace": None if self.trace is None else trace_json(self.trace),
         }
+
+
+def trace_json(j: Judged) -> dict[str, Any]:
+    """A row's trace-run judgement as JSON: the simulated estimate, verdict and note."""
+    return {
+        **j.simulated.to_json(),
+        "verdict": j.verdict,
+        "note": j.note,
+        "points": [p.to_json() for p in j.points],
+        "differences": [s.to_json() for s in j.steps],
+    }
 
 
 @dataclass(frozen=True)
@@ -90,27 +106,31 @@ class Scoreboard:
     rows: tuple[Row, ...]
     experiments: tuple[Experiment, ...]
     quick: bool = False
+    no_trace: Mapping[str, str] | None = None
+    """Experiment id → why it has no trace run (every runnable experiment run without one);
+    None when the trace runs were not asked for (``--no-traces``)."""
+    traced: frozenset[str] = frozenset()
+    """The ids of the experiments run with traces."""
 
-    def totals(self) -> dict[str, int]:
-        verdicts = [r.judged.verdict for r in self.rows]
+    def totals(self) -> dict[str, Any]:
+        """The profile runs' counts, and ``trace``: the same counts over the rows of the
+        experiments run with traces, how many those are, and the trace runs' total line."""
+        traced = [r for r in self.rows if r.trace is not None]
         return {
-            "published_values": sum(1 for v in verdicts if v != NO_PUBLISHED),
-            "reproduced": verdicts.count(REPRODUCED),
-            "partly": verdicts.count(PARTLY),
-            "not_reproduced": verdicts.count(NOT_REPRODUCED),
-            "not_run": verdicts.count(NOT_RUN),
-            "no_published_value": verdicts.count(NO_PUBLISHED),
+            **verdict_counts([r.judged.verdict for r in self.rows]),
             "experiments": len(self.experiments),
             "runnable": sum(1 for e in self.experiments if e.runnable),
             "not_expressible": sum(1 for e in self.experiments if not e.runnable),
+            "trace": {
+                **verdict_counts([r.trace.verdict for r in traced if r.trace is not None]),
+                "experiments": len(self.traced),
+                "line": self.trace_line(),
+            },
         }
 
     def total_line(self) -> str:
         t = self.totals()
-        parts = [f"{t['partly']} partly", f"{t['not_reproduced']} not reproduced"]
-        if t["not_run"]:
-            parts.append(f"{t['not_run']} not run")
-        line = f"{t['reproduced']} of {t['published_values']} published values reproduced ({', '.join(parts)})"
+        line = reproduced_text(t)
         extra = []
         if t["no_published_value"]:
             extra.append(f"{t['no_published_value']} shown without a published value")
@@ -122,6 +142,30 @@ class Scoreboard:
             line += f" [{QUICK_NOTE}]"
         return line
 
+    def trace_line(self) -> str:
+        """``with traces: N of M published values reproduced (...)`` over the rows of the
+        experiments run with traces, and how many experiments were run without."""
+        if self.no_trace is None:
+            return "with traces: not run (--no-traces)"
+        traced = [r.trace.verdict for r in self.rows if r.trace is not None]
+        ran = len(self.traced)
+        if not ran:
+            line = "with traces: no experiment run with traces"
+        else:
+            line = f"with traces: {reproduced_text(verdict_counts(traced))}"
+            line += f"; {ran} experiment{'s' if ran != 1 else ''} run with traces"
+        without = len([eid for eid, why in self.no_trace.items() if why != NO_BENCHMARK])
+        if without:
+            line += f"{', ' if ran else ' ('}{without} with PARSEC/SPLASH-2x workloads without{'' if ran else ')'}"
+        if self.quick and ran:
+            line += f" [{QUICK_NOTE}]"
+        return line
+
+    def trace_lines(self) -> list[str]:
+        """Per experiment without a trace run, why (those naming no PARSEC/SPLASH-2x workload
+        left out: a trace run was never in question)."""
+        return [f"{eid}: no trace run: {why}" for eid, why in (self.no_trace or {}).items() if why != NO_BENCHMARK]
+
     def not_expressible(self) -> list[Experiment]:
         return [e for e in self.experiments if not e.runnable]
 
@@ -131,8 +175,37 @@ class Scoreboard:
             "total": self.total_line(),
             "totals": self.totals(),
             "rows": [r.to_json() for r in self.rows],
-            "ids": [id_json(e) for e in self.experiments],
+            "ids": [{**id_json(e), "trace": self.trace_status(e)} for e in self.experiments],
         }
+
+    def trace_status(self, e: Experiment) -> dict[str, Any] | None:
+        """``{"run": true}``, or ``{"run": false, "reason": ...}``; None when not asked for or
+        the experiment was not run."""
+        if self.no_trace is None or not e.runnable:
+            return None
+        if e.id in self.no_trace:
+            return {"run": False, "reason": self.no_trace[e.id]}
+        return {"run": True} if e.id in self.traced else None
+
+
+def verdict_counts(verdicts: Sequence[str]) -> dict[str, int]:
+    """How many rows have each verdict, and how many of them have a published value."""
+    return {
+        "published_values": sum(1 for v in verdicts if v != NO_PUBLISHED),
+        "reproduced": verdicts.count(REPRODUCED),
+        "partly": verdicts.count(PARTLY),
+        "not_reproduced": verdicts.count(NOT_REPRODUCED),
+        "not_run": verdicts.count(NOT_RUN),
+        "no_published_value": verdicts.count(NO_PUBLISHED),
+    }
+
+
+def reproduced_text(t: Mapping[str, Any]) -> str:
+    """``N of M published values reproduced (a partly, b not reproduced[, c not run])``."""
+    parts = [f"{t['partly']} partly", f"{t['not_reproduced']} not reproduced"]
+    if t["not_run"]:
+        parts.append(f"{t['not_run']} not run")
+    return f"{t['reproduced']} of {t['published_values']} published values reproduced ({', '.join(parts)})"
 
 
 def id_json(e: Experiment) -> dict[str, Any]:
@@ -149,21 +222,34 @@ def id_json(e: Experiment) -> dict[str, Any]:
     }
 
 
-def build(results: Sequence[ExperimentResults], experiments: Sequence[Experiment], quick: bool) -> Scoreboard:
-    """The scoreboard of a run: every published entry of every run experiment judged."""
+def build(
+    results: Sequence[ExperimentResults],
+    experiments: Sequence[Experiment],
+    quick: bool,
+    no_trace: Mapping[str, str] | None = None,
+) -> Scoreboard:
+    """The scoreboard of a run: every published entry of every run experiment judged, on its
+    profile run and, where the experiment had one, on its trace run (``results`` holds both:
+    ``prepared.source`` tells them apart). ``no_trace``: why the others had none (None: the
+    trace runs were not asked for)."""
     rows: list[Row] = []
-    by_id = {r.prepared.experiment.id: r for r in results}
+    by_id = {(r.prepared.experiment.id, r.prepared.source): r for r in results}
     for e in experiments:
-        run = by_id.get(e.id)
+        run = by_id.get((e.id, PROFILE))
         if run is None:
             continue
+        traced = by_id.get((e.id, TRACE))
         for i, entry in enumerate(run.prepared.experiment.published):
-            if run.failed is not None:
-                judged = Judged(NOT_RUN, estimate([]), note=f"simulation failed: {run.failed}")
-            else:
-                judged = judge(entry, run.results, run.prepared.settings)
-            rows.append(Row(e, i, entry, judged))
-    return Scoreboard(tuple(rows), tuple(experiments), quick)
+            trace = None if traced is None else _judge(traced, traced.prepared.experiment.published[i])
+            rows.append(Row(e, i, entry, _judge(run, entry), trace))
+    traced_ids = frozenset(eid for eid, source in by_id if source == TRACE)
+    return Scoreboard(tuple(rows), tuple(experiments), quick, no_trace, traced_ids)
+
+
+def _judge(run: ExperimentResults, entry: Mapping[str, Any]) -> Judged:
+    if run.failed is not None:
+        return Judged(NOT_RUN, estimate([]), note=f"simulation failed: {run.failed}")
+    return judge(entry, run.results, run.prepared.settings)
 
 
 # --- text -----------------------------------------------------------------------------------
@@ -196,28 +282,45 @@ def estimate_text(est: Estimate) -> str:
     return f"{num(est.mean)} [{num(est.low)}, {num(est.high)}]"
 
 
+def trace_cells(r: Row, note: str = "\n{}") -> tuple[str, str, str]:
+    """A row's trace value (with its note, formatted by ``note``), n and verdict; "—" without
+    a trace run."""
+    j = r.trace
+    if j is None:
+        return DASH, DASH, DASH
+    return simulated_text(j) + (note.format(j.note) if j.note else ""), str(j.simulated.n), j.verdict
+
+
 def rich_table(board: Scoreboard) -> Table:
     title = "reproduction scoreboard" + (f" — {QUICK_NOTE}" if board.quick else "")
     table = Table(title=Text(title), title_justify="left")
-    for name, justify in (
+    traces = board.no_trace is not None
+    columns = [
         ("id", "left"),
         ("measured", "left"),
         ("published", "left"),
-        ("simulated (mean [95% CI])", "left"),
+        ("profile (mean [95% CI])" if traces else "simulated (mean [95% CI])", "left"),
         ("n", "right"),
         ("verdict", "left"),
-    ):
+    ]
+    if traces:
+        columns += [("trace (mean [95% CI])", "left"), ("n", "right"), ("trace verdict", "left")]
+    for name, justify in columns:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in board.rows:
         j = r.judged
-        table.add_row(
+        cells: list[Any] = [
             Text(r.experiment.id),
             Text(r.what + f"\n{quantity_text(r.entry)}"),
             Text(published_text(r.entry)),
             Text(simulated_text(j) + (f"\n{j.note}" if j.note else "")),
             str(j.simulated.n),
             Text(j.verdict, style=VERDICT_STYLES[j.verdict]),
-        )
+        ]
+        if traces:
+            value, n, verdict = trace_cells(r)
+            cells += [Text(value), n, Text(verdict, style=VERDICT_STYLES.get(verdict, "dim"))]
+        table.add_row(*cells)
     return table
 
 
@@ -247,31 +350,49 @@ def _md(text: str) -> str:
 
 def markdown(board: Scoreboard, command: str, date: str) -> str:
     """The full scoreboard as Markdown (docs/scoreboard.md), with the command that made it."""
+    traces = board.no_trace is not None
     lines = [
         "# Reproduction scoreboard",
         "",
-        "Generated by `vcpulab reproduce` (see [reproduce.md](reproduce.md) for how each verdict is computed);",
-        "do not edit by hand.",
+        "Generated by `vcpulab reproduce` (see [reproduce.md](reproduce.md) for how each verdict is computed",
+        "and, for the trace columns, which value to believe); do not edit by hand.",
         "",
         f"- Command: `{command}`",
         f"- Date: {date}",
         "",
         f"**{board.total_line()}**",
         "",
+        f"**{board.trace_line()}**",
+        "",
     ]
     if board.quick:
         lines += [f"> {QUICK_NOTE}.", ""]
-    lines += [
-        "| id | measured | published | simulated (mean [95% CI]) | n | verdict |",
-        "| --- | --- | --- | --- | ---: | --- |",
-    ]
+    if traces:
+        lines += [
+            "| id | measured | published | profile (mean [95% CI]) | n | verdict | trace (mean [95% CI]) | n "
+            "| trace verdict |",
+            "| --- | --- | --- | --- | ---: | --- | --- | ---: | --- |",
+        ]
+    else:
+        lines += [
+            "| id | measured | published | simulated (mean [95% CI]) | n | verdict |",
+            "| --- | --- | --- | --- | ---: | --- |",
+        ]
     for r in board.rows:
         j = r.judged
         simulated = simulated_text(j) + (f" ({j.note})" if j.note else "")
-        lines.append(
+        line = (
             f"| {_md(r.experiment.id)} | {_md(r.what)} ({_md(quantity_text(r.entry))}) | "
             f"{_md(published_text(r.entry))} | {_md(simulated)} | {j.simulated.n} | {_md(j.verdict)} |"
         )
+        if traces:
+            value, n, verdict = trace_cells(r, note=" ({})")
+            line += f" {_md(value)} | {n} | {_md(verdict)} |"
+        lines.append(line)
+    without = board.trace_lines()
+    if without:
+        lines += ["", "## Without a trace run", ""]
+        lines += [f"- {_md(line)}" for line in without]
     missing = board.not_expressible()
     if missing:
         lines += ["", "## Not expressible", ""]
