@@ -436,10 +436,12 @@ def build_parser() -> argparse.ArgumentParser:
     _list_and_show(
         commands,
         "workloads",
-        "list the built-in workloads",
-        "List the built-in workloads, or show one as TOML.",
+        "list the built-in workloads and the traced real programs",
+        "List the built-in workloads (profiles) and the traced real programs (traced.<suite>.<program>: "
+        "PARSEC/SPLASH-2x traces under $VCPULAB_TRACES, by default the repository's traces/), or show one: a "
+        "profile as TOML, a traced program's manifest.",
         cmd_workloads,
-        "print a built-in workload's TOML",
+        "print a built-in workload's TOML, or a traced program's manifest (traced.NAME)",
         cmd_workload_show,
     )
     _list_and_show(
@@ -682,6 +684,8 @@ def _list_and_show(
     sub = listing.add_subparsers(dest=f"{name}_command", metavar="COMMAND", parser_class=_Parser)
     show = sub.add_parser("show", help=show_help)
     show.add_argument("name", metavar="NAME")
+    if name == "workloads":
+        show.add_argument("--json", action="store_true", help="print it as one JSON document")
     show.set_defaults(func=show_func)
 
 
@@ -1612,8 +1616,53 @@ def _print_items(items: Sequence[Any], table: Any, as_json: bool) -> int:
     return 0
 
 
+def _traced_programs() -> list[Any]:
+    """The traced real programs of ``$VCPULAB_TRACES`` (a broken manifest: its one line, exit 2)."""
+    from .traced.manifest import ManifestError, catalogue
+
+    try:
+        return catalogue()
+    except ManifestError as e:
+        raise CliError(str(e)) from None
+
+
+def traced_item(program: Any) -> dict[str, Any]:
+    """A traced program as ``vcpulab workloads --json`` lists it (``kind = "trace"``)."""
+    info = program.info
+    return {
+        "name": program.workload,
+        "kind": "trace",
+        "source": "trace",
+        "suite": program.name.split(".", 1)[0],
+        "program": program.name,
+        "model": "trace replay",
+        "description": f"{program.name} traced at {len(program.traces)} thread counts ({one_line(info.get('input'))})",
+        "threads": program.thread_counts,
+        "input": info.get("input"),
+        "commit": info.get("commit"),
+        "directory": str(program.directory),
+    }
+
+
 def cmd_workloads(args: argparse.Namespace) -> int:
-    return _print_items(workloads(), render.workloads_table, args.json)
+    from .traced.manifest import traces_root
+
+    builtins = [{**w, "kind": "profile"} for w in workloads()]
+    traced = [traced_item(p) for p in _traced_programs()]
+    if args.json:
+        for item in builtins + traced:
+            print(json_text(item))
+    else:
+        console = render.stdout_console()
+        console.print(render.workloads_table(builtins))
+        if traced:
+            console.print(render.traced_table(traced))
+    if not traced:
+        sys.stderr.write(
+            f"vcpulab: note: no traced programs in {printable(traces_root())} (set VCPULAB_TRACES, or record them: "
+            "docs/real-programs.md)\n"
+        )
+    return 0
 
 
 def cmd_characterize(args: argparse.Namespace) -> int:
@@ -1697,7 +1746,41 @@ def cmd_platform_show(args: argparse.Namespace) -> int:
 
 
 def cmd_workload_show(args: argparse.Namespace) -> int:
-    _write(sys.stdout, workload_toml(args.name))
+    from .traced.manifest import PREFIX
+
+    if args.name.startswith(PREFIX):
+        return _show_traced(args.name, args.json)
+    if args.json:
+        _write(sys.stdout, json_text({"kind": "profile", **tomllib.loads(workload_toml(args.name))}))
+    else:
+        _write(sys.stdout, workload_toml(args.name))
+    return 0
+
+
+def _show_traced(name: str, as_json: bool) -> int:
+    """``vcpulab workloads show traced.X``: the manifest, readable or as JSON."""
+    import difflib
+
+    from .traced.manifest import PREFIX, ManifestError, resolve
+
+    programs = _traced_programs()
+    try:
+        program = resolve(name, programs)
+    except ManifestError as e:
+        # Compared without the prefix, which every name shares: 'dedupp' or 'parsec.dedupp' → traced.parsec.dedup.
+        keys = {k: p.workload for p in programs for k in (p.name, p.name.split(".", 1)[1])}
+        close = difflib.get_close_matches(name.removeprefix(PREFIX), list(keys), n=3, cutoff=0.6)
+        shown = list(dict.fromkeys(keys[c] for c in close))
+        hint = f"; did you mean {' or '.join(repr(c) for c in shown)}?" if shown else ""
+        raise CliError(f"{e}{hint}") from None
+    if as_json:
+        traces = [{**t.entry, "threads": t.threads, "file": t.file, "sha256": t.sha256} for t in program.traces]
+        doc = {"name": program.workload, "kind": "trace", "directory": str(program.directory)}
+        print(json_text({**doc, **program.info, "trace": traces}))
+    else:
+        console = render.stdout_console()
+        for part in render.traced_program_view(program):
+            console.print(part)
     return 0
 
 

@@ -635,6 +635,88 @@ def workloads_table(items: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def traced_table(items: Sequence[Mapping[str, Any]]) -> Table:
+    """``vcpulab workloads``' second table: the traced real programs (items as
+    :func:`vcpulab.cli.traced_item` makes them)."""
+    table = Table(
+        title=Text("traced programs (vcpulab workloads show NAME: the manifest; a spec names one like a built-in)"),
+        title_justify="left",
+    )
+    for name in ("name", "threads traced", "input", "source commit"):
+        table.add_column(name)
+    for w in items:
+        table.add_row(
+            Text(str(w["name"])),
+            Text(", ".join(str(t) for t in w.get("threads") or ()) or "none"),
+            Text(text.one_line(w.get("input") or "")),
+            Text(str(w.get("commit") or "")[:12]),
+        )
+    return table
+
+
+def _seconds(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "—"
+
+
+def _size(entry: Mapping[str, Any], path: Any) -> str:
+    n = entry.get("bytes")
+    if not isinstance(n, int):
+        try:
+            n = path.stat().st_size
+        except OSError:
+            return "missing"
+    return f"{n / 1e3:,.0f} kB" if n >= 1000 else f"{n} B"
+
+
+def traced_program_view(program: Any) -> list[Any]:
+    """``vcpulab workloads show traced.X``: the manifest's program fields, then a table of its
+    traces (``program`` a :class:`vcpulab.traced.manifest.Program`)."""
+    head = Table(
+        title=Text(f"{program.workload} ({program.directory / 'manifest.toml'})"),
+        title_justify="left",
+        show_header=False,
+        box=None,
+    )
+    head.add_column(style="bold")
+    head.add_column()
+    for key, value in program.info.items():
+        if isinstance(value, list):
+            shown = " ".join(str(v) for v in value)
+        elif isinstance(value, Mapping):
+            shown = ", ".join(f"{k}={v}" for k, v in value.items())
+        else:
+            shown = str(value)
+        head.add_row(Text(str(key)), Text(text.one_line(shown)))
+    traces = Table(
+        title=f"{len(program.traces)} traces",
+        title_justify="left",
+        caption="wall s, CPU s: the program run untraced (the median run); traced wall s: under the tracer",
+        caption_justify="left",
+    )
+    columns = ("threads", "file", "size", "sha256", "CPUs", "wall s", "CPU s", "traced wall s", "kernel", "glibc")
+    for name in columns:
+        traces.add_column(name, justify="right" if name in ("threads", "size", "CPUs") or " s" in name else "left")
+    for t in program.traces:
+        e = t.entry
+        untraced = e.get("untraced") if isinstance(e.get("untraced"), Mapping) else {}
+        traced = e.get("traced") if isinstance(e.get("traced"), Mapping) else {}
+        user, sys_ = untraced.get("user_s"), untraced.get("sys_s")
+        cpu = user + sys_ if isinstance(user, (int, float)) and isinstance(sys_, (int, float)) else None
+        traces.add_row(
+            str(t.threads),
+            Text(t.file),
+            _size(e, t.path(program.directory)),
+            Text(t.sha256[:12]),
+            Text(str(e.get("cpus", "—"))),
+            _seconds(untraced.get("wall_s")),
+            _seconds(cpu),
+            _seconds(traced.get("wall_s")),
+            Text(str(e.get("kernel", "—"))),
+            Text(str(e.get("glibc", "—"))),
+        )
+    return [head, traces]
+
+
 def platforms_table(items: Sequence[Mapping[str, Any]]) -> Table:
     table = Table(
         title=Text('platform presets ([platform] preset = "NAME"; vcpulab platforms show NAME: values and sources)'),
