@@ -199,12 +199,64 @@ def markdown(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def splice(doc: str, block: str) -> str:
-    """``doc`` with the generated block replaced (or appended under its heading)."""
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+TRUST_BEGIN = "<!-- trace-trust:begin (python -m vcpulab.traced.compare --trust docs/real-programs.md) -->"
+TRUST_END = "<!-- trace-trust:end -->"
+
+
+def _ratio(a: Any, b: Any) -> str:
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return "—"
+    return f"{a:,.0f} / {b:,.0f}" + (f" ({b / a:.2f}×)" if a else "")
+
+
+def trust_markdown(programs: Sequence[Program]) -> str:
+    """How far each trace can be trusted, from the manifests: the native replay's error against
+    the untraced runs (CPU time always; wall time when the machine was not busy), and the
+    program's own counts untraced against traced, with the replay's unmapping calls."""
+    lines = [
+        TRUST_BEGIN,
+        "",
+        "| program | N | untraced wall s (busy) | untraced CPU s | traced CPU s | replayed CPU s | CPU error | wall error | futex untraced / traced | blocking switches untraced / traced | trims untraced / traced | munmap untraced / traced | replay unmapping calls |",
+        "| --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in programs:
+        for t in p.traces:
+            e = t.entry
+            u, tr, r = e.get("untraced", {}), e.get("traced", {}), e.get("replay", {})
+            busy = u.get("held_off_share", 0.0)
+            wall_err = r.get("wall_error")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        f"`{p.name}`",
+                        str(t.threads),
+                        f"{u.get('wall_s', 0):.3f} ({busy:.0%})",
+                        f"{u.get('user_s', 0) + u.get('sys_s', 0):.3f}",
+                        f"{tr.get('user_s', 0) + tr.get('sys_s', 0):.3f}",
+                        f"{r.get('cpu_s', 0):.3f}",
+                        _f(r.get("cpu_error"), "+.1%"),
+                        (_f(wall_err, "+.1%") + ("" if busy <= 0.1 else " (busy)")) if wall_err is not None else "—",
+                        _ratio(u.get("futex"), tr.get("futex")),
+                        _ratio(u.get("vol_ctxsw"), tr.get("vol_ctxsw")),
+                        _ratio(u.get("madvise_trim"), tr.get("madvise_trim")),
+                        _ratio(u.get("munmap"), tr.get("munmap")),
+                        _f(r.get("unmap_calls")),
+                    ]
+                )
+                + " |"
+            )
+    lines += ["", TRUST_END]
+    return "\n".join(lines)
+
+
+def splice(doc: str, block: str, begin: str = BEGIN, end: str = END, heading: str = "Profiles against traces") -> str:
+    """``doc`` with the generated block between ``begin`` and ``end`` replaced (or appended
+    under ``heading``)."""
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if pattern.search(doc):
         return pattern.sub(lambda _: block, doc)
-    return doc.rstrip("\n") + "\n\n## Profiles against traces (generated)\n\n" + block + "\n"
+    return doc.rstrip("\n") + f"\n\n## {heading} (generated)\n\n" + block + "\n"
 
 
 def to_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
@@ -223,8 +275,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("names", nargs="*")
     p.add_argument("--markdown", type=Path, help="splice the table into this Markdown file")
     p.add_argument("--json", type=Path, help="write the rows as JSON")
+    p.add_argument("--trust", type=Path, help="only splice the trust table (from the manifests) into this Markdown file")
     p.add_argument("-j", "--jobs", type=int, default=2)
     args = p.parse_args(argv)
+    if args.trust:
+        programs = [resolve(n, catalogue()) for n in args.names] if args.names else catalogue()
+        text = splice(args.trust.read_text(), trust_markdown(programs), TRUST_BEGIN, TRUST_END, "How far each trace can be trusted")
+        Output(args.trust).write_bytes(text.encode())
+        return 0
     rows = compare(args.names, args.jobs)
     block = markdown(rows)
     if args.markdown:
