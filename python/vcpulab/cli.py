@@ -433,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--print-spec", action="store_true", help="print the materialised spec (TOML) instead")
     validate.set_defaults(func=cmd_validate)
 
-    _list_and_show(
+    workload_commands = _list_and_show(
         commands,
         "workloads",
         "list the built-in workloads and the traced real programs",
@@ -444,6 +444,29 @@ def build_parser() -> argparse.ArgumentParser:
         "print a built-in workload's TOML, or a traced program's manifest (traced.NAME)",
         cmd_workload_show,
     )
+    from .traced import compare as traced_compare
+    from .traced import record as traced_record
+
+    rec = workload_commands.add_parser(
+        "record",
+        help="record the traces of the real programs built from source (docs/real-programs.md)",
+        description="Run the real programs built from source (binaries <bin>/<suite>.<program>, inputs "
+        "<inputs>/<suite>.<program>/) at their thread counts: untraced (--runs times), under the tracer, and "
+        "replayed natively; write traces/<suite>/<program>/t<N>.vtrace.xz and the program's manifest.toml. "
+        "How each program is run: traces/programs/<suite>.<program>.toml (docs/real-programs.md).",
+    )
+    traced_record.add_arguments(rec)
+    rec.set_defaults(func=traced_record.run)
+    cmp = workload_commands.add_parser(
+        "compare",
+        help="the profiles against the traces' native replays; the traces' trust table (docs/profiles.md)",
+        description="Run each traced program's built-in profile and its trace's replay natively in the "
+        "simulator, N threads on N CPUs, and compare their blocking, wake-up, futex and unmapping rates and "
+        "parallelism (a table, or spliced into --markdown FILE); with --trust FILE, splice the traces' "
+        "trust table (replay error, untraced against traced counts) from the manifests instead.",
+    )
+    traced_compare.add_arguments(cmp)
+    cmp.set_defaults(func=traced_compare.run)
     _list_and_show(
         commands,
         "platforms",
@@ -676,7 +699,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _list_and_show(
     commands: Any, name: str, help: str, description: str, list_func: Any, show_help: str, show_func: Any
-) -> None:
+) -> Any:
     """A command that lists a catalogue (`--json`: JSON Lines) and has `show NAME` for one item."""
     listing = commands.add_parser(name, help=help, description=description)
     listing.add_argument("--json", action="store_true", help="print JSON Lines")
@@ -687,6 +710,7 @@ def _list_and_show(
     if name == "workloads":
         show.add_argument("--json", action="store_true", help="print it as one JSON document")
     show.set_defaults(func=show_func)
+    return sub
 
 
 def make_plan(args: argparse.Namespace) -> Plan:

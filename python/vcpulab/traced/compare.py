@@ -266,24 +266,24 @@ def to_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
     ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
+def add_arguments(p: Any) -> None:
+    p.add_argument("names", nargs="*", metavar="NAME", help="traced programs (default: all)")
+    p.add_argument("--markdown", type=Path, help="splice the table into this Markdown file (docs/profiles.md)")
+    p.add_argument("--json", type=Path, help="also write the rows as JSON")
+    p.add_argument("--trust", type=Path, help="instead, splice the trust table (from the manifests) into this Markdown file")
+    p.add_argument("-j", "--jobs", type=int, choices=range(1, 65), default=2, metavar="N", help="processes (default 2)")
 
+
+def run(args: Any) -> int:
     from ..atomic import Output
 
-    p = argparse.ArgumentParser(prog="python -m vcpulab.traced.compare", description=__doc__.split("\n\n")[0])
-    p.add_argument("names", nargs="*")
-    p.add_argument("--markdown", type=Path, help="splice the table into this Markdown file")
-    p.add_argument("--json", type=Path, help="write the rows as JSON")
-    p.add_argument("--trust", type=Path, help="only splice the trust table (from the manifests) into this Markdown file")
-    p.add_argument("-j", "--jobs", type=int, default=2)
-    args = p.parse_args(argv)
+    programs = catalogue()
+    chosen = [resolve(n, programs) for n in args.names] if args.names else programs
     if args.trust:
-        programs = [resolve(n, catalogue()) for n in args.names] if args.names else catalogue()
-        text = splice(args.trust.read_text(), trust_markdown(programs), TRUST_BEGIN, TRUST_END, "How far each trace can be trusted")
+        text = splice(args.trust.read_text(), trust_markdown(chosen), TRUST_BEGIN, TRUST_END, "How far each trace can be trusted")
         Output(args.trust).write_bytes(text.encode())
         return 0
-    rows = compare(args.names, args.jobs)
+    rows = compare([p.name for p in chosen], args.jobs)
     block = markdown(rows)
     if args.markdown:
         Output(args.markdown).write_bytes(splice(args.markdown.read_text(), block).encode())
@@ -292,6 +292,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         Output(args.json).write_bytes(json.dumps(to_json(rows), indent=1).encode())
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="vcpulab workloads compare", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -36,8 +36,10 @@ from ..bridge.launch import TRIM_MADVISE, LaunchError, Measurement
 from ..spec import toml_value
 from .manifest import MANIFEST, ManifestError, load_program, program_table, repo_traces
 
-DEFAULT_BIN = Path(os.environ.get("VCPULAB_REAL_BIN", "/work/real/bin"))
-DEFAULT_INPUTS = Path(os.environ.get("VCPULAB_REAL_INPUTS", "/work/real/inputs"))
+REAL = repo_traces().parent.parent / "real"
+"""Where the programs are built, beside the repository (as ``../shared`` is)."""
+DEFAULT_BIN = Path(os.environ.get("VCPULAB_REAL_BIN") or REAL / "bin")
+DEFAULT_INPUTS = Path(os.environ.get("VCPULAB_REAL_INPUTS") or REAL / "inputs")
 SOURCE = "github.com/bamos/parsec-benchmark"
 """The public PARSEC 3.0 tree the programs are built from (docs/references.md [PARSEC])."""
 COMMIT = "2e492f771c6749577fe4e7610d516a9e7f8ad580"
@@ -284,35 +286,53 @@ def summary(entries: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps([{k: e[k] for k in ("threads", "file", "bytes", "sha256")} for e in entries])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m vcpulab.traced.record [NAME ...] [--threads 1,4] [--bin DIR] [--inputs DIR]``."""
-    import argparse
-    import sys
+def positive_counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or any(not 1 <= c <= 1024 for c in counts):
+        import argparse
 
+        raise argparse.ArgumentTypeError(f"expected thread counts in [1, 1024] separated by commas (got {text!r})")
+    return counts
+
+
+def add_arguments(p: Any) -> None:
+    p.add_argument("names", nargs="*", metavar="NAME", help="programs (suite.program); default: every table in traces/programs")
+    p.add_argument("--threads", type=positive_counts, help="thread counts, e.g. 1,4,16 (default: each table's thread_counts)")
+    p.add_argument("--bin", type=Path, default=DEFAULT_BIN, help=f"the built programs, <suite>.<program> (default {DEFAULT_BIN}; $VCPULAB_REAL_BIN)")
+    p.add_argument("--inputs", type=Path, default=DEFAULT_INPUTS, help=f"their inputs, one directory each (default {DEFAULT_INPUTS}; $VCPULAB_REAL_INPUTS)")
+    p.add_argument("--runs", type=int, choices=range(1, 11), default=3, metavar="N", help="untraced runs per thread count, 1-10 (default 3)")
+    p.add_argument("--root", type=Path, default=repo_traces(), help="the traces directory (default: the repository's traces/)")
+
+
+def run(args: Any) -> int:
     from ..render import stderr_console
-
-    p = argparse.ArgumentParser(prog="vcpulab workloads record", description=__doc__.split("\n\n")[0])
-    p.add_argument("names", nargs="*", help="programs (suite.program); default: every table in traces/programs")
-    p.add_argument("--threads", help="thread counts, e.g. 1,4,16 (default: each table's thread_counts)")
-    p.add_argument("--bin", type=Path, default=DEFAULT_BIN, help=f"the built programs (default {DEFAULT_BIN})")
-    p.add_argument("--inputs", type=Path, default=DEFAULT_INPUTS, help=f"their inputs (default {DEFAULT_INPUTS})")
-    p.add_argument("--runs", type=int, default=3, help="untraced runs per thread count (default 3)")
-    p.add_argument("--root", type=Path, default=repo_traces(), help="the traces directory (default: the repository's)")
-    args = p.parse_args(argv)
     from .manifest import program_tables
 
     names = args.names or program_tables(args.root)
-    threads = [int(x) for x in args.threads.split(",")] if args.threads else None
+    if not names:
+        raise RecordError(f"no program tables in {args.root / 'programs'} (docs/real-programs.md)")
     setup = Setup(args.bin, args.inputs, args.root.resolve(), args.runs)
     console = stderr_console()
     failed = 0
     for name in names:
         try:
-            record(name, threads, setup, console, lambda s: console.print(s, highlight=False))
+            record(name, args.threads, setup, console, lambda s: console.print(s, highlight=False))
         except (RecordError, ManifestError, LaunchError, OSError) as e:
             failed += 1
             console.print(f"vcpulab workloads record: {e}", style="red", highlight=False)
     return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m vcpulab.traced.record``: as ``vcpulab workloads record``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="vcpulab workloads record", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
 
 
 if __name__ == "__main__":
