@@ -46,6 +46,8 @@ class Prepared:
     source: str = "profile"
     """``"profile"``: the spec as written; ``"trace"``: its PARSEC/SPLASH-2x workloads replaced
     by their traced programs (:mod:`.traces`)."""
+    partial: str = ""
+    """For a trace run: the benchmarks it leaves out for want of traces (empty: none)."""
 
     @property
     def label(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.table import Table
@@ -111,6 +111,8 @@ class Scoreboard:
     None when the trace runs were not asked for (``--no-traces``)."""
     traced: frozenset[str] = frozenset()
     """The ids of the experiments run with traces."""
+    partial: Mapping[str, str] = field(default_factory=dict)
+    """Experiment id → the benchmarks its trace run left out for want of traces."""
 
     def totals(self) -> dict[str, Any]:
         """The profile runs' counts, and ``trace``: the same counts over the rows of the
@@ -164,7 +166,8 @@ class Scoreboard:
     def trace_lines(self) -> list[str]:
         """Per experiment without a trace run, why (those naming no PARSEC/SPLASH-2x workload
         left out: a trace run was never in question)."""
-        return [f"{eid}: no trace run: {why}" for eid, why in (self.no_trace or {}).items() if why != NO_BENCHMARK]
+        lines = [f"{eid}: no trace run: {why}" for eid, why in (self.no_trace or {}).items() if why != NO_BENCHMARK]
+        return lines + [f"{eid}: trace run without the benchmarks lacking traces: {why}" for eid, why in self.partial.items()]
 
     def not_expressible(self) -> list[Experiment]:
         return [e for e in self.experiments if not e.runnable]
@@ -243,7 +246,8 @@ def build(
             trace = None if traced is None else _judge(traced, traced.prepared.experiment.published[i])
             rows.append(Row(e, i, entry, _judge(run, entry), trace))
     traced_ids = frozenset(eid for eid, source in by_id if source == TRACE)
-    return Scoreboard(tuple(rows), tuple(experiments), quick, no_trace, traced_ids)
+    partial = {eid: r.prepared.partial for (eid, source), r in by_id.items() if source == TRACE and r.prepared.partial}
+    return Scoreboard(tuple(rows), tuple(experiments), quick, no_trace, traced_ids, partial)
 
 
 def _judge(run: ExperimentResults, entry: Mapping[str, Any]) -> Judged:
@@ -391,7 +395,7 @@ def markdown(board: Scoreboard, command: str, date: str) -> str:
         lines.append(line)
     without = board.trace_lines()
     if without:
-        lines += ["", "## Without a trace run", ""]
+        lines += ["", "## Without a trace run, or without some benchmarks' traces", ""]
         lines += [f"- {_md(line)}" for line in without]
     missing = board.not_expressible()
     if missing:

@@ -15,9 +15,13 @@ An experiment gets no trace run when (the reason is shown on the scoreboard):
 - it names no PARSEC/SPLASH-2x workload;
 - it changes a benchmark's profile (``[workloads.parsec.X]``, or a ``vary``, variant or quick
   key ``workloads.parsec.X...``): a trace has no profile parameters to change;
-- a benchmark has no trace, or none at a thread count the experiment's cells use: the measured
+- no benchmark has a trace at every thread count the experiment's cells use: the measured
   workload at each cell's ``threads``; a co-runner at ``corunner_threads``, else at the vCPU
   count of each co-running VM (``[vms.N] vcpus`` or the cell's), in the OC and OC2 cells.
+
+A benchmark without such traces is left out of the trace run's workload lists (its published
+values get no trace value), and its name is kept in the run's ``partial`` note; an untraced
+co-runner runs as its profile.
 """
 
 from __future__ import annotations
@@ -252,8 +256,37 @@ class Skipped:
     reason: str
 
 
+def complete_benchmarks(need: Mapping[str, set[int]], benchmarks: Sequence[str], programs: Sequence[Program]) -> list[str]:
+    """The benchmarks of ``benchmarks`` traced at every thread count ``need`` asks of them."""
+    by_name = {p.name: p for p in programs}
+    return [
+        b for b in benchmarks if b in by_name and all(by_name[b].trace(t) is not None for t in need.get(b, ()))
+    ]
+
+
+def drop(value: Any, names: Sequence[str]) -> Any:
+    """``value`` with the strings of ``names`` taken out of every list, at any depth (a scalar
+    equal to one, such as a co-runner, is kept: it runs as its profile)."""
+    if isinstance(value, Mapping):
+        return {k: drop(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [drop(v, names) for v in value if not (isinstance(v, str) and v in names)]
+    return value
+
+
+def emptied(value: Any) -> bool:
+    """Whether dropping left an empty list of workloads anywhere (a ``workloads`` list or a
+    ``vary`` list that named only untraced benchmarks)."""
+    if isinstance(value, Mapping):
+        return any(emptied(v) for v in value.values())
+    return isinstance(value, list) and not value
+
+
 def prepare_traced(profile: Prepared, quick: bool, programs: Sequence[Program]) -> Prepared | Skipped:
-    """The trace run of a prepared (profile) experiment, or why it has none."""
+    """The trace run of a prepared (profile) experiment, or why it has none. Benchmarks without
+    a trace at every thread count they need are left out of its workload lists (their published
+    values have no trace value: "no cell matched"); an untraced co-runner runs as its profile;
+    no traced benchmark at all, no trace run."""
     experiment = profile.experiment
     benchmarks = named_benchmarks(profile.settings)
     if not benchmarks:
@@ -263,13 +296,25 @@ def prepare_traced(profile: Prepared, quick: bool, programs: Sequence[Program]) 
     changed = changed_profiles(doc, quick_table, benchmarks)
     if changed:
         return Skipped(f"changes a profile ({', '.join(changed)}): a trace has no profile parameters")
-    missing = missing_traces(needed_threads(profile.settings, profile.cells), programs)
-    if missing:
+    need = needed_threads(profile.settings, profile.cells)
+    complete = complete_benchmarks(need, benchmarks, programs)
+    missing = missing_traces(need, programs)
+    if not complete:
         return Skipped("; ".join(missing))
-    names = {b: traced_name(b) for b in benchmarks}
+    untraced = [b for b in benchmarks if b not in complete]
+    names = {b: traced_name(b) for b in complete}
     source = str(experiment.path)
+    traced_doc = traced_document(doc, names)
+    if untraced:
+        experiment_table = drop(traced_doc.get("experiment") or {}, untraced)
+        if emptied(experiment_table):
+            return Skipped("; ".join(missing))
+        traced_doc["experiment"] = experiment_table
+        quick_table = {k: drop(v, untraced) if str(k).startswith("experiment.") else v for k, v in quick_table.items()}
+        if emptied(quick_table):
+            return Skipped("; ".join(missing))
     try:
-        text = toml_document(traced_document(doc, names))
+        text = toml_document(traced_doc)
     except TypeError as e:  # a value TOML's writer does not know (a date)
         return Skipped(f"cannot write the traced spec: {e}")
     overrides = traced_overrides(quick_table, names)
@@ -281,7 +326,7 @@ def prepare_traced(profile: Prepared, quick: bool, programs: Sequence[Program]) 
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
     traced = dataclasses.replace(experiment, text=text, info=json.loads(plan.info()))
     payload = SpecPayload(text, source, tuple(overrides), spec_hash)
-    return Prepared(traced, plan, payload, tomllib.loads(spec_text), source=TRACE)
+    return Prepared(traced, plan, payload, tomllib.loads(spec_text), source=TRACE, partial="; ".join(missing))
 
 
 def prepare_all_traced(
