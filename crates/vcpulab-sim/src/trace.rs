@@ -12,7 +12,9 @@
 //! checks the header, every block's checksum and every record's kind and length, then groups
 //! the records by process (pid and process start time) and thread, sorted by time. Any defect
 //! is a [`TraceError`] naming the file, the byte offset and what was expected. The format is
-//! documented in `docs/trace-format.md`; its constants are in [`format`].
+//! documented in `docs/trace-format.md`; its constants are in [`format`]. A file that starts with
+//! the xz magic ([`format::XZ_MAGIC`]) is decompressed first (bounded by
+//! [`format::MAX_TRACE_BYTES`]); its byte offsets are then those of the decompressed trace.
 //!
 //! ```
 //! # use vcpulab_sim::trace;
@@ -29,7 +31,9 @@ use serde::Serialize;
 pub mod format;
 mod read;
 
-pub use read::{from_bytes, from_bytes_named, read};
+pub use read::{from_bytes, from_bytes_named, read, read_bytes};
+#[cfg(test)]
+pub(crate) use read::tests::{sample as sample_bytes, xz};
 
 /// A whole trace file.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -234,6 +238,13 @@ pub struct TraceError {
 pub enum TraceErrorKind {
     /// The file could not be read.
     Io(String),
+    /// The file starts with the xz magic but is not a valid xz stream (corrupt, truncated).
+    Xz(String),
+    /// The file (or an xz-compressed file's content) is larger than [`format::MAX_TRACE_BYTES`].
+    TooLarge {
+        /// The file is xz-compressed (its content is too large, not the file).
+        compressed: bool,
+    },
     /// The file does not start with the vtrace magic.
     BadMagic,
     /// The file ends inside the header.
@@ -328,12 +339,20 @@ pub enum TraceErrorKind {
 impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use TraceErrorKind as K;
-        if let K::Io(e) = &self.kind {
-            return write!(f, "{}: cannot read: {e}", self.file);
+        match &self.kind {
+            K::Io(e) => return write!(f, "{}: cannot read: {e}", self.file),
+            K::Xz(e) => return write!(f, "{}: not a valid xz stream: {e}", self.file),
+            K::TooLarge { compressed: true } => {
+                return write!(f, "{}: decompresses to more than {} bytes, the largest trace read", self.file, format::MAX_TRACE_BYTES)
+            }
+            K::TooLarge { compressed: false } => {
+                return write!(f, "{}: larger than {} bytes, the largest trace read", self.file, format::MAX_TRACE_BYTES)
+            }
+            _ => {}
         }
         write!(f, "{}: byte {}: ", self.file, self.offset)?;
         match &self.kind {
-            K::Io(_) => Ok(()),
+            K::Io(_) | K::Xz(_) | K::TooLarge { .. } => Ok(()),
             K::BadMagic => write!(f, "not a vtrace file (expected the magic bytes \\x89VTRACE\\n)"),
             K::TruncatedHeader { len } => {
                 write!(f, "truncated header: expected {} bytes, the file has {len}", format::HEADER_LEN)

@@ -10,6 +10,7 @@ pub mod heap;
 pub mod profile;
 pub mod program;
 pub mod replay;
+pub mod traced;
 
 pub use dist::Dist;
 pub use program::{Instr, ObjKind, Program, Share, Times, Workload};

@@ -10,6 +10,13 @@
 
 /// The first eight bytes of every vtrace file.
 pub const MAGIC: [u8; 8] = *b"\x89VTRACE\n";
+/// The first six bytes of an xz stream: a file starting with them is an xz-compressed trace,
+/// decompressed before it is read (`traces/<suite>/<program>/t<N>.vtrace.xz`).
+pub const XZ_MAGIC: [u8; 6] = [0xFD, b'7', b'z', b'X', b'Z', 0x00];
+/// The largest trace the reader takes: 1 GiB, of the file, and of an xz-compressed file once
+/// decompressed (a committed trace is tens of MB; a larger one is refused rather than filling
+/// the memory).
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 /// The newest format version this reader understands (it reads every version up to it).
 pub const VERSION: u16 = 4;
 /// Length of the version-1 file header.

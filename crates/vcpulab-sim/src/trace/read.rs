@@ -8,11 +8,26 @@ use super::{Event, Header, LockMode, Origin, Process, ProcessStart, Record, Thre
 
 /// Reads and validates the trace file at `path` (errors name it, a byte of its name that is not
 /// UTF-8 as `\xNN`).
+/// An xz-compressed file is decompressed first (see [`from_bytes_named`]).
 pub fn read(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
     let path = path.as_ref();
-    let name = file_name(path);
-    let bytes = std::fs::read(path).map_err(|e| TraceError { file: name.clone(), offset: 0, kind: TraceErrorKind::Io(e.to_string()) })?;
-    from_bytes_named(&name, &bytes)
+    let bytes = read_bytes(path)?;
+    from_bytes_named(&file_name(path), &bytes)
+}
+
+/// The bytes of the trace file at `path` as stored (compressed or not), refusing a file larger
+/// than [`format::MAX_TRACE_BYTES`]. Errors name the file as [`read`]'s do.
+pub fn read_bytes(path: impl AsRef<Path>) -> Result<Vec<u8>, TraceError> {
+    use std::io::Read;
+    let path = path.as_ref();
+    let fail = |kind| TraceError { file: file_name(path), offset: 0, kind };
+    let file = std::fs::File::open(path).map_err(|e| fail(TraceErrorKind::Io(e.to_string())))?;
+    let mut bytes = Vec::new();
+    file.take(format::MAX_TRACE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| fail(TraceErrorKind::Io(e.to_string())))?;
+    if bytes.len() as u64 > format::MAX_TRACE_BYTES {
+        return Err(fail(TraceErrorKind::TooLarge { compressed: false }));
+    }
+    Ok(bytes)
 }
 
 /// `path` as text: as it is when it is UTF-8, else with each byte that is not as `\xNN` (the
@@ -42,8 +57,54 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Trace, TraceError> {
     from_bytes_named("<bytes>", bytes)
 }
 
-/// Parses a trace held in memory; errors name it `file`.
+/// Parses a trace held in memory; errors name it `file`. Bytes that start with the xz magic
+/// ([`format::XZ_MAGIC`]) are an xz-compressed trace: decompressed first (at most
+/// [`format::MAX_TRACE_BYTES`]), and errors in its content name it `FILE (decompressed)`, the
+/// byte offsets being the decompressed trace's.
 pub fn from_bytes_named(file: &str, bytes: &[u8]) -> Result<Trace, TraceError> {
+    if bytes.starts_with(&format::XZ_MAGIC) {
+        let plain = decompress_xz(bytes, format::MAX_TRACE_BYTES).map_err(|kind| TraceError { file: file.to_string(), offset: 0, kind })?;
+        return parse(&format!("{file} (decompressed)"), &plain);
+    }
+    parse(file, bytes)
+}
+
+/// The content of the xz stream `bytes`, at most `limit` bytes of it.
+fn decompress_xz(bytes: &[u8], limit: u64) -> Result<Vec<u8>, TraceErrorKind> {
+    /// A writer that takes at most `limit` bytes and remembers that it was offered more.
+    struct Bounded {
+        out: Vec<u8>,
+        limit: u64,
+        over: bool,
+    }
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if (self.out.len() + buf.len()) as u64 > self.limit {
+                self.over = true;
+                return Err(std::io::Error::other("the decompressed trace exceeds the bound"));
+            }
+            self.out.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded { out: Vec::new(), limit, over: false };
+    match lzma_rs::xz_decompress(&mut std::io::BufReader::new(bytes), &mut out) {
+        Ok(()) => Ok(out.out),
+        Err(_) if out.over => Err(TraceErrorKind::TooLarge { compressed: true }),
+        Err(e) => Err(TraceErrorKind::Xz(one_line(&e.to_string()))),
+    }
+}
+
+/// `text` on one line (the decoder's messages are, but the bound on them is cheap).
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Parses the (uncompressed) trace `bytes`; errors name it `file`.
+fn parse(file: &str, bytes: &[u8]) -> Result<Trace, TraceError> {
     let err = |offset: usize, kind: TraceErrorKind| TraceError { file: file.to_string(), offset: offset as u64, kind };
     let header = parse_header(bytes).map_err(|(o, k)| err(o, k))?;
     let mut builder = Builder::default();
@@ -509,9 +570,16 @@ impl Builder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trace::TraceErrorKind as K;
+
+    /// `bytes` xz-compressed.
+    pub(crate) fn xz(bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        lzma_rs::xz_compress(&mut std::io::BufReader::new(bytes), &mut out).expect("compresses");
+        out
+    }
 
     fn header(version: u16) -> Vec<u8> {
         let mut h = format::MAGIC.to_vec();
@@ -586,7 +654,7 @@ mod tests {
     }
 
     /// A two-thread process: main creates thread 101 (seq 1) and joins it.
-    fn sample() -> Vec<u8> {
+    pub(crate) fn sample() -> Vec<u8> {
         let m = 0x1000u64.to_le_bytes();
         let main1 = block(
             100,
@@ -652,6 +720,56 @@ mod tests {
             Err(e) => e,
             Ok(t) => panic!("parsed: {t:?}"),
         }
+    }
+
+    /// [`sample`] as Python's `lzma.compress` writes it (FORMAT_XZ, CHECK_CRC64, preset 6):
+    /// the way the committed traces are compressed.
+    const SAMPLE_XZ_BY_PYTHON: &str = "fd377a585a000004e6d6b4460200210116000000742fe5a3e0022000ca5d00449586853580220d69c5b4840217dddfe12a3cfdd10abe6a615d7dd4e8eb8615bd03f92f712645901a6708819188e3511c73c541adf55665cd610c4a68087bd720698272cefbc8a774161aa408dd9a8f746b73d1cdf9c9758a71b1f7ea3c348f82c2f5c935953f899fe8dd2a896a1f8184b690bcd0a7393c4f76d70c94e6545db9906314c200b60b0b61a06c107234c9b605c6f274bff0fd3a0d86487d23d1902f21d036e00b41dcd91117cd9eb4111ac4e868bad41d2983c39d04b536e15943ba8873bf626a7d71377a000000de5dfcf1090c7fed0001e601a10400004ed3f6ccb1c467fb020000000004595a";
+
+    fn unhex(h: &str) -> Vec<u8> {
+        (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex")).collect()
+    }
+
+    #[test]
+    fn an_xz_compressed_trace_reads_as_the_trace() {
+        let plain = from_bytes_named("t.vtrace", &sample()).expect("valid");
+        let python = unhex(SAMPLE_XZ_BY_PYTHON);
+        assert!(python.starts_with(&format::XZ_MAGIC));
+        assert_eq!(from_bytes_named("t.vtrace.xz", &python).expect("valid"), plain);
+        assert_eq!(from_bytes_named("t.vtrace.xz", &xz(&sample())).expect("valid"), plain);
+        // Through a file, as `read` and the workloads read it.
+        let dir = std::env::temp_dir().join(format!("vcpulab-xz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("t.vtrace.xz");
+        std::fs::write(&path, &python).expect("written");
+        assert_eq!(read(&path).expect("valid"), plain);
+        assert_eq!(read_bytes(&path).expect("readable"), python);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_corrupt_or_truncated_xz_stream_is_one_clear_line() {
+        let good = unhex(SAMPLE_XZ_BY_PYTHON);
+        let mut corrupt = good.clone();
+        corrupt[40] ^= 0x55;
+        let truncated = &good[..good.len() / 2];
+        for bad in [&corrupt[..], truncated, &format::XZ_MAGIC[..]] {
+            let e = from_bytes_named("t.vtrace.xz", bad).expect_err("refused").to_string();
+            assert!(e.starts_with("t.vtrace.xz: not a valid xz stream: "), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // A valid stream of something that is not a trace: the decompressed content's error.
+        let e = from_bytes_named("t.vtrace.xz", &xz(b"not a trace")).expect_err("refused").to_string();
+        assert_eq!(e, "t.vtrace.xz (decompressed): byte 0: not a vtrace file (expected the magic bytes \\x89VTRACE\\n)");
+    }
+
+    #[test]
+    fn decompression_stops_at_the_bound() {
+        let stream = xz(&vec![0u8; 5000]);
+        assert_eq!(decompress_xz(&stream, 5000).map(|v| v.len()), Ok(5000));
+        assert_eq!(decompress_xz(&stream, 4999), Err(K::TooLarge { compressed: true }));
+        let e = TraceError { file: "t.vtrace.xz".into(), offset: 0, kind: K::TooLarge { compressed: true } };
+        assert_eq!(e.to_string(), format!("t.vtrace.xz: decompresses to more than {} bytes, the largest trace read", format::MAX_TRACE_BYTES));
     }
 
     #[test]

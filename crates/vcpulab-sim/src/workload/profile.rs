@@ -469,8 +469,8 @@ fn parse_transform(params: &toml::Table, x: &toml::Table) -> Result<Transform, P
 
 /// The `heap` table: glibc's allocator tunables. Setting any of them turns the dynamic
 /// thresholds off, as `mallopt` / `GLIBC_TUNABLES` do.
-/// `[workloads.NAME] trace = "app.vtrace"`: a traced real program replayed
-/// ([`super::replay`]); optional `pid` (which process of the trace), `heap` (the allocator
+/// `[workloads.NAME] trace = "app.vtrace"` (or an xz-compressed `app.vtrace.xz`): a traced real
+/// program replayed ([`super::replay`]); optional `pid` (which process of the trace), `heap` (the allocator
 /// tunables the replay runs with) and `spinlocks = "spin-then-block"` (its spin locks spin
 /// briefly, then block: the mitigation of user spinning). The workload's hash covers the
 /// trace's bytes.
@@ -503,7 +503,11 @@ fn parse_trace_workload(name: &str, t: &toml::Table) -> Result<Workload, ParseEr
         Some(Value::String(m)) if m == "spin-then-block" => Some(super::replay::SPIN_THEN_BLOCK_NS),
         Some(o) => return err("spinlocks", format!("expected \"spin\" or \"spin-then-block\" (got {o})")),
     };
-    let bytes = std::fs::read(path).map_err(|e| ("trace".to_string(), format!("cannot read trace file '{path}': {e}")))?;
+    // An xz-compressed file is decompressed by the reader; the hash is of the file as stored.
+    let bytes = crate::trace::read_bytes(path).map_err(|e| match e.kind {
+        crate::trace::TraceErrorKind::Io(m) => ("trace".to_string(), format!("cannot read trace file '{path}': {m}")),
+        _ => ("trace".to_string(), e.to_string()),
+    })?;
     let trace = crate::trace::from_bytes_named(path, &bytes).map_err(|e| ("trace".to_string(), e.to_string()))?;
     let opts = super::replay::Options { pid, heap, spin_then_block, tracer_record_ns: super::replay::TRACER_RECORD_NS };
     let (mut w, _) = super::replay::from_trace(name, &trace, &opts).map_err(|m| ("trace".to_string(), m))?;
