@@ -231,8 +231,12 @@ def missing_traces(need: Mapping[str, set[int]], programs: Sequence[Program]) ->
     order of ``need``)."""
     by_name = {p.name: p for p in programs}
     groups: dict[tuple[int, ...], list[str]] = {}
+    unusable: list[str] = []
     for name, counts in need.items():
         program = by_name.get(name)
+        if program is not None and not program.replayable:
+            unusable.append(f"{name}'s traces lack its synchronisation ({program.info.get('not_replayable', 'see its manifest')})")
+            continue
         lacking = () if program is None else tuple(sorted(t for t in counts if program.trace(t) is None))
         if program is None or lacking:
             groups.setdefault(lacking, []).append(name)
@@ -243,7 +247,7 @@ def missing_traces(need: Mapping[str, set[int]], programs: Sequence[Program]) ->
             plural = "s" if lacking != (1,) else ""
             text += f" at {', '.join(str(t) for t in lacking)} thread{plural}"
         out.append(text)
-    return out
+    return out + unusable
 
 
 # --- the trace run of an experiment ---------------------------------------------------------
@@ -258,7 +262,7 @@ class Skipped:
 
 def complete_benchmarks(need: Mapping[str, set[int]], benchmarks: Sequence[str], programs: Sequence[Program]) -> list[str]:
     """The benchmarks of ``benchmarks`` traced at every thread count ``need`` asks of them."""
-    by_name = {p.name: p for p in programs}
+    by_name = {p.name: p for p in programs if p.replayable}
     return [
         b for b in benchmarks if b in by_name and all(by_name[b].trace(t) is not None for t in need.get(b, ()))
     ]

@@ -81,6 +81,13 @@ class Program:
         return PREFIX + self.name
 
     @property
+    def replayable(self) -> bool:
+        """Whether its traces hold the program's synchronisation (false, e.g., for an OpenMP
+        program whose runtime makes its futex calls inline, out of the tracer's sight): such a
+        program is listed and shown, but the reproduction suite does not run it."""
+        return self.info.get("replayable", True) is not False
+
+    @property
     def thread_counts(self) -> list[int]:
         return sorted(t.threads for t in self.traces)
 

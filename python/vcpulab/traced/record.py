@@ -235,7 +235,7 @@ def manifest_text(name: str, table: Mapping[str, Any], entries: Sequence[Mapping
         "source": SOURCE,
         "commit": COMMIT,
         **{k: table[k] for k in FIELDS if k != "program"},
-        **{k: table[k] for k in ("threads_arg", "notes", "mirror_inputs", "prepare") if k in table},
+        **{k: table[k] for k in ("threads_arg", "notes", "mirror_inputs", "prepare", "env", "replayable", "not_replayable") if k in table},
     }
     lines = [
         f"# Traces of {name} recorded by `vcpulab workloads record` (docs/real-programs.md).",
