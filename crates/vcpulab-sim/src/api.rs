@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::account::metrics::{efficiency, overhead, weighted_speedup};
-use crate::scenario::{simulate_run_checked, Corunner, Layout, RunConfig};
+use crate::scenario::{simulate_run_checked, Layout, RunConfig};
 use crate::spec::{Scenario, Spec, SpecError};
 use crate::workload::builtin::BUILTINS;
 use crate::workload::profile::parse_workload;
@@ -244,7 +244,9 @@ fn variant_sets(named: &[crate::spec::NamedVariant], vary: &indexmap::IndexMap<S
 impl Plan {
     /// Validates a spec (see [`Spec::parse`]) and lists its cells.
     pub fn new(text: &str, source: &str, overrides: &[String]) -> Result<Plan, SpecError> {
-        let spec = Spec::parse(text, source, overrides)?;
+        // Every variant's traced programs come from one cache: each trace file is read once.
+        let mut cache = crate::workload::traced::TraceCache::default();
+        let spec = Spec::parse_with(text, source, overrides, &mut cache)?;
         let e = &spec.experiment;
         let n_variants = e.vary.values().fold(e.variants.len().max(1), |n, v| n.saturating_mul(v.len()));
         let n_cells = [spec.workloads.len(), e.vcpus.0.len(), e.seeds.0.len(), e.scenarios.0.len()]
@@ -268,7 +270,7 @@ impl Plan {
             }
             let mut all = overrides.to_vec();
             all.extend(sets);
-            let v = Spec::parse(text, source, &all).map_err(|mut e| {
+            let v = Spec::parse_with(text, source, &all, &mut cache).map_err(|mut e| {
                 if e.source.starts_with("--set") {
                     e.source = format!("{source} (experiment.vary, variant {label})");
                 }
@@ -283,7 +285,7 @@ impl Plan {
                     for &scenario in &spec.experiment.scenarios.0 {
                         for (label, v) in &variants {
                             // A variant may change experiment.threads or oc_vms.
-                            let threads = w.threads.or(v.experiment.threads).unwrap_or(vcpus);
+                            let threads = v.instance_threads(w, vcpus);
                             let oc_vms = v.experiment.oc_vms;
                             cells.push(Cell { workload: w.name.clone(), scenario, vcpus, threads, oc_vms, seed, variant: label.clone() });
                         }
@@ -330,9 +332,8 @@ impl Plan {
     /// The configuration of one simulation of `cell`'s workload with `layout`.
     pub fn run_config(&self, cell: &Cell, layout: Layout) -> RunConfig {
         let spec = &self.variants[self.variant_index(cell)].1;
-        let w = spec.workloads.iter().find(|w| w.name == cell.workload).expect("cell workload exists");
         RunConfig {
-            workload: Arc::new(w.clone()),
+            workload: spec.workload_at(&cell.workload, cell.threads).expect("cell workload exists"),
             threads: cell.threads,
             cores: cell.vcpus,
             seed: cell.seed,
@@ -343,11 +344,7 @@ impl Plan {
             vm: spec.vm.clone(),
             limits: spec.limits.clone(),
             vm_overrides: spec.vm_overrides.clone(),
-            corunner: spec.corunner.as_ref().map(|c| Corunner {
-                workload: Arc::new(c.clone()),
-                threads: c.threads.or(spec.experiment.corunner_threads).unwrap_or(cell.vcpus),
-                threads_set: c.threads.or(spec.experiment.corunner_threads).is_some(),
-            }),
+            corunner: spec.corunner_at(cell.vcpus),
             record: spec.record.clone(),
         }
     }
@@ -489,7 +486,7 @@ impl Plan {
             }
         }
         let spec = &self.variants[self.variant_index(cell)].1;
-        let wl = spec.workloads.iter().find(|w| w.name == cell.workload).expect("cell workload exists");
+        let wl = spec.workload_at(&cell.workload, cell.threads).expect("cell workload exists");
         let mut metrics = mechanism_metrics(rec);
         if virt && !dr_by.is_empty() {
             // The host's part of δη_r (TPDS Fig. 9 plots it by cause): the sum of the causes.

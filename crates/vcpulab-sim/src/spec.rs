@@ -16,6 +16,9 @@ pub mod suggest;
 pub mod types;
 pub mod vm;
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use indexmap::IndexMap;
 use serde::Deserialize;
 
@@ -28,13 +31,15 @@ pub use vm::{HaltPollSpec, PleSpec, PvSpec, TlbPolicy, VmSpec};
 use crate::machine::MachineSpec;
 use crate::workload::builtin::{builtin_names, builtin_text, resolve_builtin};
 use crate::workload::profile::parse_workload;
+use crate::workload::traced::{self, TraceCache};
 use crate::workload::Workload;
 
 /// The `[experiment]` table.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentSpec {
-    /// Workloads to run (built-in names or names defined under `[workloads]`).
+    /// Workloads to run (built-in names, names defined under `[workloads]`, or traced programs
+    /// `traced.<suite>.<program>`).
     pub workloads: OneOrMany<String>,
     /// Scenarios to run.
     #[serde(default = "default_scenarios")]
@@ -252,10 +257,15 @@ pub struct Spec {
     pub platform: String,
     /// The published experiment this spec reproduces (`[reproduce]`).
     pub reproduce: Option<ReproduceSpec>,
-    /// Workloads named by the experiment, validated, in experiment order.
-    pub workloads: Vec<Workload>,
-    /// The co-runner workload, validated.
-    pub corunner: Option<Workload>,
+    /// Workloads named by the experiment, validated, in experiment order. A traced program's
+    /// (`traced.<suite>.<program>`) is its replay at the first thread count the experiment runs
+    /// it with; [`Spec::workload_at`] gives the one of a run.
+    pub workloads: Vec<Arc<Workload>>,
+    /// The co-runner workload, validated (a traced program's: as for `workloads`).
+    pub corunner: Option<Arc<Workload>>,
+    /// The replays of the traced programs the experiment runs (listed, or the co-runner), by
+    /// the name the spec gives them and thread count: every count its runs need.
+    pub traced: BTreeMap<String, BTreeMap<u32, Arc<Workload>>>,
     /// The fully materialised spec as TOML (after overrides), for provenance.
     pub materialized: String,
 }
@@ -264,6 +274,12 @@ impl Spec {
     /// Parses and validates spec `text` read from `source` (a file name or `<flags>`), after
     /// applying `--set PATH=VALUE` overrides.
     pub fn parse(text: &str, source: &str, overrides: &[String]) -> Result<Spec, SpecError> {
+        Spec::parse_with(text, source, overrides, &mut TraceCache::default())
+    }
+
+    /// [`Spec::parse`], taking traced programs' replays from `cache` (and adding the ones it
+    /// reads): the variants of a plan share one.
+    pub fn parse_with(text: &str, source: &str, overrides: &[String], cache: &mut TraceCache) -> Result<Spec, SpecError> {
         let mut doc: toml::Table = depth::parse_document(text, source)?;
         if let Some(why) = doc.get("reproduce").and_then(|r| r.get("not_expressible")).and_then(toml::Value::as_str) {
             let path = "reproduce.not_expressible";
@@ -386,6 +402,25 @@ impl Spec {
         if file.limits.max_steps == 0 {
             return Err(SpecError::new(blame("limits.max_steps".into()), "limits.max_steps", "expected at least 1 program step"));
         }
+        let mut traced = BTreeMap::new();
+        // A traced program (not defined by the spec): its replay at every thread count of
+        // `counts` (the first returned for `workloads`).
+        let mut load_traced = |name: &str, field: String, counts: Vec<u32>| -> Result<Arc<Workload>, SpecError> {
+            let fail = |m: String| {
+                let m = if m.starts_with("workload '") || m.starts_with("unknown traced") { m } else { format!("workload '{name}': {m}") };
+                SpecError::new(blame(field.clone()), field.clone(), m)
+            };
+            let program = traced::resolve(name).map_err(fail)?;
+            let mut at = BTreeMap::new();
+            for &t in &counts {
+                at.insert(t, cache.load(name, &program, t).map_err(fail)?);
+            }
+            let first = Arc::clone(&at[&counts[0]]);
+            traced.insert(name.to_string(), at);
+            Ok(first)
+        };
+        let is_traced = |name: &str| traced::is_traced(name) && !file.workloads.contains_key(name);
+        let vcpus = &file.experiment.vcpus.0;
         let parse_named = |name: &str| {
             parse_workload(name, &file.workloads[name])
                 .map(|mut w| {
@@ -405,18 +440,30 @@ impl Spec {
                 })
         };
         let mut workloads = Vec::new();
-        for name in &file.experiment.workloads.0 {
+        for (i, name) in file.experiment.workloads.0.iter().enumerate() {
+            if is_traced(name) {
+                let counts = vcpus.iter().map(|&v| instance_threads(None, file.experiment.threads, v)).collect();
+                workloads.push(load_traced(name, format!("experiment.workloads[{i}]"), counts)?);
+                continue;
+            }
             let w = parse_named(name)?;
-            for &vcpus in &file.experiment.vcpus.0 {
-                let threads = w.threads.or(file.experiment.threads).unwrap_or(vcpus);
+            for &vcpus in vcpus {
+                let threads = instance_threads(w.threads, file.experiment.threads, vcpus);
                 w.check_threads(threads).map_err(|(f, m)| {
                     let path = format!("workloads.{name}.{f}");
                     SpecError::new(blame(path.clone()), path, m)
                 })?;
             }
-            workloads.push(w);
+            workloads.push(Arc::new(w));
         }
-        let corunner = file.experiment.corunner.as_deref().filter(|c| *c != NO_CORUNNER).map(parse_named).transpose()?;
+        let corunner = match file.experiment.corunner.as_deref().filter(|c| *c != NO_CORUNNER) {
+            None => None,
+            Some(c) if is_traced(c) => {
+                let counts = vcpus.iter().map(|&v| instance_threads(None, file.experiment.corunner_threads, v)).collect();
+                Some(load_traced(c, "experiment.corunner".into(), counts)?)
+            }
+            Some(c) => Some(Arc::new(parse_named(c)?)),
+        };
         if let Some(c) = &file.report.cdf {
             if c != "tlb_latency" {
                 return Err(SpecError::new(
@@ -457,9 +504,54 @@ impl Spec {
             reproduce: file.reproduce,
             workloads,
             corunner,
+            traced,
             materialized,
         })
     }
+
+    /// Whether the workload `name` is a traced program (`traced.<suite>.<program>`), whose
+    /// replay depends on the run's thread count.
+    pub fn is_traced(&self, name: &str) -> bool {
+        self.traced.contains_key(name)
+    }
+
+    /// Threads of one instance of workload `w` in a run on `vcpus` vCPUs: the workload's own
+    /// count, else `experiment.threads`, else `vcpus` (a traced program's is the count of the
+    /// trace it replays, chosen by the latter two).
+    pub fn instance_threads(&self, w: &Workload, vcpus: u32) -> u32 {
+        let own = if self.is_traced(&w.name) { None } else { w.threads };
+        instance_threads(own, self.experiment.threads, vcpus)
+    }
+
+    /// The workload `name` as a run with `threads` threads per instance runs it: a traced
+    /// program's replay at that count, else the spec's workload of that name.
+    pub fn workload_at(&self, name: &str, threads: u32) -> Option<Arc<Workload>> {
+        match self.traced.get(name) {
+            Some(at) => at.get(&threads).cloned(),
+            None => self.workloads.iter().chain(&self.corunner).find(|w| w.name == name).cloned(),
+        }
+    }
+
+    /// The co-runner of a run on `vcpus` vCPUs: its workload, its threads per instance, and
+    /// whether that count was set (`corunner_threads` or the workload's own; otherwise a VM
+    /// with its own vCPU count runs one thread per vCPU). A traced co-runner replays its trace
+    /// at `corunner_threads`, else `vcpus`, in every co-running VM.
+    pub fn corunner_at(&self, vcpus: u32) -> Option<crate::scenario::Corunner> {
+        let c = self.corunner.as_ref()?;
+        if self.is_traced(&c.name) {
+            let threads = instance_threads(None, self.experiment.corunner_threads, vcpus);
+            let workload = self.workload_at(&c.name, threads).expect("every thread count of the co-runner is loaded");
+            return Some(crate::scenario::Corunner { workload, threads, threads_set: true });
+        }
+        let set = c.threads.or(self.experiment.corunner_threads);
+        Some(crate::scenario::Corunner { workload: Arc::clone(c), threads: set.unwrap_or(vcpus), threads_set: set.is_some() })
+    }
+}
+
+/// Threads of one instance: the workload's own count (`own`), else the experiment's (`threads`
+/// or `corunner_threads`), else the vCPU count.
+fn instance_threads(own: Option<u32>, experiment: Option<u32>, vcpus: u32) -> u32 {
+    own.or(experiment).unwrap_or(vcpus)
 }
 
 /// Lays the spec over its platform preset (`[platform] preset`, default the TPDS testbed):
@@ -708,6 +800,14 @@ fn materialize_builtins(doc: &mut toml::Table, blame: &dyn Fn(&str) -> String) -
                 Some(toml::Value::Table(t)) if !t.contains_key("program") && !t.contains_key("groups") => t.clone(),
                 _ => continue,
             };
+            if traced::is_traced(name) && !patch.contains_key("trace") {
+                let path = format!("workloads.{name}");
+                return Err(SpecError::new(
+                    blame(&path),
+                    path,
+                    format!("'{name}' is a traced program: it takes no settings (to replay a trace with other options, define a workload of another name with trace = \"FILE\")"),
+                ));
+            }
             let Some(mut table) = builtin_table(name) else { continue };
             merge(&mut table, &patch);
             if let Some(toml::Value::Table(w)) = doc.get_mut("workloads") {
@@ -716,6 +816,11 @@ fn materialize_builtins(doc: &mut toml::Table, blame: &dyn Fn(&str) -> String) -
             continue;
         }
         let field = if i < n_listed { format!("experiment.workloads[{i}]") } else { "experiment.corunner".to_string() };
+        if traced::is_traced(name) {
+            // Its replay depends on the run's thread count: read when the spec is validated.
+            traced::resolve(name).map_err(|m| SpecError::new(blame(&field), field, m))?;
+            continue;
+        }
         if let Err(candidates) = resolve_builtin(name) {
             return Err(SpecError::new(
                 blame(&field),

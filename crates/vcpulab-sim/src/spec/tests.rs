@@ -414,3 +414,121 @@ fn every_way_in_has_the_same_nesting_bound() {
     let e = parse(&variant, &[]).unwrap_err();
     assert!(e.message == too_deep() && e.field.starts_with("experiment.variants[0].set.\"a.a"), "{e}");
 }
+
+/// Traced programs by name (`traced.<suite>.<program>`), under a traces directory of tiny
+/// traces ([`crate::workload::traced::tests::traces_dir`]): `parsec.dedup` at 1 (plain) and 2
+/// (xz) threads, `splash2x.fft` at 4, `raytrace` in both suites.
+mod traced {
+    use super::*;
+    use crate::api::Plan;
+    use std::path::PathBuf;
+
+    /// The traces directory, made once per process and named by `VCPULAB_TRACES` (every test
+    /// sets the same value, so tests sharing a process do not race).
+    fn root() -> &'static PathBuf {
+        static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        ROOT.get_or_init(|| {
+            let root = crate::workload::traced::tests::traces_dir("spec");
+            std::env::set_var(crate::workload::traced::ENV, &root);
+            root
+        })
+    }
+
+    fn spec(body: &str) -> String {
+        root();
+        format!("[experiment]\n{body}\nseeds = [1]\n[limits]\nmax_virtual_time = \"10s\"\n")
+    }
+
+    #[test]
+    fn a_traced_program_replays_its_trace_at_the_run_s_thread_count() {
+        let plan = Plan::new(&spec("workloads = [\"traced.parsec.dedup\"]\nvcpus = [1, 2]\nscenarios = [\"native\", \"OC\"]"), "t.toml", &[])
+            .expect("valid");
+        let threads: Vec<(String, u32, u32)> = plan.cells().iter().map(|c| (c.workload.clone(), c.vcpus, c.threads)).collect();
+        assert_eq!(threads[0], ("traced.parsec.dedup".to_string(), 1, 1));
+        assert!(threads.iter().all(|(_, v, t)| v == t), "{threads:?}");
+        let hash = |i: usize| plan.run_config(&plan.cells()[i], crate::scenario::Layout::Native { instances: 1 }).workload.meta.hash.clone();
+        let (one, two) = (hash(0), hash(plan.cells().iter().position(|c| c.vcpus == 2).expect("a cell at 2")));
+        assert_ne!(one, two, "t1.vtrace and t2.vtrace.xz are different files");
+        // `experiment.threads` chooses the trace as it does a built-in's thread count.
+        let at1 = Plan::new(&spec("workloads = [\"traced.parsec.dedup\"]\nvcpus = [2]\nthreads = 1\nscenarios = [\"native\"]"), "t.toml", &[])
+            .expect("valid");
+        assert_eq!(at1.cells()[0].threads, 1);
+        assert_eq!(at1.run_config(&at1.cells()[0], crate::scenario::Layout::Native { instances: 1 }).workload.meta.hash, one);
+    }
+
+    #[test]
+    fn it_runs_as_the_same_trace_named_by_file_does() {
+        let file = root().join("parsec/dedup/t2.vtrace.xz");
+        let by_name = spec("workloads = [\"traced.dedup\"]\nvcpus = [2]\nscenarios = [\"UC\"]");
+        let by_file = format!(
+            "{}[workloads.mine]\ntrace = \"{}\"\n",
+            spec("workloads = [\"mine\"]\nvcpus = [2]\nscenarios = [\"UC\"]"),
+            file.display()
+        );
+        let run = |text: &str| {
+            let mut plan = Plan::new(text, "t.toml", &[]).expect("valid");
+            plan.run_cell(0).expect("runs")
+        };
+        let (a, b) = (run(&by_name), run(&by_file));
+        assert_eq!(a.workload, "traced.dedup");
+        assert_eq!((a.threads, a.t_native_s, a.t_virt_s, a.events, a.guest_ns), (b.threads, b.t_native_s, b.t_virt_s, b.events, b.guest_ns));
+        assert_eq!(a.instances.iter().map(|i| i.finish_s).collect::<Vec<_>>(), b.instances.iter().map(|i| i.finish_s).collect::<Vec<_>>());
+        // Same files, same results.
+        let again = run(&by_name);
+        assert_eq!((again.t_virt_s, again.events, &again.workload_hash), (a.t_virt_s, a.events, &a.workload_hash));
+    }
+
+    #[test]
+    fn a_traced_co_runner_and_a_varied_one() {
+        let text = spec("workloads = [\"lock\"]\nvcpus = [2]\nscenarios = [\"OC\"]\ncorunner = \"traced.fft\"\ncorunner_threads = 4");
+        let plan = Plan::new(&text, "t.toml", &[]).expect("valid");
+        let c = plan.run_config(&plan.cells()[0], crate::scenario::Layout::Vms { vms: 2 }).corunner.expect("a co-runner");
+        assert_eq!((c.workload.name.as_str(), c.threads, c.threads_set), ("traced.fft", 4, true));
+        // Without corunner_threads, the run's vCPU count: fft has no trace at 2 threads.
+        let e = Plan::new(&text.replace("corunner_threads = 4", ""), "t.toml", &[]).expect_err("no trace at 2");
+        assert_eq!((e.source.as_str(), e.field.as_str()), ("t.toml", "experiment.corunner"));
+        assert_eq!(e.message, "workload 'traced.fft' has no trace at 2 threads (traced at 4; `vcpulab workloads show traced.splash2x.fft`)");
+        // A variant's co-runner.
+        let varied = spec("workloads = [\"lock\"]\nvcpus = [2]\nscenarios = [\"OC\"]\ncorunner_threads = 4\nvary = { \"experiment.corunner\" = [\"none\", \"traced.splash2x.fft\"] }");
+        let plan = Plan::new(&varied, "t.toml", &[]).expect("valid");
+        let cfgs: Vec<_> = plan.cells().iter().map(|c| plan.run_config(c, crate::scenario::Layout::Vms { vms: 2 }).corunner.map(|c| c.workload.name.clone())).collect();
+        assert_eq!(cfgs, [None, Some("traced.splash2x.fft".to_string())]);
+    }
+
+    #[test]
+    fn names_that_do_not_resolve_are_one_line_errors_naming_the_field() {
+        let e = parse(&spec("workloads = [\"lock\", \"traced.raytrace\"]"), &[]).expect_err("ambiguous");
+        assert_eq!((e.source.as_str(), e.field.as_str()), ("t.toml", "experiment.workloads[1]"));
+        assert_eq!(e.message, "workload 'traced.raytrace' is ambiguous: it can mean traced.parsec.raytrace or traced.splash2x.raytrace (write the full name)");
+        let e = parse(&spec("workloads = [\"traced.parsec.dedupp\"]"), &[]).expect_err("unknown");
+        assert!(e.message.starts_with("unknown traced program 'traced.parsec.dedupp' (did you mean 'traced.parsec.dedup'?)"), "{e}");
+        let e = parse(&spec("workloads = [\"traced.dedup\"]\nvcpus = [32]"), &[]).expect_err("no trace at 32");
+        assert_eq!(e.field, "experiment.workloads[0]");
+        assert_eq!(e.message, "workload 'traced.dedup' has no trace at 32 threads (traced at 1, 2; `vcpulab workloads show traced.parsec.dedup`)");
+        assert!(!e.to_string().contains('\n'));
+        // A value of --set is blamed on the flag.
+        let e = parse(&spec("workloads = [\"lock\"]"), &["experiment.workloads=[\"traced.nope\"]"]).expect_err("unknown");
+        assert_eq!(e.source, "--set experiment.workloads=[\"traced.nope\"]");
+        // Settings for a traced program are not read: refused.
+        let e = parse(&format!("{}[workloads.\"traced.dedup\"]\npid = 3\n", spec("workloads = [\"traced.dedup\"]\nvcpus = [2]")), &[])
+            .expect_err("no settings");
+        assert_eq!(e.field, "workloads.traced.dedup");
+        assert!(e.message.contains("is a traced program: it takes no settings"), "{e}");
+        // A workload of the spec's own under such a name is the spec's.
+        let own = format!("{}[workloads.\"traced.mine\"]\nprogram = [{{ compute = \"1us\" }}]\n", spec("workloads = [\"traced.mine\"]\nvcpus = [2]"));
+        assert!(!parse(&own, &[]).expect("its own").is_traced("traced.mine"));
+    }
+
+    #[test]
+    fn each_trace_is_read_once_per_plan() {
+        let text = spec("workloads = [\"traced.dedup\"]\nvcpus = [1, 2]\nscenarios = [\"native\"]\nvary = { \"vm.tlb\" = [\"ipi\", \"pv\"] }");
+        let mut cache = crate::workload::traced::TraceCache::default();
+        let a = Spec::parse_with(&text, "t.toml", &[], &mut cache).expect("valid");
+        let b = Spec::parse_with(&text, "t.toml", &["vm.tlb=\"pv\"".into()], &mut cache).expect("valid");
+        assert_eq!(cache.len(), 2);
+        assert!(std::sync::Arc::ptr_eq(&a.traced["traced.dedup"][&2], &b.traced["traced.dedup"][&2]));
+        assert!(std::sync::Arc::ptr_eq(&a.workloads[0], &a.traced["traced.dedup"][&1]));
+        let plan = Plan::new(&text, "t.toml", &[]).expect("valid");
+        assert_eq!(plan.cells().len(), 4);
+    }
+}
