@@ -94,7 +94,17 @@ fn decompress_xz(bytes: &[u8], limit: u64) -> Result<Vec<u8>, TraceErrorKind> {
     match lzma_rs::xz_decompress(&mut std::io::BufReader::new(bytes), &mut out) {
         Ok(()) => Ok(out.out),
         Err(_) if out.over => Err(TraceErrorKind::TooLarge { compressed: true }),
-        Err(e) => Err(TraceErrorKind::Xz(one_line(&e.to_string()))),
+        Err(e) => Err(TraceErrorKind::Xz(one_line(&xz_message(e)))),
+    }
+}
+
+/// What was wrong with an xz stream, in words (the decoder's, without its own prefixes).
+fn xz_message(e: lzma_rs::error::Error) -> String {
+    use lzma_rs::error::Error as E;
+    match e {
+        E::IoError(e) | E::HeaderTooShort(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => "truncated (the stream ends early)".into(),
+        E::IoError(e) | E::HeaderTooShort(e) => e.to_string(),
+        E::LzmaError(m) | E::XzError(m) => m,
     }
 }
 
@@ -758,6 +768,8 @@ pub(crate) mod tests {
             assert!(e.starts_with("t.vtrace.xz: not a valid xz stream: "), "{e}");
             assert!(!e.contains('\n'), "{e}");
         }
+        let e = from_bytes_named("t.vtrace.xz", truncated).expect_err("refused").to_string();
+        assert_eq!(e, "t.vtrace.xz: not a valid xz stream: truncated (the stream ends early)");
         // A valid stream of something that is not a trace: the decompressed content's error.
         let e = from_bytes_named("t.vtrace.xz", &xz(b"not a trace")).expect_err("refused").to_string();
         assert_eq!(e, "t.vtrace.xz (decompressed): byte 0: not a vtrace file (expected the magic bytes \\x89VTRACE\\n)");
