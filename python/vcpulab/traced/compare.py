@@ -250,6 +250,33 @@ def trust_markdown(programs: Sequence[Program]) -> str:
     return "\n".join(lines)
 
 
+PROGRAMS_BEGIN = "<!-- traced-programs:begin (vcpulab workloads compare --trust docs/real-programs.md) -->"
+PROGRAMS_END = "<!-- traced-programs:end -->"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def programs_markdown(programs: Sequence[Program]) -> str:
+    """The traced programs from their manifests: build facts, input, thread counts, trace sizes."""
+    lines = [
+        PROGRAMS_BEGIN,
+        "",
+        "| program | threads traced | xz size | build (gcc 12.2) | input here | native input, and why this one differs |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in programs:
+        size = sum(int(t.entry.get("bytes", 0)) for t in p.traces)
+        mark = "" if p.replayable else " (not replayed: " + _cell(p.info.get("not_replayable", "")) + ")"
+        lines.append(
+            f"| `traced.{p.name}`{mark} | {', '.join(str(n) for n in p.thread_counts)} | {size / 1e6:.2f} MB | "
+            f"{_cell(p.info.get('cflags', ''))} | {_cell(p.info.get('input', ''))} | {_cell(p.info.get('native_input', ''))} |"
+        )
+    lines += ["", PROGRAMS_END]
+    return "\n".join(lines)
+
+
 def splice(doc: str, block: str, begin: str = BEGIN, end: str = END, heading: str = "Profiles against traces") -> str:
     """``doc`` with the generated block between ``begin`` and ``end`` replaced (or appended
     under ``heading``)."""
@@ -281,6 +308,7 @@ def run(args: Any) -> int:
     chosen = [resolve(n, programs) for n in args.names] if args.names else programs
     if args.trust:
         text = splice(args.trust.read_text(), trust_markdown(chosen), TRUST_BEGIN, TRUST_END, "How far each trace can be trusted")
+        text = splice(text, programs_markdown(chosen), PROGRAMS_BEGIN, PROGRAMS_END, "The traced programs")
         Output(args.trust).write_bytes(text.encode())
         return 0
     rows = compare([p.name for p in chosen], args.jobs)
