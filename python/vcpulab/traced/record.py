@@ -143,13 +143,14 @@ def check_table(path: Path, table: Mapping[str, Any]) -> None:
 
 def prepare_inputs(name: str, table: Mapping[str, Any], setup: Setup, say: Callable[[str], None]) -> None:
     """Makes ``<inputs>/<name>`` with the table's ``prepare`` command (our own generators, run
-    from the repository's root) when it is missing."""
+    from the repository's root) when it is missing; a table with neither ``prepare`` nor
+    ``mirror_inputs`` needs none (its arguments are its input)."""
     inputs = setup.inputs_dir / name
-    if inputs.is_dir() and any(inputs.iterdir()):
-        return
     prepare = table.get("prepare")
+    if (inputs.is_dir() and any(inputs.iterdir())) or not (prepare or table.get("mirror_inputs")):
+        return  # made already, or the program takes its input from its arguments
     if not prepare:
-        where = table.get("mirror_inputs", "its input")
+        where = table["mirror_inputs"]
         raise RecordError(f"{name}: no inputs in {inputs} (extract {where} of the PARSEC tree there: docs/real-programs.md)")
     inputs.mkdir(parents=True, exist_ok=True)
     argv = [_fill(str(a), 0, inputs) for a in prepare]
