@@ -6,7 +6,7 @@ The real native input is input_native.tar: a database of 59,695 images (corel, L
 3,500 JPEG query images; neither is in the mirror. The mirror's input_simdev.tar has a database
 of about 100 images and only 4 query JPEGs of 128 x 96, a few ms of work.
 
-This generator writes QUERYDIR = OUTDIR/synq/ with 64 query images q000.jpg ... q063.jpg by
+This generator writes QUERYDIR = OUTDIR/synq/ with 128 query images q000.jpg ... q127.jpg by
 default (--scale X multiplies the count), each a 128 x 96 baseline JPEG (the simdev queries' size):
 a sky-to-ground colour gradient, a handful of coloured ellipses and rectangles and fixed-seed
 noise, so ferret's segmentation finds several regions of different colour and texture per image,
@@ -23,7 +23,7 @@ import random
 import struct
 import sys
 
-W, H, COUNT = 128, 96, 64
+W, H, COUNT = 128, 96, 128
 SEED = 20261207
 QBASE = [16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
          14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
@@ -145,7 +145,7 @@ def picture(rng, w, h):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("outdir", help="directory to write synq/ into (created if missing)")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply the number of query images, 64 (default 1)")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply the number of query images, 128 (default 1)")
     a = p.parse_args(argv)
     if not (a.scale > 0 and math.isfinite(a.scale)):
         sys.exit("ferret.py: --scale must be a positive number")
