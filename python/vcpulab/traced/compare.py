@@ -141,6 +141,48 @@ def compare(names: Sequence[str] | None = None, jobs: int = 2) -> list[Row]:
     return rows
 
 
+SCALING_BEGIN = "<!-- trace-scaling:begin (vcpulab workloads compare --scaling docs/real-programs.md) -->"
+SCALING_END = "<!-- trace-scaling:end -->"
+
+
+def _scaling_run(args: tuple[str, int, int]) -> dict[str, Any]:
+    from .. import simulate
+
+    name, threads, cpus = args
+    spec = {"experiment": {"workloads": [PREFIX_TRACED + name], "scenarios": ["native"], "vcpus": [cpus], "threads": threads, "seeds": [1]}}
+    return simulate(spec)[0]
+
+
+PREFIX_TRACED = "traced."
+
+
+def scaling_markdown(names: Sequence[str], low: int = 2, high: int = 64, jobs: int = 2) -> str:
+    """The replay of each program's ``low``-thread trace on ``low`` CPUs against its
+    ``high``-thread trace on ``high`` CPUs: both were recorded on the same few CPUs, so the
+    second's per-thread CPU times were measured while many threads shared each CPU. For a
+    program whose per-thread work is fixed by its input (a static partition), total CPU time
+    should not change and the run time should fall by about high/low times its parallel share."""
+    work = [(n, t, t) for n in names for t in (low, high)]
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(_scaling_run, work))
+    lines = [
+        SCALING_BEGIN,
+        "",
+        f"| program | CPU s, {low} threads / {high} threads | CPU ratio | run time s, {low} on {low} CPUs / {high} on {high} CPUs | speedup | parallelism, {low} / {high} |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for i, name in enumerate(names):
+        a, b = results[2 * i], results[2 * i + 1]
+        ca, cb = float(a["c_native_ns"]) / 1e9, float(b["c_native_ns"]) / 1e9
+        ta, tb = float(a["t_native_s"]), float(b["t_native_s"])
+        pa, pb = a.get("metrics", {}).get("parallelism", 0.0), b.get("metrics", {}).get("parallelism", 0.0)
+        lines.append(
+            f"| `traced.{name}` | {ca:.3f} / {cb:.3f} | {cb / ca:.2f} | {ta:.4f} / {tb:.4f} | {ta / tb:.1f}× | {pa:.1f} / {pb:.1f} |"
+        )
+    lines += ["", SCALING_END]
+    return "\n".join(lines)
+
+
 def _f(x: float | None, fmt: str = ",.0f") -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
@@ -298,6 +340,7 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--markdown", type=Path, help="splice the table into this Markdown file (docs/profiles.md)")
     p.add_argument("--json", type=Path, help="also write the rows as JSON")
     p.add_argument("--trust", type=Path, help="instead, splice the trust table (from the manifests) into this Markdown file")
+    p.add_argument("--scaling", type=Path, help="instead, splice the 2-against-64-thread replay check of NAMEs into this Markdown file")
     p.add_argument("-j", "--jobs", type=int, choices=range(1, 65), default=2, metavar="N", help="processes (default 2)")
 
 
@@ -306,6 +349,10 @@ def run(args: Any) -> int:
 
     programs = catalogue()
     chosen = [resolve(n, programs) for n in args.names] if args.names else programs
+    if args.scaling:
+        block = scaling_markdown([p.name for p in chosen], jobs=args.jobs)
+        Output(args.scaling).write_bytes(splice(args.scaling.read_text(), block, SCALING_BEGIN, SCALING_END, "Replays above the recording machine's CPU count").encode())
+        return 0
     if args.trust:
         text = splice(args.trust.read_text(), trust_markdown(chosen), TRUST_BEGIN, TRUST_END, "How far each trace can be trusted")
         text = splice(text, programs_markdown(chosen), PROGRAMS_BEGIN, PROGRAMS_END, "The traced programs")
