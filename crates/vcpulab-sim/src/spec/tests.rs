@@ -423,12 +423,14 @@ mod traced {
     use crate::api::Plan;
     use std::path::PathBuf;
 
-    /// The traces directory, made once per process and named by `VCPULAB_TRACES` (every test
-    /// sets the same value, so tests sharing a process do not race).
+    /// The traces directory, one for every test process (its files are the same each time,
+    /// written atomically, and left for the next run), named by `VCPULAB_TRACES`: every test
+    /// sets the same value, so tests sharing a process do not race.
     fn root() -> &'static PathBuf {
         static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
         ROOT.get_or_init(|| {
-            let root = crate::workload::traced::tests::traces_dir("spec");
+            let root = std::env::temp_dir().join("vcpulab-traced-spec-tests");
+            crate::workload::traced::tests::fill(&root);
             std::env::set_var(crate::workload::traced::ENV, &root);
             root
         })

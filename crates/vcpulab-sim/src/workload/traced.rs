@@ -212,15 +212,25 @@ impl TraceCache {
 pub(crate) mod tests {
     use super::*;
 
-    /// A traces directory with `parsec/dedup` at 1 (plain) and 2 (xz) threads, `splash2x/fft`
-    /// at 4 (xz), `raytrace` in both suites, and `programs/` (not a suite) beside them.
+    /// A traces directory of its own (removed first) with `parsec/dedup` at 1 (plain) and 2
+    /// (xz) threads, `splash2x/fft` at 4 (xz), `raytrace` in both suites, and `programs/` (not
+    /// a suite) beside them.
     pub(crate) fn traces_dir(tag: &str) -> PathBuf {
         let root = std::env::temp_dir().join(format!("vcpulab-traced-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
+        fill(&root);
+        root
+    }
+
+    /// Writes [`traces_dir`]'s files under `root`, each atomically (written aside, then
+    /// renamed): test processes sharing `root` see every file whole, never a missing one.
+    pub(crate) fn fill(root: &Path) {
         let put = |rel: &str, bytes: &[u8]| {
             let p = root.join(rel);
             std::fs::create_dir_all(p.parent().expect("a parent")).expect("temp dir");
-            std::fs::write(p, bytes).expect("written");
+            let aside = p.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&aside, bytes).expect("written");
+            std::fs::rename(&aside, &p).expect("renamed");
         };
         let sample = crate::trace::sample_bytes();
         put("parsec/dedup/manifest.toml", b"");
@@ -230,7 +240,6 @@ pub(crate) mod tests {
         put("parsec/raytrace/t1.vtrace.xz", &crate::trace::xz(&sample));
         put("splash2x/raytrace/t1.vtrace.xz", &crate::trace::xz(&sample));
         put("programs/parsec.dedup.toml", b"");
-        root
     }
 
     #[test]
