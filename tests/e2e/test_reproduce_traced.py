@@ -162,7 +162,7 @@ def test_a_traced_experiment_runs_both_ways(suite: Path, trace_dir: Path) -> Non
     assert "LOCK-1: no trace run" not in text  # no benchmark: never in question
 
     # Both runs are in the one store, told apart by the workload.
-    q = run_cli("query", suite.parent / "store", "SELECT DISTINCT workload FROM runs ORDER BY 1", "--json")
+    q = run_cli("query", "--format", "json", suite.parent / "store", "SELECT DISTINCT workload FROM runs ORDER BY 1")
     assert q.code == 0, q.err
     assert {"parsec.dedup", "traced.parsec.dedup", "lock"} <= {row["workload"] for row in q.json_lines()}
 
