@@ -12,6 +12,6 @@ pub mod metrics;
 pub mod timeline;
 
 pub use attr::{Attr, Cause, Layer, OwnerId, OwnerKind};
-pub use histogram::Log2Histogram;
+pub use histogram::{Log2Histogram, LogLinHistogram};
 pub use ledger::Ledger;
 pub use timeline::{Timeline, TimelineOptions};

@@ -574,6 +574,25 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
         let secs = i.finish_ns.max(1) as f64 * 1e-9;
         m.insert("parallelism".into(), i.busy_ns as f64 / i.finish_ns.max(1) as f64);
         m.insert("sync_per_thread_s".into(), i.counters.nvcsw as f64 / f64::from(i.threads.max(1)) / secs);
+        // The guest-level synchronisation a trace of its threads gives (`SyncRecord`): blocking
+        // waits, their durations, wake-ups (on the waker's CPU or another), futex calls.
+        let y = &i.sync;
+        m.insert("blocks".into(), y.blocks as f64);
+        m.insert("blocks_per_s".into(), y.blocks as f64 / secs);
+        m.insert("blocks_sync".into(), y.blocks_sync as f64);
+        m.insert("blocks_sleep".into(), y.blocks_sleep as f64);
+        m.insert("blocks_other".into(), y.blocks_other as f64);
+        m.insert("block_mean_us".into(), y.block_mean_ns / 1e3);
+        m.insert("block_p50_us".into(), y.block_p50_ns / 1e3);
+        m.insert("block_p90_us".into(), y.block_p90_ns / 1e3);
+        m.insert("wakeups".into(), y.wakeups as f64);
+        m.insert("wakeups_per_s".into(), y.wakeups as f64 / secs);
+        m.insert("wakeups_local".into(), y.wakeups_local as f64);
+        m.insert("wakeups_remote".into(), y.wakeups_remote as f64);
+        m.insert("futex_calls".into(), (y.futex_waits + y.futex_wakes) as f64);
+        m.insert("futex_calls_per_s".into(), (y.futex_waits + y.futex_wakes) as f64 / secs);
+        m.insert("futex_waits".into(), y.futex_waits as f64);
+        m.insert("futex_wakes".into(), y.futex_wakes as f64);
         if let Some(r) = &i.responses {
             m.insert("requests".into(), r.count as f64);
             m.insert("throughput_rps".into(), r.throughput_rps);

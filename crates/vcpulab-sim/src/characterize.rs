@@ -46,6 +46,19 @@ pub struct Characterization {
     pub spin_frac: f64,
     /// Blocking operations per second (all threads).
     pub blocks_per_s: f64,
+    /// Blocking waits that ended, their mean, median and 90th-percentile duration (µs): from
+    /// going to sleep to being woken ([`crate::world::record::SyncRecord`]).
+    pub block_mean_us: f64,
+    /// Median blocking wait (µs).
+    pub block_p50_us: f64,
+    /// 90th-percentile blocking wait (µs).
+    pub block_p90_us: f64,
+    /// Wake-ups of sleeping threads per second.
+    pub wakeups_per_s: f64,
+    /// Share of the wake-ups that placed the woken thread on another CPU than the waker's.
+    pub wakeups_remote_frac: f64,
+    /// Futex system calls (waits and wakes) per second.
+    pub futex_calls_per_s: f64,
     /// TLB shootdowns with remote targets per second.
     pub shootdowns_per_s: f64,
     /// Call-function IPIs of shootdowns and membarriers per second.
@@ -155,6 +168,12 @@ pub fn of_result(r: &ScenarioResult, cpus: u32, slice_ns: u64, expected_type: u8
         scalability_type: class.scalability_type,
         spin_frac: if i.busy_ns > 0 { spin / i.busy_ns as f64 } else { 0.0 },
         blocks_per_s: i.counters.blocks as f64 / secs,
+        block_mean_us: i.sync.block_mean_ns / 1e3,
+        block_p50_us: i.sync.block_p50_ns / 1e3,
+        block_p90_us: i.sync.block_p90_ns / 1e3,
+        wakeups_per_s: i.sync.wakeups as f64 / secs,
+        wakeups_remote_frac: if i.sync.wakeups > 0 { i.sync.wakeups_remote as f64 / i.sync.wakeups as f64 } else { 0.0 },
+        futex_calls_per_s: (i.sync.futex_waits + i.sync.futex_wakes) as f64 / secs,
         shootdowns_per_s: i.tlb.shootdowns as f64 / secs,
         call_ipis_per_s: (i.tlb.ipis + i.membarrier.ipis) as f64 / secs,
         requests_per_s: i.responses.as_ref().map(|x| x.throughput_rps),

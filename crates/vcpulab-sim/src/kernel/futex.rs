@@ -147,7 +147,19 @@ impl World<'_> {
     /// ([`World::futex_wait_path`]).
     pub(crate) fn futex_wait(&mut self, k: KernelId, cpu: u32, t: ThreadId, on: BlockOn, word: u32) {
         self.syscall(k, cpu, t);
+        if !self.awaits_creation(t) {
+            let inst = self.threads[t as usize].inst;
+            self.insts[inst as usize].sync.futex_waits += 1;
+        }
         self.sleep_on(t, on, word);
+    }
+
+    /// Whether thread `t` (a replay's created thread) has not been created yet and has not
+    /// slept: its futex wait is its wait for its creation, which stands for the `clone` that
+    /// starts it, not a futex call ([`super::thread::SyncStats`]).
+    fn awaits_creation(&self, t: ThreadId) -> bool {
+        let th = &self.threads[t as usize];
+        self.tasks[th.task as usize].newborn && (th.stats.blocks == 0 || th.stats.creation_wait)
     }
 
     /// Thread `t`, inside a system call, goes to sleep on `on` behind the lock of word `word`
@@ -188,6 +200,10 @@ impl World<'_> {
             return;
         }
         self.syscall(k, cpu, t);
+        if !woken.iter().all(|&w| self.awaits_creation(w)) {
+            let inst = self.threads[t as usize].inst;
+            self.insts[inst as usize].sync.futex_wakes += 1;
+        }
         let locked = self.kernels[k as usize].params.futex_wake == FutexWake::Locked;
         self.wake_path(t, obj, word, woken, locked);
     }

@@ -188,6 +188,8 @@ pub struct Instance {
     /// The work pools of dynamic loops, by (pc of the `LoopStart`, episode): the k-th
     /// time the threads of a group reach the loop they share pool k.
     pub pools: BTreeMap<(u32, u64), WorkPool>,
+    /// Its threads' blocking waits, wake-ups and futex calls.
+    pub sync: super::thread::SyncStats,
 }
 
 /// The iterations of one episode of a dynamic loop ([`crate::workload::Share::Dynamic`]).

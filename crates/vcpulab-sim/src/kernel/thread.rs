@@ -7,7 +7,7 @@
 //! that makes a system call (a futex wake, a memory operation) takes time: the next operation
 //! runs after the call's kernel work and any reschedule it caused.
 
-use crate::account::{Attr, Cause, Layer, Log2Histogram};
+use crate::account::{Attr, Cause, Layer, Log2Histogram, LogLinHistogram};
 use crate::engine::Stream;
 use crate::workload::program::ObjId;
 use crate::workload::{Instr, Share};
@@ -124,6 +124,63 @@ pub struct ThreadStats {
     pub spin_blocks: u64,
     /// Wake-up latency (woken → running) histogram.
     pub wake_latency: Log2Histogram,
+    /// When its current sleep began (ns; valid while blocked).
+    pub blocked_at: u64,
+    /// Its current sleep is its wait for its creation ([`SyncStats`] leaves it out).
+    pub creation_wait: bool,
+}
+
+/// What a blocking wait was for, as a trace of the guest's threads would class it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockClass {
+    /// A synchronisation object: a mutex, condition variable, barrier or queue (a futex
+    /// wait, or a socket queue's wait queue).
+    Sync,
+    /// A timer (`sleep`).
+    Sleep,
+    /// A kernel lock of the memory-management paths (`mmap_sem`, a VMA lock).
+    Other,
+}
+
+impl BlockOn {
+    /// Its [`BlockClass`].
+    pub fn class(self) -> BlockClass {
+        match self {
+            BlockOn::Mutex(_) | BlockOn::Barrier(_) | BlockOn::BarrierLock(_) | BlockOn::Cond(_) | BlockOn::Queue(_) => BlockClass::Sync,
+            BlockOn::Sleep => BlockClass::Sleep,
+            BlockOn::Rwsem | BlockOn::VmaLock => BlockClass::Other,
+        }
+    }
+}
+
+/// The guest-level synchronisation statistics of a workload instance, the numbers a trace of
+/// its threads gives (blocking waits, wake-ups, futex calls), natively and in a VM alike.
+///
+/// A replay's created thread waits for its creator's start signal, which stands for the
+/// `clone` that starts it in the traced program: that hand-off is none of them. Its wait is the
+/// first the thread makes while it has not been created ([`crate::kernel::Task::newborn`]): its
+/// futex wait, its sleep and the wake-up that creates it, and the creator's futex wake when it
+/// wakes threads being created only, are left out.
+#[derive(Clone, Debug, Default)]
+pub struct SyncStats {
+    /// Blocking waits on synchronisation objects ([`BlockClass::Sync`]).
+    pub blocks_sync: u64,
+    /// Timer sleeps ([`BlockClass::Sleep`]).
+    pub blocks_sleep: u64,
+    /// Sleeps on memory-management locks ([`BlockClass::Other`]).
+    pub blocks_other: u64,
+    /// Durations of the waits that ended (ns): from going to sleep to being woken (runnable
+    /// again).
+    pub block_ns: LogLinHistogram,
+    /// Wake-ups of a sleeping thread (each ends one wait).
+    pub wakeups: u64,
+    /// Of which placed the woken thread on the waker's own CPU (vCPU in a guest).
+    pub wakeups_local: u64,
+    /// `futex(FUTEX_WAIT)` system calls (a wait whose word changed first returns at once, not
+    /// asleep).
+    pub futex_waits: u64,
+    /// `futex(FUTEX_WAKE)` / `FUTEX_CMP_REQUEUE` system calls.
+    pub futex_wakes: u64,
 }
 
 /// A workload thread.
@@ -703,7 +760,17 @@ impl World<'_> {
     pub(crate) fn block_thread(&mut self, k: KernelId, cpu: u32, t: ThreadId, on: BlockOn) {
         let th = &mut self.threads[t as usize];
         th.act = Act::Blocked(on);
+        th.stats.creation_wait = th.stats.blocks == 0 && self.tasks[th.task as usize].newborn;
         th.stats.blocks += 1;
+        th.stats.blocked_at = self.now.ns();
+        if !th.stats.creation_wait {
+            let s = &mut self.insts[th.inst as usize].sync;
+            match on.class() {
+                BlockClass::Sync => s.blocks_sync += 1,
+                BlockClass::Sleep => s.blocks_sleep += 1,
+                BlockClass::Other => s.blocks_other += 1,
+            }
+        }
         self.block_curr(k, cpu, false);
     }
 
@@ -731,8 +798,17 @@ impl World<'_> {
         }
         debug_assert!(matches!(th.act, Act::Blocked(_)));
         th.act = Act::Fresh;
-        let task = th.task;
+        let (task, inst, slept) = (th.task, th.inst, self.now.ns() - th.stats.blocked_at);
+        // A creation is no wake-up (its wait was not counted as a block).
+        let created = std::mem::take(&mut th.stats.creation_wait);
         self.wake_task(task, Some(waker));
+        if !created {
+            let local = waker == (self.tasks[task as usize].kernel, self.tasks[task as usize].cpu);
+            let s = &mut self.insts[inst as usize].sync;
+            s.block_ns.record(slept);
+            s.wakeups += 1;
+            s.wakeups_local += u64::from(local);
+        }
     }
 
     fn thread_exit(&mut self, k: KernelId, cpu: u32, t: ThreadId) {
@@ -763,6 +839,94 @@ impl World<'_> {
             if !inst.background {
                 self.live -= 1;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::{Plan, ScenarioResult};
+    use crate::world::record::SyncRecord;
+
+    /// Runs every cell of a spec with one inline workload `w`.
+    fn run(experiment: &str, workload: &str) -> Vec<ScenarioResult> {
+        let text = format!("[experiment]\nworkloads = [\"w\"]\n{experiment}\n[workloads.w]\n{workload}\n");
+        let mut plan = Plan::new(&text, "test.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
+        (0..plan.cells().len()).map(|i| plan.run_cell(i).unwrap_or_else(|e| panic!("{e}"))).collect()
+    }
+
+    fn sync(r: &ScenarioResult) -> &SyncRecord {
+        &r.run.instances[0].sync
+    }
+
+    /// Conservation: the classes add up, every ended wait is one wake-up, local + remote.
+    fn check_sums(s: &SyncRecord) {
+        assert_eq!(s.blocks, s.blocks_sync + s.blocks_sleep + s.blocks_other, "{s:?}");
+        assert_eq!(s.wakeups, s.block_ns_count, "{s:?}");
+        assert!(s.wakeups <= s.blocks, "{s:?}");
+        assert_eq!(s.wakeups, s.wakeups_local + s.wakeups_remote, "{s:?}");
+    }
+
+    /// Three threads, a 3-party barrier: two arrive at once and sleep (two futex waits); the
+    /// third arrives 1 ms later and wakes both with one futex wake. Natively on 3 CPUs and in
+    /// a VM of 3 vCPUs alike: 2 blocks (sync), 2 wake-ups, 3 futex calls; each wait lasts
+    /// about the 1 ms the third thread computes; the woken threads stay on their own idle
+    /// (v)CPUs, not the waker's: both wake-ups are remote.
+    #[test]
+    fn a_barrier_by_hand_natively_and_in_a_vm() {
+        let prog = "objects = { b = { kind = \"barrier\", parties = 3 } }\n\
+                    [[workloads.w.groups]]\nname = \"early\"\nthreads = 2\nprogram = [ { barrier = \"b\" } ]\n\
+                    [[workloads.w.groups]]\nname = \"late\"\nthreads = 1\nprogram = [ { compute = \"1ms\" }, { barrier = \"b\" } ]\n";
+        for r in &run("scenarios = [\"native\", \"UC\"]\nvcpus = [3]\n", prog) {
+            let s = sync(r);
+            check_sums(s);
+            assert_eq!((s.blocks, s.blocks_sync, s.wakeups, s.wakeups_remote), (2, 2, 2, 2), "{:?}: {s:?}", r.scenario);
+            assert_eq!((s.futex_waits, s.futex_wakes), (2, 1), "{:?}: {s:?}", r.scenario);
+            for ns in [s.block_mean_ns, s.block_p50_ns, s.block_p90_ns] {
+                assert!((990_000.0..1_010_000.0).contains(&ns), "{:?}: {s:?}", r.scenario);
+            }
+            assert!(s.block_p50_ns <= s.block_p90_ns && s.block_p90_ns <= s.block_max_ns as f64);
+            let m = &r.metrics;
+            assert_eq!((m["blocks"], m["wakeups_remote"], m["futex_calls"]), (2.0, 2.0, 3.0));
+            assert_eq!(m["block_p50_us"], s.block_p50_ns / 1e3);
+            let secs = r.run.instances[0].finish_ns as f64 * 1e-9;
+            assert_eq!(m["blocks_per_s"], 2.0 / secs);
+        }
+    }
+
+    /// One thread sleeping 1 ms five times: 5 timer sleeps, no futex call; the timer interrupt
+    /// of its own CPU wakes it there (local); each sleep lasts 1 ms (to the timer's expiry).
+    #[test]
+    fn timer_sleeps_are_local_wakeups_without_futex_calls() {
+        let prog = "program = [ { repeat = { times = 5, body = [ { sleep = \"1ms\" } ] } } ]\n";
+        for r in &run("scenarios = [\"native\", \"UC\"]\nvcpus = [1]\nthreads = 1\n", prog) {
+            let s = sync(r);
+            check_sums(s);
+            assert_eq!((s.blocks, s.blocks_sleep, s.wakeups, s.wakeups_local), (5, 5, 5, 5), "{:?}: {s:?}", r.scenario);
+            assert_eq!((s.futex_waits, s.futex_wakes), (0, 0));
+            assert!((1_000_000.0..1_010_000.0).contains(&s.block_p50_ns), "{:?}: {s:?}", r.scenario);
+        }
+    }
+
+    /// The handoff built-in (2 tokens among 4 threads through a condvar): most waits are
+    /// condvar waits, every wait but the last ones ends with a wake-up, and the counters are
+    /// the same run after run.
+    #[test]
+    fn handoff_counts_are_conserved_and_deterministic() {
+        let text = "[experiment]\nworkloads = [\"handoff\"]\nscenarios = [\"native\", \"UC\"]\nvcpus = [4]\nseeds = [1]\n";
+        let go = || {
+            let mut plan =
+                Plan::new(text, "test.toml", &["workloads.handoff.params.items=200".to_string()]).unwrap_or_else(|e| panic!("{e}"));
+            (0..plan.cells().len()).map(|i| plan.run_cell(i).unwrap_or_else(|e| panic!("{e}"))).collect::<Vec<_>>()
+        };
+        let (a, b) = (go(), go());
+        for (r, again) in a.iter().zip(&b) {
+            let s = sync(r);
+            check_sums(s);
+            assert_eq!(s, sync(again), "deterministic");
+            assert!(s.blocks_sync >= 200 && s.blocks_sleep == 0, "{s:?}");
+            assert_eq!(s.blocks, r.run.instances[0].counters.blocks, "no created threads: every block counts");
+            assert!(s.futex_waits >= s.blocks_sync && s.futex_wakes > 0, "{s:?}");
         }
     }
 }

@@ -411,6 +411,7 @@ impl World<'_> {
             mmap_sem: Default::default(),
             vmas: Vec::new(),
             mm_locks: Default::default(),
+            sync: Default::default(),
             heaps: vec![ProcessHeap::new(heap, ncpus); processes],
         });
     }

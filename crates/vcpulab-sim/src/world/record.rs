@@ -77,6 +77,64 @@ pub struct InstanceRecord {
     /// Response times of the requests its threads answered (`respond`), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub responses: Option<ResponseRecord>,
+    /// Its threads' blocking waits, wake-ups and futex calls.
+    pub sync: SyncRecord,
+}
+
+/// The guest-level synchronisation statistics of an instance ([`crate::kernel::thread::SyncStats`]):
+/// the numbers a trace of its threads gives.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct SyncRecord {
+    /// Blocking waits (all classes; a created thread's wait for its creation excluded).
+    pub blocks: u64,
+    /// Of which on synchronisation objects (mutex, condvar, barrier, queue).
+    pub blocks_sync: u64,
+    /// Of which timer sleeps.
+    pub blocks_sleep: u64,
+    /// Of which on memory-management locks (`mmap_sem`, VMA locks).
+    pub blocks_other: u64,
+    /// Waits that ended with a wake-up (those the durations describe).
+    pub block_ns_count: u64,
+    /// Mean wait (ns).
+    pub block_mean_ns: f64,
+    /// Median wait (ns, interpolated in a log-linear histogram).
+    pub block_p50_ns: f64,
+    /// 90th-percentile wait (ns).
+    pub block_p90_ns: f64,
+    /// Longest wait (ns).
+    pub block_max_ns: u64,
+    /// Wake-ups of sleeping threads.
+    pub wakeups: u64,
+    /// Of which placed the woken thread on the waker's CPU.
+    pub wakeups_local: u64,
+    /// Of which placed it on another CPU.
+    pub wakeups_remote: u64,
+    /// `futex` wait system calls.
+    pub futex_waits: u64,
+    /// `futex` wake (and requeue) system calls.
+    pub futex_wakes: u64,
+}
+
+impl From<&crate::kernel::thread::SyncStats> for SyncRecord {
+    fn from(s: &crate::kernel::thread::SyncStats) -> Self {
+        let h = &s.block_ns;
+        SyncRecord {
+            blocks: s.blocks_sync + s.blocks_sleep + s.blocks_other,
+            blocks_sync: s.blocks_sync,
+            blocks_sleep: s.blocks_sleep,
+            blocks_other: s.blocks_other,
+            block_ns_count: h.count,
+            block_mean_ns: h.mean(),
+            block_p50_ns: h.quantile(0.5),
+            block_p90_ns: h.quantile(0.9),
+            block_max_ns: h.max,
+            wakeups: s.wakeups,
+            wakeups_local: s.wakeups_local,
+            wakeups_remote: s.wakeups - s.wakeups_local,
+            futex_waits: s.futex_waits,
+            futex_wakes: s.futex_wakes,
+        }
+    }
 }
 
 /// Response times of a server instance (`respond`).
@@ -560,6 +618,7 @@ impl RunRecord {
                 },
                 mm_locks: inst.mm_locks,
                 responses: ResponseRecord::new(&inst.responses, inst.finish.unwrap_or(end).ns(), inst.wl.qos),
+                sync: (&inst.sync).into(),
                 membarrier: MembarrierRecord {
                     calls: inst.membarrier.shootdowns,
                     local_only: inst.membarrier.local_only,
