@@ -1,0 +1,131 @@
+"""vcpulab.traced: the manifests of the committed traces, the recorder's pure parts, the
+profile-against-trace comparison's flags, and the trace runs' partial workload lists."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from vcpulab.reproduce.traces import complete_benchmarks, drop, emptied
+from vcpulab.traced.compare import Rates, Row, off, splice
+from vcpulab.traced.manifest import ManifestError, Program, Trace, catalogue, load_program, repo_traces, resolve
+from vcpulab.traced.record import Setup, check_table, command, manifest_text
+
+
+def _manifest(tmp_path: Path, name: str, text: str) -> Path:
+    suite, program = name.split(".", 1)
+    d = tmp_path / suite / program
+    d.mkdir(parents=True)
+    (d / "manifest.toml").write_text(text)
+    return d
+
+
+def test_the_committed_traces_are_listed_with_their_files() -> None:
+    programs = catalogue(repo_traces())
+    names = {p.name for p in programs}
+    assert {"parsec.dedup", "parsec.vips", "splash2x.fft"} <= names
+    assert len([p for p in programs if p.replayable]) >= 22
+    for p in programs:
+        assert p.thread_counts, p.name
+        for t in p.traces:
+            assert t.path(p.directory).is_file(), (p.name, t.file)
+            assert len(t.sha256) == 64 and t.entry["cpus"] >= 1
+    dedup = resolve("traced.dedup", programs)
+    assert dedup.name == "parsec.dedup" and {12, 16} <= set(dedup.thread_counts)
+
+
+def test_a_manifest_names_its_directory_and_each_thread_count_once(tmp_path: Path) -> None:
+    d = _manifest(tmp_path, "parsec.x", 'program = "parsec.y"\n')
+    with pytest.raises(ManifestError, match="field 'program': expected 'parsec.x'"):
+        load_program(d)
+    twice = 'program = "parsec.z"\n' + '[[trace]]\nthreads = 4\nfile = "t4.vtrace.xz"\nsha256 = "ab"\n' * 2
+    with pytest.raises(ManifestError, match="4 threads is recorded twice"):
+        load_program(_manifest(tmp_path, "parsec.z", twice))
+    with pytest.raises(ManifestError, match="not valid TOML"):
+        load_program(_manifest(tmp_path, "splash2x.bad", "program = \n"))
+
+
+def test_names_resolve_like_workload_names() -> None:
+    programs = [Program(n, Path("."), {}) for n in ("parsec.raytrace", "splash2x.raytrace", "parsec.dedup")]
+    assert resolve("dedup", programs).name == "parsec.dedup"
+    assert resolve("traced.splash2x.raytrace", programs).name == "splash2x.raytrace"
+    with pytest.raises(ManifestError, match="ambiguous: traced.parsec.raytrace, traced.splash2x.raytrace"):
+        resolve("traced.raytrace", programs)
+    with pytest.raises(ManifestError, match="no traced program 'fft'"):
+        resolve("fft", programs)
+
+
+TABLE = {
+    "program": "parsec.p",
+    "path": "pkgs/apps/p/src",
+    "compiler": "gcc 12.2.0",
+    "cflags": "-O2",
+    "libraries": "none",
+    "args": ["-n", "{threads}", "{inputs}/in.txt"],
+    "env": {"OMP_NUM_THREADS": "{threads}"},
+    "input": "in.txt",
+    "native_input": "big.txt",
+    "thread_counts": [1, 4],
+}
+
+
+def test_the_recorder_fills_threads_and_inputs_and_writes_a_manifest_that_reads_back(tmp_path: Path) -> None:
+    setup = Setup(bin_dir=Path("/b"), inputs_dir=Path("/i"), root=tmp_path)
+    argv, env = command(TABLE, "parsec.p", 16, setup)
+    assert argv == ["/b/parsec.p", "-n", "16", "/i/parsec.p/in.txt"] and env == {"OMP_NUM_THREADS": "16"}
+    check_table(Path("t.toml"), TABLE)
+    with pytest.raises(ManifestError, match="field 'native_input' is missing"):
+        check_table(Path("t.toml"), {k: v for k, v in TABLE.items() if k != "native_input"})
+    entry = {"threads": 4, "file": "t4.vtrace.xz", "sha256": "0" * 64, "untraced": {"wall_s": 1.0, "futex": 3}}
+    text = manifest_text("parsec.p", TABLE, [entry])
+    doc = tomllib.loads(text)
+    assert doc["program"] == "parsec.p" and doc["env"] == TABLE["env"] and doc["trace"] == [entry]
+    d = tmp_path / "parsec" / "p"
+    d.mkdir(parents=True)
+    (d / "manifest.toml").write_text(text)
+    p = load_program(d)
+    assert p.thread_counts == [4] and p.trace(4) == Trace(4, "t4.vtrace.xz", "0" * 64, entry) and p.replayable
+
+
+def _rates(blocks: float, p50: float) -> Rates:
+    return Rates(1.0, 4.0, blocks, p50, 2 * p50, blocks, 0.5, blocks, 0.0)
+
+
+def test_a_rate_is_flagged_beyond_a_quarter_and_a_median_beyond_twice() -> None:
+    assert not off(1.2, 1.0, 0.25) and off(1.3, 1.0, 0.25) and off(0.7, 1.0, 0.25)
+    assert not off(0.4, 0.9, 0.25)  # both below one per second
+    assert off(5.0, 0.0, 0.25) and not off(None, 3.0, 0.25)
+    row = Row("parsec.p", 4, _rates(100.0, 10.0), _rates(120.0, 25.0), {})
+    assert row.flags() == ["block p50"]
+    assert Row("parsec.p", 4, _rates(200.0, 10.0), _rates(100.0, 10.0), {}).flags() == ["blocks/s", "wake-ups/s", "futex/s"]
+
+
+def test_splice_replaces_the_generated_block_or_appends_it() -> None:
+    doc = "# T\n\ntext\n"
+    once = splice(doc, "<!-- b -->\nX\n<!-- e -->", "<!-- b -->", "<!-- e -->", "H")
+    assert once.startswith(doc.rstrip("\n")) and "## H (generated)" in once and "X" in once
+    twice = splice(once, "<!-- b -->\nY\n<!-- e -->", "<!-- b -->", "<!-- e -->", "H")
+    assert "Y" in twice and "X" not in twice and twice.count("## H") == 1
+
+
+def test_a_trace_run_leaves_out_what_was_not_traced() -> None:
+    experiment = {
+        "workloads": ["parsec.a", "parsec.b"],
+        "corunner": "parsec.b",
+        "vary": {"experiment.corunner": ["none", "parsec.b", "parsec.a"]},
+    }
+    assert drop(experiment, ["parsec.b"]) == {
+        "workloads": ["parsec.a"],
+        "corunner": "parsec.b",  # a co-runner runs as its profile
+        "vary": {"experiment.corunner": ["none", "parsec.a"]},
+    }
+    assert emptied(drop({"workloads": ["parsec.b"]}, ["parsec.b"])) and not emptied(experiment)
+    programs = [
+        Program("parsec.a", Path("."), {}, (Trace(4, "t4", "x", {}),)),
+        Program("parsec.b", Path("."), {"replayable": False}, (Trace(4, "t4", "x", {}),)),
+    ]
+    need = {"parsec.a": {4}, "parsec.b": {4}}
+    assert complete_benchmarks(need, ["parsec.a", "parsec.b"], programs) == ["parsec.a"]
+    assert complete_benchmarks({"parsec.a": {4, 8}}, ["parsec.a"], programs) == []
