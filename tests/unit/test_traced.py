@@ -99,7 +99,11 @@ def test_a_rate_is_flagged_beyond_a_quarter_and_a_median_beyond_twice() -> None:
     assert off(5.0, 0.0, 0.25) and not off(None, 3.0, 0.25)
     row = Row("parsec.p", 4, _rates(100.0, 10.0), _rates(120.0, 25.0), {})
     assert row.flags() == ["block p50"]
-    assert Row("parsec.p", 4, _rates(200.0, 10.0), _rates(100.0, 10.0), {}).flags() == ["blocks/s", "wake-ups/s", "futex/s"]
+    assert Row("parsec.p", 4, _rates(200.0, 10.0), _rates(100.0, 10.0), {}).flags() == [
+        "blocks/s",
+        "wake-ups/s",
+        "futex/s",
+    ]
 
 
 def test_splice_replaces_the_generated_block_or_appends_it() -> None:

@@ -167,7 +167,9 @@ class Scoreboard:
         """Per experiment without a trace run, why (those naming no PARSEC/SPLASH-2x workload
         left out: a trace run was never in question)."""
         lines = [f"{eid}: no trace run: {why}" for eid, why in (self.no_trace or {}).items() if why != NO_BENCHMARK]
-        return lines + [f"{eid}: trace run without the benchmarks lacking traces: {why}" for eid, why in self.partial.items()]
+        return lines + [
+            f"{eid}: trace run without the benchmarks lacking traces: {why}" for eid, why in self.partial.items()
+        ]
 
     def not_expressible(self) -> list[Experiment]:
         return [e for e in self.experiments if not e.runnable]

@@ -235,7 +235,9 @@ def missing_traces(need: Mapping[str, set[int]], programs: Sequence[Program]) ->
     for name, counts in need.items():
         program = by_name.get(name)
         if program is not None and not program.replayable:
-            unusable.append(f"{name}'s traces lack its synchronisation ({program.info.get('not_replayable', 'see its manifest')})")
+            unusable.append(
+                f"{name}'s traces lack its synchronisation ({program.info.get('not_replayable', 'see its manifest')})"
+            )
             continue
         lacking = () if program is None else tuple(sorted(t for t in counts if program.trace(t) is None))
         if program is None or lacking:
@@ -260,12 +262,12 @@ class Skipped:
     reason: str
 
 
-def complete_benchmarks(need: Mapping[str, set[int]], benchmarks: Sequence[str], programs: Sequence[Program]) -> list[str]:
+def complete_benchmarks(
+    need: Mapping[str, set[int]], benchmarks: Sequence[str], programs: Sequence[Program]
+) -> list[str]:
     """The benchmarks of ``benchmarks`` traced at every thread count ``need`` asks of them."""
     by_name = {p.name: p for p in programs if p.replayable}
-    return [
-        b for b in benchmarks if b in by_name and all(by_name[b].trace(t) is not None for t in need.get(b, ()))
-    ]
+    return [b for b in benchmarks if b in by_name and all(by_name[b].trace(t) is not None for t in need.get(b, ()))]
 
 
 def drop(value: Any, names: Sequence[str]) -> Any:

@@ -52,7 +52,10 @@ def _get(m: Mapping[str, Any], key: str) -> float | None:
 def rates(result: Mapping[str, Any]) -> Rates:
     m = result.get("metrics", {})
     wall = float(result["t_native_s"])
-    per_s = (lambda x: None if x is None else x / wall) if wall > 0 else (lambda x: None)
+
+    def per_s(x: float | None) -> float | None:
+        return None if x is None or wall <= 0 else x / wall
+
     wakeups = _get(m, "wakeups")
     remote = _get(m, "wakeups_remote")
     return Rates(
@@ -64,7 +67,9 @@ def rates(result: Mapping[str, Any]) -> Rates:
         wakeups_per_s=per_s(wakeups),
         remote_share=(remote / wakeups) if wakeups and remote is not None else None,
         futex_per_s=per_s(_get(m, "futex_calls")),
-        unmaps_per_s=(float(m.get("tlb_shootdowns", 0)) + float(m.get("tlb_local_only", 0))) / wall if wall > 0 else 0.0,
+        unmaps_per_s=(float(m.get("tlb_shootdowns", 0)) + float(m.get("tlb_local_only", 0))) / wall
+        if wall > 0
+        else 0.0,
     )
 
 
@@ -149,7 +154,15 @@ def _scaling_run(args: tuple[str, int, int]) -> dict[str, Any]:
     from .. import simulate
 
     name, threads, cpus = args
-    spec = {"experiment": {"workloads": [PREFIX_TRACED + name], "scenarios": ["native"], "vcpus": [cpus], "threads": threads, "seeds": [1]}}
+    spec = {
+        "experiment": {
+            "workloads": [PREFIX_TRACED + name],
+            "scenarios": ["native"],
+            "vcpus": [cpus],
+            "threads": threads,
+            "seeds": [1],
+        }
+    }
     return simulate(spec)[0]
 
 
@@ -168,7 +181,7 @@ def scaling_markdown(names: Sequence[str], low: int = 2, high: int = 64, jobs: i
     lines = [
         SCALING_BEGIN,
         "",
-        f"| program | CPU s, {low} threads / {high} threads | CPU ratio | run time s, {low} on {low} CPUs / {high} on {high} CPUs | speedup | parallelism, {low} / {high} |",
+        f"| program | CPU s, {low} threads / {high} threads | CPU ratio | run time s, {low} on {low} CPUs / {high} on {high} CPUs | speedup | parallelism, {low} / {high} |",  # noqa: E501
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for i, name in enumerate(names):
@@ -177,7 +190,7 @@ def scaling_markdown(names: Sequence[str], low: int = 2, high: int = 64, jobs: i
         ta, tb = float(a["t_native_s"]), float(b["t_native_s"])
         pa, pb = a.get("metrics", {}).get("parallelism", 0.0), b.get("metrics", {}).get("parallelism", 0.0)
         lines.append(
-            f"| `traced.{name}` | {ca:.3f} / {cb:.3f} | {cb / ca:.2f} | {ta:.4f} / {tb:.4f} | {ta / tb:.1f}× | {pa:.1f} / {pb:.1f} |"
+            f"| `traced.{name}` | {ca:.3f} / {cb:.3f} | {cb / ca:.2f} | {ta:.4f} / {tb:.4f} | {ta / tb:.1f}× | {pa:.1f} / {pb:.1f} |"  # noqa: E501
         )
     lines += ["", SCALING_END]
     return "\n".join(lines)
@@ -202,12 +215,12 @@ def markdown(rows: Sequence[Row]) -> str:
         BEGIN,
         "",
         "Each cell is *profile / trace*: the built-in profile and the trace's replay, natively in the",
-        f"simulator, N threads on N CPUs of the default platform. **Flags**: a rate more than {RATE_TOLERANCE:.0%} off,",
+        f"simulator, N threads on N CPUs of the default platform. **Flags**: a rate more than {RATE_TOLERANCE:.0%} off,",  # noqa: E501
         f"or a median blocking time more than {MEDIAN_FACTOR:g}× off. *Real, untraced / traced*: the program's",
         "own futex and trimming-madvise calls per second on the recording machine (2 CPUs), from the",
         "manifest: the untraced run is the truth, the traced one shows the tracer's perturbation.",
         "",
-        "| program | N | run time s | parallelism | blocks/s | block p50 µs | block p90 µs | wake-ups/s | remote wake-ups | futex/s | unmaps/s | real futex/s untraced / traced | real trims/s untraced / traced | flags |",
+        "| program | N | run time s | parallelism | blocks/s | block p50 µs | block p90 µs | wake-ups/s | remote wake-ups | futex/s | unmaps/s | real futex/s untraced / traced | real trims/s untraced / traced | flags |",  # noqa: E501
         "| --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
@@ -227,7 +240,9 @@ def markdown(rows: Sequence[Row]) -> str:
                     _pair(p.remote_share, t.remote_share, ".0%"),
                     _pair(p.futex_per_s, t.futex_per_s),
                     _pair(p.unmaps_per_s, t.unmaps_per_s),
-                    _pair(_measured_rate(r.measured, "untraced", "futex"), _measured_rate(r.measured, "traced", "futex")),
+                    _pair(
+                        _measured_rate(r.measured, "untraced", "futex"), _measured_rate(r.measured, "traced", "futex")
+                    ),
                     _pair(
                         _measured_rate(r.measured, "untraced", "madvise_trim"),
                         _measured_rate(r.measured, "traced", "madvise_trim"),
@@ -258,7 +273,7 @@ def trust_markdown(programs: Sequence[Program]) -> str:
     lines = [
         TRUST_BEGIN,
         "",
-        "| program | N | untraced wall s (busy) | untraced CPU s | traced CPU s | replayed CPU s | CPU error | wall error | futex untraced / traced | blocking switches untraced / traced | trims untraced / traced | munmap untraced / traced | replay unmapping calls |",
+        "| program | N | untraced wall s (busy) | untraced CPU s | traced CPU s | replayed CPU s | CPU error | wall error | futex untraced / traced | blocking switches untraced / traced | trims untraced / traced | munmap untraced / traced | replay unmapping calls |",  # noqa: E501
         "| --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in programs:
@@ -305,7 +320,7 @@ def programs_markdown(programs: Sequence[Program]) -> str:
     lines = [
         PROGRAMS_BEGIN,
         "",
-        "| program | threads traced | xz size | build (gcc 12.2) | input here | native input, and why this one differs |",
+        "| program | threads traced | xz size | build (gcc 12.2) | input here | native input, and why this one differs |",  # noqa: E501
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for p in programs:
@@ -313,7 +328,7 @@ def programs_markdown(programs: Sequence[Program]) -> str:
         mark = "" if p.replayable else " (not replayed: " + _cell(p.info.get("not_replayable", "")) + ")"
         lines.append(
             f"| `traced.{p.name}`{mark} | {', '.join(str(n) for n in p.thread_counts)} | {size / 1e6:.2f} MB | "
-            f"{_cell(p.info.get('cflags', ''))} | {_cell(p.info.get('input', ''))} | {_cell(p.info.get('native_input', ''))} |"
+            f"{_cell(p.info.get('cflags', ''))} | {_cell(p.info.get('input', ''))} | {_cell(p.info.get('native_input', ''))} |"  # noqa: E501
         )
     lines += ["", PROGRAMS_END]
     return "\n".join(lines)
@@ -330,7 +345,13 @@ def splice(doc: str, block: str, begin: str = BEGIN, end: str = END, heading: st
 
 def to_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
     return [
-        {"program": r.program, "threads": r.threads, "profile": vars(r.profile), "trace": vars(r.trace), "flags": r.flags()}
+        {
+            "program": r.program,
+            "threads": r.threads,
+            "profile": vars(r.profile),
+            "trace": vars(r.trace),
+            "flags": r.flags(),
+        }
         for r in rows
     ]
 
@@ -339,8 +360,14 @@ def add_arguments(p: Any) -> None:
     p.add_argument("names", nargs="*", metavar="NAME", help="traced programs (default: all)")
     p.add_argument("--markdown", type=Path, help="splice the table into this Markdown file (docs/profiles.md)")
     p.add_argument("--json", type=Path, help="also write the rows as JSON")
-    p.add_argument("--trust", type=Path, help="instead, splice the trust table (from the manifests) into this Markdown file")
-    p.add_argument("--scaling", type=Path, help="instead, splice the 2-against-64-thread replay check of NAMEs into this Markdown file")
+    p.add_argument(
+        "--trust", type=Path, help="instead, splice the trust table (from the manifests) into this Markdown file"
+    )
+    p.add_argument(
+        "--scaling",
+        type=Path,
+        help="instead, splice the 2-against-64-thread replay check of NAMEs into this Markdown file",
+    )
     p.add_argument("-j", "--jobs", type=int, choices=range(1, 65), default=2, metavar="N", help="processes (default 2)")
 
 
@@ -351,10 +378,20 @@ def run(args: Any) -> int:
     chosen = [resolve(n, programs) for n in args.names] if args.names else programs
     if args.scaling:
         block = scaling_markdown([p.name for p in chosen], jobs=args.jobs)
-        Output(args.scaling).write_bytes(splice(args.scaling.read_text(), block, SCALING_BEGIN, SCALING_END, "Replays above the recording machine's CPU count").encode())
+        Output(args.scaling).write_bytes(
+            splice(
+                args.scaling.read_text(),
+                block,
+                SCALING_BEGIN,
+                SCALING_END,
+                "Replays above the recording machine's CPU count",
+            ).encode()
+        )
         return 0
     if args.trust:
-        text = splice(args.trust.read_text(), trust_markdown(chosen), TRUST_BEGIN, TRUST_END, "How far each trace can be trusted")
+        text = splice(
+            args.trust.read_text(), trust_markdown(chosen), TRUST_BEGIN, TRUST_END, "How far each trace can be trusted"
+        )
         text = splice(text, programs_markdown(chosen), PROGRAMS_BEGIN, PROGRAMS_END, "The traced programs")
         Output(args.trust).write_bytes(text.encode())
         return 0

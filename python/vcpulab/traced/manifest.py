@@ -127,7 +127,9 @@ def load_program(directory: Path) -> Program:
     data = read_toml(path)
     name = _str(str(path), data, "program")
     if name != f"{directory.parent.name}.{directory.name}":
-        raise ManifestError(f"{path}: field 'program': expected '{directory.parent.name}.{directory.name}' (the directory) (got '{name}')")
+        raise ManifestError(
+            f"{path}: field 'program': expected '{directory.parent.name}.{directory.name}' (the directory) (got '{name}')"  # noqa: E501
+        )
     entries = data.get("trace", [])
     if not isinstance(entries, list):
         raise ManifestError(f"{path}: field 'trace': expected an array of tables ([[trace]])")
@@ -136,7 +138,9 @@ def load_program(directory: Path) -> Program:
         where = f"{path}: trace[{i}]"
         if not isinstance(e, dict):
             raise ManifestError(f"{where}: expected a table")
-        t = Trace(threads=_int(where, e, "threads"), file=_str(where, e, "file"), sha256=_str(where, e, "sha256"), entry=e)
+        t = Trace(
+            threads=_int(where, e, "threads"), file=_str(where, e, "file"), sha256=_str(where, e, "sha256"), entry=e
+        )
         if any(o.threads == t.threads for o in traces):
             raise ManifestError(f"{where}: field 'threads': {t.threads} threads is recorded twice")
         traces.append(t)

@@ -137,7 +137,9 @@ def check_table(path: Path, table: Mapping[str, Any]) -> None:
     if not isinstance(table["args"], list) or not all(isinstance(a, str) for a in table["args"]):
         raise ManifestError(f"{path}: field 'args': expected an array of strings")
     counts = table.get("thread_counts", [])
-    if not isinstance(counts, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts):
+    if not isinstance(counts, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts
+    ):
         raise ManifestError(f"{path}: field 'thread_counts': expected an array of positive integers")
 
 
@@ -151,7 +153,9 @@ def prepare_inputs(name: str, table: Mapping[str, Any], setup: Setup, say: Calla
         return  # made already, or the program takes its input from its arguments
     if not prepare:
         where = table["mirror_inputs"]
-        raise RecordError(f"{name}: no inputs in {inputs} (extract {where} of the PARSEC tree there: docs/real-programs.md)")
+        raise RecordError(
+            f"{name}: no inputs in {inputs} (extract {where} of the PARSEC tree there: docs/real-programs.md)"
+        )
     inputs.mkdir(parents=True, exist_ok=True)
     argv = [_fill(str(a), 0, inputs) for a in prepare]
     say(f"{name}: making its inputs: {' '.join(argv)}")
@@ -173,7 +177,9 @@ def _scratch_cwd() -> Iterator[Path]:
             os.chdir(old)
 
 
-def record_one(name: str, table: Mapping[str, Any], threads: int, setup: Setup, out_dir: Path, console: Any) -> dict[str, Any]:
+def record_one(
+    name: str, table: Mapping[str, Any], threads: int, setup: Setup, out_dir: Path, console: Any
+) -> dict[str, Any]:
     """Records ``name`` at ``threads`` threads: the manifest's ``[[trace]]`` entry."""
     argv, env = command(table, name, threads, setup)
     if not Path(argv[0]).is_file():
@@ -236,7 +242,11 @@ def manifest_text(name: str, table: Mapping[str, Any], entries: Sequence[Mapping
         "source": SOURCE,
         "commit": COMMIT,
         **{k: table[k] for k in FIELDS if k != "program"},
-        **{k: table[k] for k in ("threads_arg", "notes", "mirror_inputs", "prepare", "env", "replayable", "not_replayable") if k in table},
+        **{
+            k: table[k]
+            for k in ("threads_arg", "notes", "mirror_inputs", "prepare", "env", "replayable", "not_replayable")
+            if k in table
+        },
     }
     lines = [
         f"# Traces of {name} recorded by `vcpulab workloads record` (docs/real-programs.md).",
@@ -300,12 +310,35 @@ def positive_counts(text: str) -> list[int]:
 
 
 def add_arguments(p: Any) -> None:
-    p.add_argument("names", nargs="*", metavar="NAME", help="programs (suite.program); default: every table in traces/programs")
-    p.add_argument("--threads", type=positive_counts, help="thread counts, e.g. 1,4,16 (default: each table's thread_counts)")
-    p.add_argument("--bin", type=Path, default=DEFAULT_BIN, help=f"the built programs, <suite>.<program> (default {DEFAULT_BIN}; $VCPULAB_REAL_BIN)")
-    p.add_argument("--inputs", type=Path, default=DEFAULT_INPUTS, help=f"their inputs, one directory each (default {DEFAULT_INPUTS}; $VCPULAB_REAL_INPUTS)")
-    p.add_argument("--runs", type=int, choices=range(1, 11), default=3, metavar="N", help="untraced runs per thread count, 1-10 (default 3)")
-    p.add_argument("--root", type=Path, default=repo_traces(), help="the traces directory (default: the repository's traces/)")
+    p.add_argument(
+        "names", nargs="*", metavar="NAME", help="programs (suite.program); default: every table in traces/programs"
+    )
+    p.add_argument(
+        "--threads", type=positive_counts, help="thread counts, e.g. 1,4,16 (default: each table's thread_counts)"
+    )
+    p.add_argument(
+        "--bin",
+        type=Path,
+        default=DEFAULT_BIN,
+        help=f"the built programs, <suite>.<program> (default {DEFAULT_BIN}; $VCPULAB_REAL_BIN)",
+    )
+    p.add_argument(
+        "--inputs",
+        type=Path,
+        default=DEFAULT_INPUTS,
+        help=f"their inputs, one directory each (default {DEFAULT_INPUTS}; $VCPULAB_REAL_INPUTS)",
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        choices=range(1, 11),
+        default=3,
+        metavar="N",
+        help="untraced runs per thread count, 1-10 (default 3)",
+    )
+    p.add_argument(
+        "--root", type=Path, default=repo_traces(), help="the traces directory (default: the repository's traces/)"
+    )
 
 
 def run(args: Any) -> int:
