@@ -15,36 +15,19 @@ every run. The built binary (with our build patch) reads input_P named as its ar
 
 usage: python3 tracer/inputs/barnes.py OUTDIR [--scale X] [--threads 1,4,8,16,32,64]
 """
-import argparse
+
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: _common is beside it
+from _common import splash_main  # noqa: E402
 
 NBODY = 16384
 TEMPLATE = "\n{nbody}\n123\n\n0.025\n0.05\n1.0\n2.0\n5.0\n0.075\n0.25\n{p}\n"
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("outdir")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply the body count (default 1: %d)" % NBODY)
-    ap.add_argument("--threads", default="1,4,8,16,32,64", help="thread counts to write input_P for")
-    a = ap.parse_args()
-    try:
-        threads = [int(t) for t in a.threads.split(",")]
-        if not threads or min(threads) < 1:
-            raise ValueError
-    except ValueError:
-        sys.exit("barnes.py: --threads: expected positive integers separated by commas")
-    nbody = int(round(NBODY * a.scale))
-    if nbody < 16:
-        sys.exit("barnes.py: --scale %g gives %d bodies (need at least 16)" % (a.scale, nbody))
-    try:
-        os.makedirs(a.outdir, exist_ok=True)
-        for p in threads:
-            with open(os.path.join(a.outdir, "input_%d" % p), "w") as f:
-                f.write(TEMPLATE.format(nbody=nbody, p=p))
-    except OSError as e:
-        sys.exit("barnes.py: %s: %s" % (e.filename or a.outdir, e.strerror))
+    splash_main("barnes.py", __doc__, NBODY, ("body", "bodies"), 16, lambda n, p: TEMPLATE.format(nbody=n, p=p))
 
 
 if __name__ == "__main__":

@@ -12,11 +12,14 @@ X*Y a little larger than N. Deterministic: fixed seed, the same bytes on every r
 
 Default 20000 elements; --scale X multiplies the count.
 """
-import argparse
+
 import math
 import os
 import random
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: _common is beside it
+from _common import fail, parser, write_output  # noqa: E402
 
 BASE_ELEMENTS = 20000
 SEED = 20261207
@@ -35,7 +38,7 @@ def name(i):
 def build(n):
     rng = random.Random(SEED)
     side = int(math.ceil(math.sqrt(n * 1.1)))
-    lines = ["%d\t%d\t%d" % (n, side, side)]
+    lines = [f"{n:d}\t{side:d}\t{side:d}"]
     for i in range(n):
         k = rng.choice((1, 2, 2, 3, 3, 3, 4, 4, 5, 5, 6, 8))
         outs = []
@@ -51,24 +54,19 @@ def build(n):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="writes OUTDIR/netlist.nets")
-    p.add_argument("outdir", metavar="OUTDIR")
-    p.add_argument("--scale", type=float, default=1.0, metavar="X",
-                   help="element count multiplier (default 1.0 = 20000 elements)")
+    p = parser(
+        __doc__,
+        "element count multiplier (default 1.0 = 20000 elements)",
+        raw=False,
+        metavars=True,
+        epilog="writes OUTDIR/netlist.nets",
+    )
     a = p.parse_args(argv)
     n = int(BASE_ELEMENTS * a.scale)
     if not 10 <= n <= 10_000_000:
-        sys.exit("canneal.py: --scale gives %d elements; it must give 10..10000000" % n)
-    try:
-        os.makedirs(a.outdir, exist_ok=True)
-        path = os.path.join(a.outdir, "netlist.nets")
-        with open(path + ".tmp", "w") as f:
-            f.write(build(n))
-        os.replace(path + ".tmp", path)
-    except OSError as e:
-        sys.exit("canneal.py: %s: %s" % (e.filename or a.outdir, e.strerror))
-    print("%s: %d elements" % (path, n))
+        fail("canneal.py", f"--scale gives {n:d} elements; it must give 10..10000000")
+    path = write_output("canneal.py", a.outdir, "netlist.nets", lambda: build(n))
+    print(f"{path}: {n:d} elements")
 
 
 if __name__ == "__main__":

@@ -14,12 +14,15 @@ matching alignment), not the ~50% the data holds.
 
 Default size about 8 MiB; --scale X multiplies it.
 """
-import argparse
+
 import io
 import os
 import random
 import sys
 import tarfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: _common is beside it
+from _common import fail, parser, write_output  # noqa: E402
 
 BASE_BYTES = 8 << 20
 SEED = 20261207
@@ -48,10 +51,9 @@ def unique_blob(rng, vocab, cum, size, bw):
             line = " ".join(words)
             r = rng.random()
             if r < 0.3:
-                line = "%s=%d" % (line.replace(" ", "_"), rng.randrange(100000))
+                line = f"{line.replace(' ', '_')}={rng.randrange(100000):d}"
             elif r < 0.5:
-                line = "/%s: %d.%02d %s" % ("/".join(words[:3]), rng.randrange(1000),
-                                             rng.randrange(100), line)
+                line = f"/{'/'.join(words[:3])}: {rng.randrange(1000):d}.{rng.randrange(100):02d} {line}"
             out += (line + "\n").encode()
     return bytes(out[:size])
 
@@ -67,7 +69,7 @@ def build(scale):
     rng.shuffle(perm)
     w = [0.0] * 256
     for rank, byte in enumerate(perm):
-        w[byte] = 0.8 ** rank
+        w[byte] = 0.8**rank
     bw, acc = [], 0.0
     for x in w:
         acc += x
@@ -87,12 +89,12 @@ def build(scale):
             for _ in range(rng.randint(2, 5)):
                 src = rng.choice(uniques)
                 a = rng.randrange(len(src))
-                parts.append(src[a:a + rng.randint(8 << 10, 64 << 10)])
+                parts.append(src[a : a + rng.randint(8 << 10, 64 << 10)])
                 if rng.random() < 0.5:
                     parts.append(unique_blob(rng, vocab, cum, rng.randint(100, 3000), bw))
             data = b"".join(parts)
-        d = "usr/share/synth/d%02d" % (n % 37)
-        files.append(("%s/f%05d.dat" % (d, n), data))
+        d = f"usr/share/synth/d{n % 37:02d}"
+        files.append((f"{d}/f{n:05d}.dat", data))
         total += len(data)
         n += 1
     buf = io.BytesIO()
@@ -109,24 +111,18 @@ def build(scale):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="writes OUTDIR/input.tar (about 8 MiB x SCALE)")
-    p.add_argument("outdir", metavar="OUTDIR")
-    p.add_argument("--scale", type=float, default=1.0, metavar="X",
-                   help="size multiplier (default 1.0 = about 8 MiB)")
+    p = parser(
+        __doc__,
+        "size multiplier (default 1.0 = about 8 MiB)",
+        raw=False,
+        metavars=True,
+        epilog="writes OUTDIR/input.tar (about 8 MiB x SCALE)",
+    )
     a = p.parse_args(argv)
     if not 0.01 <= a.scale <= 100:
-        sys.exit("dedup.py: --scale must be between 0.01 and 100")
-    try:
-        os.makedirs(a.outdir, exist_ok=True)
-        data = build(a.scale)
-        path = os.path.join(a.outdir, "input.tar")
-        with open(path + ".tmp", "wb") as f:
-            f.write(data)
-        os.replace(path + ".tmp", path)
-    except OSError as e:
-        sys.exit("dedup.py: %s: %s" % (e.filename or a.outdir, e.strerror))
-    print("%s: %d bytes" % (path, len(data)))
+        fail("dedup.py", "--scale must be between 0.01 and 100")
+    path = write_output("dedup.py", a.outdir, "input.tar", lambda: build(a.scale))
+    print(f"{path}: {os.path.getsize(path):d} bytes")
 
 
 if __name__ == "__main__":

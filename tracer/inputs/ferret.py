@@ -16,22 +16,30 @@ The mirror's simdev database (corel/) is used unchanged: extract input_simdev.ta
 
 usage: python3 tracer/inputs/ferret.py OUTDIR [--scale X]
 """
-import argparse
+
 import math
 import os
 import random
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: _common is beside it
+from _common import atomic_open, os_errors, parser, positive_scale  # noqa: E402
+
 W, H, COUNT = 128, 96, 128
 SEED = 20261207
+# fmt: off
 QBASE = [16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
          14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
          49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99]
+# fmt: on
 Q = [max(1, (q + 1) // 2) for q in QBASE]  # about quality 75
 ZIGZAG = sorted(range(64), key=lambda i: (i // 8 + i % 8, (i % 8) if (i // 8 + i % 8) % 2 == 0 else (i // 8)))
-COS = [[(math.sqrt(0.5) if u == 0 else 1.0) * 0.5 * math.cos((2 * x + 1) * u * math.pi / 16) for x in range(8)] for u in range(8)]
-DC_SYMS = list(range(12))                                                     # code length 4
+COS = [
+    [(math.sqrt(0.5) if u == 0 else 1.0) * 0.5 * math.cos((2 * x + 1) * u * math.pi / 16) for x in range(8)]
+    for u in range(8)
+]
+DC_SYMS = list(range(12))  # code length 4
 AC_SYMS = [0x00, 0xF0] + [(r << 4) | s for r in range(16) for s in range(1, 11)]  # code length 8
 DC_CODE = {s: (i, 4) for i, s in enumerate(DC_SYMS)}
 AC_CODE = {s: (i, 8) for i, s in enumerate(AC_SYMS)}
@@ -97,26 +105,38 @@ def jpeg(w, h, rgb):
     ycc = []
     for i in range(0, len(rgb), 3):
         r, g, b = rgb[i], rgb[i + 1], rgb[i + 2]
-        ycc.append((0.299 * r + 0.587 * g + 0.114 * b - 128,
-                    -0.168736 * r - 0.331264 * g + 0.5 * b,
-                    0.5 * r - 0.418688 * g - 0.081312 * b))
+        ycc.append(
+            (
+                0.299 * r + 0.587 * g + 0.114 * b - 128,
+                -0.168736 * r - 0.331264 * g + 0.5 * b,
+                0.5 * r - 0.418688 * g - 0.081312 * b,
+            )
+        )
     bits, pred = Bits(), [0, 0, 0]
     for by in range(0, h, 8):
         for bx in range(0, w, 8):
             for c in range(3):
                 blk = [ycc[min(h - 1, by + y) * w + min(w - 1, bx + x)][c] for y in range(8) for x in range(8)]
                 pred[c] = encode_block(bits, blk, pred[c])
-    seg = lambda m, body: b"\xff" + bytes([m]) + struct.pack(">H", len(body) + 2) + body
-    dht = lambda tc, th, lens, syms: bytes([(tc << 4) | th]) + bytes(lens) + bytes(syms)
+
+    def seg(m, body):
+        return b"\xff" + bytes([m]) + struct.pack(">H", len(body) + 2) + body
+
+    def dht(tc, th, lens, syms):
+        return bytes([(tc << 4) | th]) + bytes(lens) + bytes(syms)
+
     dc_lens = [0, 0, 0, len(DC_SYMS)] + [0] * 12
     ac_lens = [0] * 7 + [len(AC_SYMS)] + [0] * 8
-    return (b"\xff\xd8"
-            + seg(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00")
-            + seg(0xDB, b"\x00" + bytes(Q[ZIGZAG[k]] for k in range(64)))
-            + seg(0xC0, struct.pack(">BHHB", 8, h, w, 3) + b"\x01\x11\x00\x02\x11\x00\x03\x11\x00")
-            + seg(0xC4, dht(0, 0, dc_lens, DC_SYMS) + dht(1, 0, ac_lens, AC_SYMS))
-            + seg(0xDA, b"\x03\x01\x00\x02\x00\x03\x00\x00\x3f\x00")
-            + bits.flush() + b"\xff\xd9")
+    return (
+        b"\xff\xd8"
+        + seg(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00")
+        + seg(0xDB, b"\x00" + bytes(Q[ZIGZAG[k]] for k in range(64)))
+        + seg(0xC0, struct.pack(">BHHB", 8, h, w, 3) + b"\x01\x11\x00\x02\x11\x00\x03\x11\x00")
+        + seg(0xC4, dht(0, 0, dc_lens, DC_SYMS) + dht(1, 0, ac_lens, AC_SYMS))
+        + seg(0xDA, b"\x03\x01\x00\x02\x00\x03\x00\x00\x3f\x00")
+        + bits.flush()
+        + b"\xff\xd9"
+    )
 
 
 def picture(rng, w, h):
@@ -125,8 +145,17 @@ def picture(rng, w, h):
     horizon = rng.randrange(h // 4, 3 * h // 4)
     shapes = []
     for _ in range(rng.randrange(3, 7)):
-        shapes.append((rng.random() < 0.5, rng.uniform(0, w), rng.uniform(0, h), rng.uniform(6, w / 3),
-                       rng.uniform(6, h / 3), [rng.randrange(0, 256) for _ in range(3)], rng.uniform(0, 25)))
+        shapes.append(
+            (
+                rng.random() < 0.5,
+                rng.uniform(0, w),
+                rng.uniform(0, h),
+                rng.uniform(6, w / 3),
+                rng.uniform(6, h / 3),
+                [rng.randrange(0, 256) for _ in range(3)],
+                rng.uniform(0, 25),
+            )
+        )
     px = bytearray()
     for y in range(h):
         t = y / h
@@ -143,24 +172,21 @@ def picture(rng, w, h):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("outdir", help="directory to write synq/ into (created if missing)")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply the number of query images, 128 (default 1)")
+    p = parser(
+        __doc__,
+        "multiply the number of query images, 128 (default 1)",
+        outdir_help="directory to write synq/ into (created if missing)",
+    )
     a = p.parse_args(argv)
-    if not (a.scale > 0 and math.isfinite(a.scale)):
-        sys.exit("ferret.py: --scale must be a positive number")
+    positive_scale("ferret.py", a.scale)
     n = max(1, int(round(COUNT * a.scale)))
     rng = random.Random(SEED)
-    try:
+    with os_errors("ferret.py", a.outdir):
         d = os.path.join(a.outdir, "synq")
         os.makedirs(d, exist_ok=True)
         for i in range(n):
-            path = os.path.join(d, f"q{i:03d}.jpg")
-            with open(path + ".tmp", "wb") as f:
+            with atomic_open(os.path.join(d, f"q{i:03d}.jpg"), "wb") as f:
                 f.write(jpeg(W, H, picture(rng, W, H)))
-            os.replace(path + ".tmp", path)
-    except OSError as e:
-        sys.exit(f"ferret.py: {e.filename or a.outdir}: {e.strerror}")
     return 0
 
 

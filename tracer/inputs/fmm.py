@@ -15,36 +15,19 @@ input_P named as its argument.
 
 usage: python3 tracer/inputs/fmm.py OUTDIR [--scale X] [--threads 1,4,8,16,32,64]
 """
-import argparse
+
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: _common is beside it
+from _common import splash_main  # noqa: E402
 
 NPART = 16384
 TEMPLATE = "two cluster\nplummer\n{npart}\n1e-6\n{p}\n5\n.025\n0.0\ncost zones\n"
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("outdir")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply the particle count (default 1: %d)" % NPART)
-    ap.add_argument("--threads", default="1,4,8,16,32,64", help="thread counts to write input_P for")
-    a = ap.parse_args()
-    try:
-        threads = [int(t) for t in a.threads.split(",")]
-        if not threads or min(threads) < 1:
-            raise ValueError
-    except ValueError:
-        sys.exit("fmm.py: --threads: expected positive integers separated by commas")
-    npart = int(round(NPART * a.scale))
-    if npart < 16:
-        sys.exit("fmm.py: --scale %g gives %d particles (need at least 16)" % (a.scale, npart))
-    try:
-        os.makedirs(a.outdir, exist_ok=True)
-        for p in threads:
-            with open(os.path.join(a.outdir, "input_%d" % p), "w") as f:
-                f.write(TEMPLATE.format(npart=npart, p=p))
-    except OSError as e:
-        sys.exit("fmm.py: %s: %s" % (e.filename or a.outdir, e.strerror))
+    splash_main("fmm.py", __doc__, NPART, ("particle", "particles"), 16, lambda n, p: TEMPLATE.format(npart=n, p=p))
 
 
 if __name__ == "__main__":

@@ -13,10 +13,13 @@ Deterministic: fixed seed, the same bytes on every run.
 
 Default 20000 transactions; --scale X multiplies the count.
 """
-import argparse
+
 import os
 import random
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: _common is beside it
+from _common import fail, parser, write_output  # noqa: E402
 
 BASE_TRANSACTIONS = 20000
 SEED = 20261207
@@ -25,8 +28,7 @@ NITEMS = 1000
 
 def build(n):
     rng = random.Random(SEED)
-    patterns = [sorted(rng.sample(range(NITEMS), max(1, int(rng.gauss(4, 1.2)))))
-                for _ in range(400)]
+    patterns = [sorted(rng.sample(range(NITEMS), max(1, int(rng.gauss(4, 1.2))))) for _ in range(400)]
     pw, acc = [], 0.0
     for i in range(len(patterns)):
         acc += 1.0 / (i + 1)
@@ -49,24 +51,19 @@ def build(n):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="writes OUTDIR/transactions.dat")
-    p.add_argument("outdir", metavar="OUTDIR")
-    p.add_argument("--scale", type=float, default=1.0, metavar="X",
-                   help="transaction count multiplier (default 1.0 = 20000)")
+    p = parser(
+        __doc__,
+        "transaction count multiplier (default 1.0 = 20000)",
+        raw=False,
+        metavars=True,
+        epilog="writes OUTDIR/transactions.dat",
+    )
     a = p.parse_args(argv)
     n = int(BASE_TRANSACTIONS * a.scale)
     if not 1 <= n <= 10_000_000:
-        sys.exit("freqmine.py: --scale gives %d transactions; it must give 1..10000000" % n)
-    try:
-        os.makedirs(a.outdir, exist_ok=True)
-        path = os.path.join(a.outdir, "transactions.dat")
-        with open(path + ".tmp", "w") as f:
-            f.write(build(n))
-        os.replace(path + ".tmp", path)
-    except OSError as e:
-        sys.exit("freqmine.py: %s: %s" % (e.filename or a.outdir, e.strerror))
-    print("%s: %d transactions" % (path, n))
+        fail("freqmine.py", f"--scale gives {n:d} transactions; it must give 1..10000000")
+    path = write_output("freqmine.py", a.outdir, "transactions.dat", lambda: build(n))
+    print(f"{path}: {n:d} transactions")
 
 
 if __name__ == "__main__":

@@ -15,12 +15,15 @@ Same bytes every run.
 
 usage: python3 tracer/inputs/vips.py OUTDIR [--scale X]
 """
-import argparse
+
 import math
 import os
 import random
 import struct
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: _common is beside it
+from _common import parser, positive_scale, write_output  # noqa: E402
 
 BASE = 1536
 SEED = 20261207
@@ -44,7 +47,9 @@ def header(w, h):
 def image(w, h):
     rng = random.Random(SEED)
     blobs = [(rng.uniform(0, w), rng.uniform(0, h), rng.uniform(0.04, 0.12) * min(w, h)) for _ in range(6)]
-    colx = [(30.0 * math.sin(2 * math.pi * x / (w / 3.0)), 20.0 * math.cos(2 * math.pi * x / (w / 7.0))) for x in range(w)]
+    colx = [
+        (30.0 * math.sin(2 * math.pi * x / (w / 3.0)), 20.0 * math.cos(2 * math.pi * x / (w / 7.0))) for x in range(w)
+    ]
     out = bytearray()
     for y in range(h):
         fy = y / h
@@ -65,22 +70,15 @@ def image(w, h):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("outdir", help="directory to write synthetic.v into (created if missing)")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply both sides of the 1536 x 1536 image (default 1)")
+    p = parser(
+        __doc__,
+        "multiply both sides of the 1536 x 1536 image (default 1)",
+        outdir_help="directory to write synthetic.v into (created if missing)",
+    )
     a = p.parse_args(argv)
-    if not (a.scale > 0 and math.isfinite(a.scale)):
-        sys.exit("vips.py: --scale must be a positive number")
+    positive_scale("vips.py", a.scale)
     w = h = max(256, int(round(BASE * a.scale)))
-    try:
-        os.makedirs(a.outdir, exist_ok=True)
-        path = os.path.join(a.outdir, "synthetic.v")
-        with open(path + ".tmp", "wb") as f:
-            f.write(header(w, h))
-            f.write(image(w, h))
-        os.replace(path + ".tmp", path)
-    except OSError as e:
-        sys.exit(f"vips.py: {e.filename or a.outdir}: {e.strerror}")
+    write_output("vips.py", a.outdir, "synthetic.v", lambda: (header(w, h), image(w, h)))
     return 0
 
 

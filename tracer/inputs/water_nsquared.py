@@ -20,48 +20,18 @@ our build patch) reads input_P named as its argument, and random.in from the sam
 
 usage: python3 tracer/inputs/water_nsquared.py OUTDIR [--scale X] [--threads 1,4,8,16,32,64]
 """
-import argparse
+
 import os
 import sys
 
-NMOL, NSTEP, RECORDS = 512, 2, 588  # RECORDS: whole velocity records in the mirror's random.in
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: _common is beside it
+from _common import water_main  # noqa: E402
+
+NMOL, NSTEP = 512, 2
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("outdir")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply the molecule count (default 1: %d)" % NMOL)
-    ap.add_argument("--threads", default="1,4,8,16,32,64", help="thread counts to write input_P for")
-    a = ap.parse_args()
-    try:
-        threads = [int(t) for t in a.threads.split(",")]
-        if not threads or min(threads) < 1:
-            raise ValueError
-    except ValueError:
-        sys.exit("water_nsquared.py: --threads: expected positive integers separated by commas")
-    nmol = int(round(NMOL * a.scale))
-    if nmol < 8:
-        sys.exit("water_nsquared.py: --scale %g gives %d molecules (need at least 8)" % (a.scale, nmol))
-    try:
-        os.makedirs(a.outdir, exist_ok=True)
-        src = os.path.join(a.outdir, "random.in")
-        with open(src) as f:
-            tok = f.read().split()
-        if len(tok) < 1 + 9 * RECORDS:
-            sys.exit("water_nsquared.py: %s: expected the mirror's random.in (%d numbers or more), found %d numbers" % (src, 1 + 9 * RECORDS, len(tok)))
-        vel = tok[1 : 1 + 9 * RECORDS]
-        if nmol > RECORDS:  # else the mirror's file is used as it is
-            with open(src + ".tmp", "w") as f:
-                f.write("  %s\n" % tok[0])
-                for m in range(nmol):
-                    r = (m % RECORDS) * 9
-                    f.write("  " + "  ".join(vel[r : r + 9]) + "\n")
-            os.replace(src + ".tmp", src)
-        for p in threads:
-            with open(os.path.join(a.outdir, "input_%d" % p), "w") as f:
-                f.write("  1.5e-16   %d  %d   6\n -1      3000     %d  0\n%d 6.212752\n" % (nmol, NSTEP, NSTEP, p))
-    except OSError as e:
-        sys.exit("water_nsquared.py: %s: %s" % (e.filename or a.outdir, e.strerror))
+    water_main("water_nsquared.py", __doc__, NMOL, NSTEP)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,14 @@ it as flat or static. Same bytes every run.
 
 usage: python3 tracer/inputs/x264.py OUTDIR [--scale X]
 """
-import argparse
+
 import math
 import os
 import random
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: _common is beside it
+from _common import parser, positive_scale, write_output  # noqa: E402
 
 W, H, FRAMES = 224, 128, 80
 SEED = 20261207
@@ -53,46 +56,46 @@ def frames(w, h, n):
     cw, ch = w // 2, h // 2
     for f in range(n):
         sx = 2 * f  # background pan: 2 px/frame
-        luma = [bytearray(bg[y][sx:sx + w]) for y in range(h)]
+        luma = [bytearray(bg[y][sx : sx + w]) for y in range(h)]
         # object 1: right and down, 3 px/frame and 1 px/frame; object 2: left, 2.5 px/frame
-        for obj, ox, oy in ((obj1, (w // 8 + 3 * f) % (w - ow), (h // 6 + f) % (h - oh)),
-                            (obj2, (w - ow - w // 8) - (5 * f) // 2 % (w - ow - w // 8), h // 2)):
+        for obj, ox, oy in (
+            (obj1, (w // 8 + 3 * f) % (w - ow), (h // 6 + f) % (h - oh)),
+            (obj2, (w - ow - w // 8) - (5 * f) // 2 % (w - ow - w // 8), h // 2),
+        ):
             for y in range(oh):
-                luma[oy + y][ox:ox + ow] = obj[y]
+                luma[oy + y][ox : ox + ow] = obj[y]
         out = bytearray()
         base = rng.randrange(0, 1 << 16)
         for y in range(h):
             row = luma[y]
             k = (base + y * 977) & 0xFFFF
             nz = (noise[k:] + noise[:k])[:w]
-            out += bytes(min(235, v + d - 6) if v > 16 else v for v, d in zip(row, nz))
+            out += bytes(min(235, v + d - 6) if v > 16 else v for v, d in zip(row, nz, strict=False))
         for plane, (a, b) in enumerate(((110, 20), (140, 15))):
             for y in range(ch):
                 out += bytes(int(a + b * math.sin(2 * math.pi * (x + f) / cw + y / ch + plane)) for x in range(cw))
         yield bytes(out)
 
 
+def y4m(w, h, n):
+    """The file, in pieces: the YUV4MPEG2 header, then FRAME and the frame's planes for each frame."""
+    yield b"YUV4MPEG2 W%d H%d F25:1 Ip A1:1 C420jpeg\n" % (w, h)
+    for fr in frames(w, h, n):
+        yield b"FRAME\n"
+        yield fr
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("outdir", help="directory to write synthetic.y4m into (created if missing)")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply both sides of the 224 x 128 frame (default 1)")
+    p = parser(
+        __doc__,
+        "multiply both sides of the 224 x 128 frame (default 1)",
+        outdir_help="directory to write synthetic.y4m into (created if missing)",
+    )
     a = p.parse_args(argv)
-    if not (a.scale > 0 and math.isfinite(a.scale)):
-        sys.exit("x264.py: --scale must be a positive number")
+    positive_scale("x264.py", a.scale)
     w = max(64, int(round(W * a.scale / 16)) * 16)
     h = max(48, int(round(H * a.scale / 16)) * 16)
-    n = FRAMES
-    try:
-        os.makedirs(a.outdir, exist_ok=True)
-        path = os.path.join(a.outdir, "synthetic.y4m")
-        with open(path + ".tmp", "wb") as f:
-            f.write(b"YUV4MPEG2 W%d H%d F25:1 Ip A1:1 C420jpeg\n" % (w, h))
-            for fr in frames(w, h, n):
-                f.write(b"FRAME\n")
-                f.write(fr)
-        os.replace(path + ".tmp", path)
-    except OSError as e:
-        sys.exit(f"x264.py: {e.filename or a.outdir}: {e.strerror}")
+    write_output("x264.py", a.outdir, "synthetic.y4m", lambda: y4m(w, h, FRAMES))
     return 0
 
 
