@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._vcpulab import trace_info
 from ..atomic import Output
 from ..bridge import mitigate, predict
 from ..bridge.commands import trace_program
@@ -202,9 +203,6 @@ def record_one(
     runs = [_measured(m) for m in untraced.measurements]
     base = _median(runs)
     replay = info["replay"]
-    replayed_wall = float(pred["t_native_s"])
-    replayed_cpu = float(pred["c_native_ns"]) / 1e9
-    metrics = pred.get("metrics", {})
     return {
         "threads": threads,
         "file": file,
@@ -222,18 +220,47 @@ def record_one(
         "program_threads": int(replay["threads"]),
         "untraced": base,
         "traced": _measured(traced),
-        "replay": {
-            "wall_s": round(replayed_wall, 6),
-            "cpu_s": round(replayed_cpu, 6),
-            "wall_error": round(replayed_wall / base["wall_s"] - 1.0, 4) if base["wall_s"] > 0 else None,
-            "cpu_error": round(replayed_cpu / (base["user_s"] + base["sys_s"]) - 1.0, 4)
-            if base["user_s"] + base["sys_s"] > 0
-            else None,
-            "unexplained_s": round(replay["unexplained_ns"] / 1e9, 6),
-            "unmap_calls": int(metrics.get("tlb_shootdowns", 0) + metrics.get("tlb_local_only", 0)),
-            **{k: round(float(metrics[k]), 6) for k in REPLAY_METRICS if k in metrics},
-        },
+        "replay": replay_entry(pred, info, base),
     }
+
+
+def replay_entry(pred: Mapping[str, Any], info: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's ``replay`` table: the native replay ``pred`` of a trace (``info`` =
+    its ``trace_info``) against the untraced medians ``base``."""
+    replayed_wall = float(pred["t_native_s"])
+    replayed_cpu = float(pred["c_native_ns"]) / 1e9
+    metrics = pred.get("metrics", {})
+    cpu = float(base["user_s"]) + float(base["sys_s"])
+    return {
+        "wall_s": round(replayed_wall, 6),
+        "cpu_s": round(replayed_cpu, 6),
+        "wall_error": round(replayed_wall / float(base["wall_s"]) - 1.0, 4) if base["wall_s"] > 0 else None,
+        "cpu_error": round(replayed_cpu / cpu - 1.0, 4) if cpu > 0 else None,
+        "unexplained_s": round(info["replay"]["unexplained_ns"] / 1e9, 6),
+        "unmap_calls": int(metrics.get("tlb_shootdowns", 0) + metrics.get("tlb_local_only", 0)),
+        **{k: round(float(metrics[k]), 6) for k in REPLAY_METRICS if k in metrics},
+    }
+
+
+def replay_again(name: str, setup: Setup, say: Callable[[str], None]) -> None:
+    """Recomputes every ``replay`` table of ``name``'s manifest from its committed traces (after
+    a change of the simulator), leaving the measurements of the real program as they are."""
+    path, table = program_table(name, setup.root)
+    check_table(path, table)
+    suite, prog = name.split(".", 1)
+    out_dir = setup.root / suite / prog
+    program = load_program(out_dir)
+    entries = []
+    for t in program.traces:
+        entry = dict(t.entry)
+        trace = str(t.path(out_dir))
+        info = json.loads(trace_info(trace))
+        pred = predict.fidelity(trace, int(entry["cpus"]), info=info)
+        entry["replay"] = replay_entry(pred, info, entry["untraced"])
+        entries.append(entry)
+        r = entry["replay"]
+        say(f"{name}: {t.threads} threads: replayed {r['wall_s']:.3f} s, {r['unmap_calls']:,} unmapping calls")
+    Output(out_dir / MANIFEST).write_bytes(manifest_text(name, table, entries).encode())
 
 
 def manifest_text(name: str, table: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> str:
@@ -353,6 +380,9 @@ def run(args: Any) -> int:
     failed = 0
     for name in names:
         try:
+            if args.replay_only:
+                replay_again(name, setup, lambda s: console.print(s, highlight=False))
+                continue
             record(name, args.threads, setup, console, lambda s: console.print(s, highlight=False))
         except (RecordError, ManifestError, LaunchError, OSError) as e:
             failed += 1
