@@ -364,6 +364,11 @@ def add_arguments(p: Any) -> None:
         help="untraced runs per thread count, 1-10 (default 3)",
     )
     p.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="only recompute the manifests' native replays from the committed traces (after a simulator change)",
+    )
+    p.add_argument(
         "--root", type=Path, default=repo_traces(), help="the traces directory (default: the repository's traces/)"
     )
 
