@@ -116,7 +116,12 @@ def test_a_bad_argument_is_a_usage_error_exit_2(name: str, tmp_path: Path) -> No
     assert not (tmp_path / "out").exists()
     r = generate(name, str(tmp_path / "out"), "--scale", "abc")
     assert r.returncode == 2
-    assert r.stderr.splitlines()[-1] == f"{name}.py: error: argument --scale: invalid float value: 'abc'"
+    assert r.stderr.splitlines()[-1] == f"{name}.py: error: argument --scale: expected a number (got 'abc')"
+    for bad in ("nan", "inf", "1e300"):
+        r = generate(name, str(tmp_path / "out"), "--scale", bad)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.splitlines()[-1].endswith(f"expected a finite number of at most 1000 (got '{bad}')")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("name", NAMES)

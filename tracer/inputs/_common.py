@@ -28,8 +28,23 @@ def parser(doc, scale_help, *, outdir_help=None, raw=True, metavars=False, epilo
         formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter,
     )
     p.add_argument("outdir", metavar="OUTDIR" if metavars else None, help=outdir_help)
-    p.add_argument("--scale", type=float, default=1.0, metavar="X" if metavars else None, help=scale_help)
+    p.add_argument("--scale", type=finite_scale, default=1.0, metavar="X" if metavars else None, help=scale_help)
     return p
+
+
+MAX_SCALE = 1000.0
+
+
+def finite_scale(text):
+    """--scale's type: a finite number of at most MAX_SCALE (nan, inf and 1e300 are refused by
+    argparse, exit 2, before anything is generated)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number (got {text!r})") from None
+    if not math.isfinite(x) or x > MAX_SCALE:
+        raise argparse.ArgumentTypeError(f"expected a finite number of at most {MAX_SCALE:g} (got {text!r})")
+    return x
 
 
 def fail(prog, message):
