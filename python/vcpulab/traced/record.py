@@ -38,7 +38,7 @@ from ..spec import toml_value
 from .manifest import MANIFEST, ManifestError, load_program, program_table, repo_traces
 
 REAL = repo_traces().parent.parent / "real"
-"""Where the programs are built, beside the repository (as ``../shared`` is)."""
+"""Where the programs are built: the directory `real` beside the repository's own directory."""
 DEFAULT_BIN = Path(os.environ.get("VCPULAB_REAL_BIN") or REAL / "bin")
 DEFAULT_INPUTS = Path(os.environ.get("VCPULAB_REAL_INPUTS") or REAL / "inputs")
 SOURCE = "github.com/bamos/parsec-benchmark"
