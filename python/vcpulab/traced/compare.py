@@ -73,24 +73,17 @@ def rates(result: Mapping[str, Any]) -> Rates:
     )
 
 
-def spec(program: Program, threads: Sequence[int], seed: int = 1) -> dict[str, Any]:
-    """The native cells of the profile and the trace at each thread count (threads = CPUs)."""
+def native_spec(workloads: Sequence[str], threads: Sequence[int], seed: int = 1) -> dict[str, Any]:
+    """Native cells of ``workloads`` at each thread count, as many CPUs as threads."""
     return {
-        "experiment": {
-            "workloads": [program.name, program.workload],
-            "scenarios": ["native"],
-            "vcpus": list(threads),
-            "seeds": [seed],
-        }
+        "experiment": {"workloads": list(workloads), "scenarios": ["native"], "vcpus": list(threads), "seeds": [seed]}
     }
 
 
-def _run(args: tuple[str, list[int]]) -> list[dict[str, Any]]:
+def _simulate(spec: dict[str, Any]) -> list[dict[str, Any]]:
     from .. import simulate
 
-    name, threads = args
-    program = resolve(name, catalogue())
-    return simulate(spec(program, threads))
+    return simulate(spec)
 
 
 @dataclass(frozen=True)
@@ -129,14 +122,15 @@ def off(p: float | None, t: float | None, tol: float) -> bool:
     return t == 0 or abs(p / t - 1.0) > tol
 
 
-def compare(names: Sequence[str] | None = None, jobs: int = 2) -> list[Row]:
-    programs = catalogue()
-    chosen = [resolve(n, programs) for n in names] if names else programs
-    work = [(p.name, p.thread_counts) for p in chosen if p.traces]
+def compare(programs: Sequence[Program], jobs: int = 2) -> list[Row]:
+    """The rows of ``programs`` (those with traces): each program's profile and trace, natively
+    at every thread count it was traced at."""
+    chosen = [p for p in programs if p.traces]
+    specs = [native_spec([p.name, p.workload], p.thread_counts) for p in chosen]
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(_run, work))
+        results = list(pool.map(_simulate, specs))
     rows = []
-    for program, cells in zip([p for p in chosen if p.traces], results, strict=True):
+    for program, cells in zip(chosen, results, strict=True):
         by = {(r["workload"], int(r["threads"])): r for r in cells}
         for t in program.traces:
             prof, trace = by.get((program.name, t.threads)), by.get((program.workload, t.threads))
@@ -150,47 +144,28 @@ SCALING_BEGIN = "<!-- trace-scaling:begin (vcpulab workloads compare --scaling d
 SCALING_END = "<!-- trace-scaling:end -->"
 
 
-def _scaling_run(args: tuple[str, int, int]) -> dict[str, Any]:
-    from .. import simulate
-
-    name, threads, cpus = args
-    spec = {
-        "experiment": {
-            "workloads": [PREFIX_TRACED + name],
-            "scenarios": ["native"],
-            "vcpus": [cpus],
-            "threads": threads,
-            "seeds": [1],
-        }
-    }
-    return simulate(spec)[0]
-
-
-PREFIX_TRACED = "traced."
-
-
-def scaling_markdown(names: Sequence[str], low: int = 2, high: int = 64, jobs: int = 2) -> str:
+def scaling_markdown(programs: Sequence[Program], low: int = 2, high: int = 64, jobs: int = 2) -> str:
     """The replay of each program's ``low``-thread trace on ``low`` CPUs against its
     ``high``-thread trace on ``high`` CPUs: both were recorded on the same few CPUs, so the
     second's per-thread CPU times were measured while many threads shared each CPU. For a
     program whose per-thread work is fixed by its input (a static partition), total CPU time
     should not change and the run time should fall by about high/low times its parallel share."""
-    work = [(n, t, t) for n in names for t in (low, high)]
+    specs = [native_spec([p.workload], [t]) for p in programs for t in (low, high)]
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(_scaling_run, work))
+        results = [cells[0] for cells in pool.map(_simulate, specs)]
     lines = [
         SCALING_BEGIN,
         "",
         f"| program | CPU s, {low} threads / {high} threads | CPU ratio | run time s, {low} on {low} CPUs / {high} on {high} CPUs | speedup | parallelism, {low} / {high} |",  # noqa: E501
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for i, name in enumerate(names):
+    for i, program in enumerate(programs):
         a, b = results[2 * i], results[2 * i + 1]
         ca, cb = float(a["c_native_ns"]) / 1e9, float(b["c_native_ns"]) / 1e9
         ta, tb = float(a["t_native_s"]), float(b["t_native_s"])
         pa, pb = a.get("metrics", {}).get("parallelism", 0.0), b.get("metrics", {}).get("parallelism", 0.0)
         lines.append(
-            f"| `traced.{name}` | {ca:.3f} / {cb:.3f} | {cb / ca:.2f} | {ta:.4f} / {tb:.4f} | {ta / tb:.1f}× | {pa:.1f} / {pb:.1f} |"  # noqa: E501
+            f"| `{program.workload}` | {ca:.3f} / {cb:.3f} | {cb / ca:.2f} | {ta:.4f} / {tb:.4f} | {ta / tb:.1f}× | {pa:.1f} / {pb:.1f} |"  # noqa: E501
         )
     lines += ["", SCALING_END]
     return "\n".join(lines)
@@ -377,7 +352,7 @@ def run(args: Any) -> int:
     programs = catalogue()
     chosen = [resolve(n, programs) for n in args.names] if args.names else programs
     if args.scaling:
-        block = scaling_markdown([p.name for p in chosen], jobs=args.jobs)
+        block = scaling_markdown(chosen, jobs=args.jobs)
         Output(args.scaling).write_bytes(
             splice(
                 args.scaling.read_text(),
@@ -395,7 +370,7 @@ def run(args: Any) -> int:
         text = splice(text, programs_markdown(chosen), PROGRAMS_BEGIN, PROGRAMS_END, "The traced programs")
         Output(args.trust).write_bytes(text.encode())
         return 0
-    rows = compare([p.name for p in chosen], args.jobs)
+    rows = compare(chosen, args.jobs)
     block = markdown(rows)
     if args.markdown:
         Output(args.markdown).write_bytes(splice(args.markdown.read_text(), block).encode())
