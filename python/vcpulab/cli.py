@@ -455,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
         "replayed natively; write traces/<suite>/<program>/t<N>.vtrace.xz and the program's manifest.toml. "
         "How each program is run: traces/programs/<suite>.<program>.toml (docs/real-programs.md).",
     )
-    traced_record.add_arguments(rec)
+    traced_record.add_arguments(rec, _bounded(_ints, 1, 1024, "thread counts from 1 to 1024"))
     rec.set_defaults(func=traced_record.run)
     cmp = workload_commands.add_parser(
         "compare",

@@ -7,7 +7,7 @@ virtualization overheads; a rate more than :data:`RATE_TOLERANCE` off, or a medi
 time more than :data:`MEDIAN_FACTOR` × off, is flagged. The real program's own counts (untraced
 and traced, on the recording machine's CPUs) come from the manifest.
 
-    python -m vcpulab.traced.compare [--markdown docs/profiles.md] [--json out.json] [-j 2] [NAME ...]
+    vcpulab workloads compare [--markdown docs/profiles.md] [--json out.json] [-j 2] [NAME ...]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .manifest import Program, catalogue, resolve
 
 RATE_TOLERANCE = 0.25
 MEDIAN_FACTOR = 2.0
-BEGIN = "<!-- profile-vs-trace:begin (python -m vcpulab.traced.compare --markdown docs/profiles.md) -->"
+BEGIN = "<!-- profile-vs-trace:begin (vcpulab workloads compare --markdown docs/profiles.md) -->"
 END = "<!-- profile-vs-trace:end -->"
 
 
@@ -231,7 +231,7 @@ def markdown(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-TRUST_BEGIN = "<!-- trace-trust:begin (python -m vcpulab.traced.compare --trust docs/real-programs.md) -->"
+TRUST_BEGIN = "<!-- trace-trust:begin (vcpulab workloads compare --trust docs/real-programs.md) -->"
 TRUST_END = "<!-- trace-trust:end -->"
 
 
@@ -379,15 +379,3 @@ def run(args: Any) -> int:
     if args.json:
         Output(args.json).write_bytes(json.dumps(to_json(rows), indent=1).encode())
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="vcpulab workloads compare", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

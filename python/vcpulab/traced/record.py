@@ -324,24 +324,14 @@ def summary(entries: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps([{k: e[k] for k in ("threads", "file", "bytes", "sha256")} for e in entries])
 
 
-def positive_counts(text: str) -> list[int]:
-    try:
-        counts = [int(x) for x in text.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or any(not 1 <= c <= 1024 for c in counts):
-        import argparse
-
-        raise argparse.ArgumentTypeError(f"expected thread counts in [1, 1024] separated by commas (got {text!r})")
-    return counts
-
-
-def add_arguments(p: Any) -> None:
+def add_arguments(p: Any, thread_counts: Any) -> None:
+    """The options of ``vcpulab workloads record``; ``thread_counts`` is the CLI's type of a
+    comma-separated list of thread counts."""
     p.add_argument(
         "names", nargs="*", metavar="NAME", help="programs (suite.program); default: every table in traces/programs"
     )
     p.add_argument(
-        "--threads", type=positive_counts, help="thread counts, e.g. 1,4,16 (default: each table's thread_counts)"
+        "--threads", type=thread_counts, help="thread counts, e.g. 1,4,16 (default: each table's thread_counts)"
     )
     p.add_argument(
         "--bin",
@@ -393,16 +383,3 @@ def run(args: Any) -> int:
             failed += 1
             console.print(f"vcpulab workloads record: {e}", style="red", highlight=False)
     return 1 if failed else 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m vcpulab.traced.record``: as ``vcpulab workloads record``."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="vcpulab workloads record", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
