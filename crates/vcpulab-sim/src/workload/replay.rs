@@ -1302,21 +1302,26 @@ mod tests {
         assert_eq!(most_at_once([(0, 1000 * ms), (0, 1000 * ms), (500 * ms, 511 * ms)].into_iter(), 2), 2);
     }
 
+    /// [`fork_join`] whose worker (1 ms of CPU in 3 ms) ends with a THREAD_STATS record: it
+    /// waited `run_delay_ns` for a CPU and blocked `voluntary` times.
+    fn fork_join_with_run_delay(run_delay_ns: u64, voluntary: u64) -> Trace {
+        let mut t = fork_join();
+        let stats = Event::ThreadStats {
+            run_delay_ns: Some(run_delay_ns),
+            voluntary_switches: Some(voluntary),
+            involuntary_switches: Some(1),
+            minor_faults: None,
+        };
+        t.processes[0].threads[1].records.insert(1, rec(3_150_000, Some(1_000_000), stats));
+        t
+    }
+
     /// The worker of [`fork_join`] computes 1 ms of its 3 ms: 2 ms off a CPU with no traced
     /// reason. Its THREAD_STATS record says it waited 0.5 ms for a CPU: the other 1.5 ms it was
     /// blocked in calls the tracer does not see, and sleeps that long in the replay.
     #[test]
     fn off_cpu_time_is_split_into_waiting_for_a_cpu_and_blocking_where_the_thread_says() {
-        let mut t = fork_join();
-        let worker = &mut t.processes[0].threads[1];
-        let stats = Event::ThreadStats {
-            run_delay_ns: Some(500_000),
-            voluntary_switches: Some(3),
-            involuntary_switches: Some(1),
-            minor_faults: None,
-        };
-        worker.records.insert(1, rec(3_150_000, Some(1_000_000), stats));
-        let (w, stats) = replay(&t);
+        let (w, stats) = replay(&fork_join_with_run_delay(500_000, 3));
         let worker = &w.program.instrs[w.groups[1].entry as usize..];
         assert!(worker.iter().any(|i| matches!(i, Instr::Sleep(Dist::Fixed(1_500_000)))), "{worker:?}");
         assert_eq!((stats.held_off_ns, stats.blocked_untraced_ns), (500_000, 1_500_000));
@@ -1331,16 +1336,7 @@ mod tests {
     /// is replayed; the time counts as held off a CPU.
     #[test]
     fn off_cpu_time_below_the_sampling_gap_is_not_replayed_as_a_sleep() {
-        let mut t = fork_join();
-        let worker = &mut t.processes[0].threads[1];
-        let stats = Event::ThreadStats {
-            run_delay_ns: Some(2_000_000 - 4_000),
-            voluntary_switches: Some(1),
-            involuntary_switches: Some(1),
-            minor_faults: None,
-        };
-        worker.records.insert(1, rec(3_150_000, Some(1_000_000), stats));
-        let (w, stats) = replay(&t);
+        let (w, stats) = replay(&fork_join_with_run_delay(2_000_000 - 4_000, 1));
         let worker = &w.program.instrs[w.groups[1].entry as usize..];
         assert!(!worker.iter().any(|i| matches!(i, Instr::Sleep(_))), "{worker:?}");
         assert_eq!((stats.held_off_ns, stats.blocked_untraced_ns), (2_000_000, 0));
