@@ -242,13 +242,20 @@ def replay_entry(pred: Mapping[str, Any], info: Mapping[str, Any], base: Mapping
     }
 
 
+def _program(name: str, setup: Setup) -> tuple[Path, dict[str, Any], Path]:
+    """``name``'s program table (its path, checked) and the directory of its traces."""
+    path, table = program_table(name, setup.root)
+    check_table(path, table)
+    if table["program"] != name:
+        raise ManifestError(f"{path}: field 'program': expected '{name}' (the file's name) (got {table['program']!r})")
+    suite, prog = name.split(".", 1)
+    return path, table, setup.root / suite / prog
+
+
 def replay_again(name: str, setup: Setup, say: Callable[[str], None]) -> None:
     """Recomputes every ``replay`` table of ``name``'s manifest from its committed traces (after
     a change of the simulator), leaving the measurements of the real program as they are."""
-    path, table = program_table(name, setup.root)
-    check_table(path, table)
-    suite, prog = name.split(".", 1)
-    out_dir = setup.root / suite / prog
+    _, table, out_dir = _program(name, setup)
     program = load_program(out_dir)
     entries = []
     for t in program.traces:
@@ -292,15 +299,10 @@ def record(
 ) -> list[dict[str, Any]]:
     """Records ``name`` at ``threads`` (default: its table's thread_counts) and rewrites its
     manifest, keeping the entries of other thread counts. Returns the new entries."""
-    path, table = program_table(name, setup.root)
-    check_table(path, table)
-    if table["program"] != name:
-        raise ManifestError(f"{path}: field 'program': expected '{name}' (the file's name) (got {table['program']!r})")
+    path, table, out_dir = _program(name, setup)
     counts = list(threads or table.get("thread_counts") or [])
     if not counts:
         raise RecordError(f"{name}: no thread counts (give --threads, or thread_counts in {path})")
-    suite, prog = name.split(".", 1)
-    out_dir = setup.root / suite / prog
     out_dir.mkdir(parents=True, exist_ok=True)
     old: dict[int, dict[str, Any]] = {}
     if (out_dir / MANIFEST).is_file():
@@ -318,10 +320,6 @@ def record(
             f"traced {entry['traced']['wall_s']:.3f} s, replayed {entry['replay']['wall_s']:.3f} s"
         )
     return made
-
-
-def summary(entries: Sequence[Mapping[str, Any]]) -> str:
-    return json.dumps([{k: e[k] for k in ("threads", "file", "bytes", "sha256")} for e in entries])
 
 
 def add_arguments(p: Any, thread_counts: Any) -> None:
