@@ -49,6 +49,8 @@ from .report import memory
 from .spec import SCENARIOS, InputFileError, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override
 from .spec import read_text_input as spec_read_text_input
 from .store import COMPACT_ABOVE, QUERY_MEMORY_LIMIT, ResultsStore, StoreError, result_from_row
+from .traced.manifest import ManifestError
+from .traced.record import RecordError
 from .sweep import (
     CellFailed,
     InlineExecutor,
@@ -1949,7 +1951,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return _fail(e, EXIT_USAGE)
     except (SimulationError, VcpulabError) as e:
         return _fail(e, EXIT_SIMULATION)
-    except StoreError as e:
+    except (StoreError, ManifestError, RecordError) as e:
         return _fail(e, EXIT_USAGE)
     except LaunchError as e:
         return _fail(e, e.code)

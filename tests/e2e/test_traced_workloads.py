@@ -191,3 +191,13 @@ def test_as_a_process(traces: Path) -> None:
     (traces / "parsec" / "dedup" / "manifest.toml").write_text("program = 1\n")
     line = one_line_error(run_cli("workloads", cwd=traces.parent, env_extra={"VCPULAB_TRACES": str(traces)}))
     assert "manifest.toml: field 'program': expected a non-empty string" in line
+
+
+def test_record_and_compare_errors_are_one_line_exit_2(cli_with: Any, traces: Path, tmp_path: Path) -> None:
+    line = one_line_error(r := cli_with(traces, "workloads", "compare", "traced.nope"))
+    assert r.code == 2 and "no traced program 'traced.nope'" in line, line
+    (tmp_path / "empty").mkdir()
+    line = one_line_error(r := cli_with(traces, "workloads", "record", "--root", tmp_path / "empty"))
+    assert r.code == 2 and "no program tables in" in line and "internal error" not in line, line
+    line = one_line_error(r := cli_with(traces, "workloads", "record", "--threads", "4,0"))
+    assert r.code == 2 and "--threads: expected thread counts from 1 to 1024 (got 0)" in line, line
