@@ -5,11 +5,18 @@ include!(concat!(env!("OUT_DIR"), "/builtins.rs"));
 /// The canonical name of a built-in: the exact name, or the only built-in whose name ends in
 /// `.NAME` (`dedup` = `parsec.dedup`). `Err` lists the candidates of an ambiguous suffix.
 pub fn resolve_builtin(name: &str) -> Result<Option<&'static str>, Vec<&'static str>> {
-    if let Some((n, _)) = BUILTINS.iter().find(|(n, _)| *n == name) {
+    exact_or_suffix(name, BUILTINS.iter().map(|(n, _)| *n))
+}
+
+/// The one of `names` that `name` denotes: itself, or the only one ending in `.NAME`; `Ok(None)`
+/// when none does, `Err` with the candidates of an ambiguous suffix. Built-ins and traced
+/// programs (`workload::traced`) are named by this one rule.
+pub fn exact_or_suffix<'a>(name: &str, names: impl Iterator<Item = &'a str> + Clone) -> Result<Option<&'a str>, Vec<&'a str>> {
+    if let Some(n) = names.clone().find(|n| *n == name) {
         return Ok(Some(n));
     }
     let suffix = format!(".{name}");
-    let matches: Vec<&'static str> = BUILTINS.iter().map(|(n, _)| *n).filter(|n| n.ends_with(&suffix)).collect();
+    let matches: Vec<&'a str> = names.filter(|n| n.ends_with(&suffix)).collect();
     match matches.len() {
         0 => Ok(None),
         1 => Ok(Some(matches[0])),

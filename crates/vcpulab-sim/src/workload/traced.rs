@@ -121,10 +121,9 @@ pub fn resolve(name: &str) -> Result<TracedProgram, String> {
 pub fn resolve_in(root: &Path, name: &str) -> Result<TracedProgram, String> {
     let rest = name.strip_prefix(PREFIX).unwrap_or(name);
     let all = programs(root);
-    let suffix = format!(".{rest}");
-    let found: Vec<&String> = match all.iter().find(|p| **p == rest) {
-        Some(p) => vec![p],
-        None => all.iter().filter(|p| p.ends_with(&suffix)).collect(),
+    let found: Vec<&str> = match super::builtin::exact_or_suffix(rest, all.iter().map(String::as_str)) {
+        Ok(p) => p.into_iter().collect(),
+        Err(candidates) => candidates,
     };
     match found[..] {
         [p] => {
