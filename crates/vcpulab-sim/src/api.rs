@@ -764,10 +764,8 @@ pub fn bench_checked(seconds: f64, check: &mut dyn FnMut() -> bool) -> Result<Be
     let (mut events, mut sim_ns, mut runs) = (0u64, 0u64, 0u32);
     let start = Instant::now();
     while runs == 0 || start.elapsed().as_secs_f64() < seconds {
-        let r = simulate_run_checked(&cfg, check).map_err(|e| CellError {
-            message: format!("the bench model: {e}"),
-            interrupted: e == RunError::Interrupted,
-        })?;
+        let r = simulate_run_checked(&cfg, check)
+            .map_err(|e| CellError { message: format!("the bench model: {e}"), interrupted: e == RunError::Interrupted })?;
         events += r.events;
         sim_ns += r.duration_ns;
         runs += 1;

@@ -31,9 +31,9 @@ use serde::Serialize;
 pub mod format;
 mod read;
 
-pub use read::{from_bytes, from_bytes_named, read, read_bytes};
 #[cfg(test)]
 pub(crate) use read::tests::{sample as sample_bytes, xz};
+pub use read::{from_bytes, from_bytes_named, read, read_bytes};
 
 /// A whole trace file.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -443,17 +443,20 @@ mod traced {
 
     #[test]
     fn a_traced_program_replays_its_trace_at_the_run_s_thread_count() {
-        let plan = Plan::new(&spec("workloads = [\"traced.parsec.dedup\"]\nvcpus = [1, 2]\nscenarios = [\"native\", \"OC\"]"), "t.toml", &[])
-            .expect("valid");
+        let plan =
+            Plan::new(&spec("workloads = [\"traced.parsec.dedup\"]\nvcpus = [1, 2]\nscenarios = [\"native\", \"OC\"]"), "t.toml", &[])
+                .expect("valid");
         let threads: Vec<(String, u32, u32)> = plan.cells().iter().map(|c| (c.workload.clone(), c.vcpus, c.threads)).collect();
         assert_eq!(threads[0], ("traced.parsec.dedup".to_string(), 1, 1));
         assert!(threads.iter().all(|(_, v, t)| v == t), "{threads:?}");
-        let hash = |i: usize| plan.run_config(&plan.cells()[i], crate::scenario::Layout::Native { instances: 1 }).workload.meta.hash.clone();
+        let hash =
+            |i: usize| plan.run_config(&plan.cells()[i], crate::scenario::Layout::Native { instances: 1 }).workload.meta.hash.clone();
         let (one, two) = (hash(0), hash(plan.cells().iter().position(|c| c.vcpus == 2).expect("a cell at 2")));
         assert_ne!(one, two, "t1.vtrace and t2.vtrace.xz are different files");
         // `experiment.threads` chooses the trace as it does a built-in's thread count.
-        let at1 = Plan::new(&spec("workloads = [\"traced.parsec.dedup\"]\nvcpus = [2]\nthreads = 1\nscenarios = [\"native\"]"), "t.toml", &[])
-            .expect("valid");
+        let at1 =
+            Plan::new(&spec("workloads = [\"traced.parsec.dedup\"]\nvcpus = [2]\nthreads = 1\nscenarios = [\"native\"]"), "t.toml", &[])
+                .expect("valid");
         assert_eq!(at1.cells()[0].threads, 1);
         assert_eq!(at1.run_config(&at1.cells()[0], crate::scenario::Layout::Native { instances: 1 }).workload.meta.hash, one);
     }
@@ -473,7 +476,10 @@ mod traced {
         };
         let (a, b) = (run(&by_name), run(&by_file));
         assert_eq!(a.workload, "traced.dedup");
-        assert_eq!((a.threads, a.t_native_s, a.t_virt_s, a.events, a.guest_ns), (b.threads, b.t_native_s, b.t_virt_s, b.events, b.guest_ns));
+        assert_eq!(
+            (a.threads, a.t_native_s, a.t_virt_s, a.events, a.guest_ns),
+            (b.threads, b.t_native_s, b.t_virt_s, b.events, b.guest_ns)
+        );
         assert_eq!(a.instances.iter().map(|i| i.finish_s).collect::<Vec<_>>(), b.instances.iter().map(|i| i.finish_s).collect::<Vec<_>>());
         // Same files, same results.
         let again = run(&by_name);
@@ -489,11 +495,18 @@ mod traced {
         // Without corunner_threads, the run's vCPU count: fft has no trace at 2 threads.
         let e = Plan::new(&text.replace("corunner_threads = 4", ""), "t.toml", &[]).expect_err("no trace at 2");
         assert_eq!((e.source.as_str(), e.field.as_str()), ("t.toml", "experiment.corunner"));
-        assert_eq!(e.message, "workload 'traced.fft' has no trace at 2 threads (traced at 4; `vcpulab workloads show traced.splash2x.fft`)");
+        assert_eq!(
+            e.message,
+            "workload 'traced.fft' has no trace at 2 threads (traced at 4; `vcpulab workloads show traced.splash2x.fft`)"
+        );
         // A variant's co-runner.
         let varied = spec("workloads = [\"lock\"]\nvcpus = [2]\nscenarios = [\"OC\"]\ncorunner_threads = 4\nvary = { \"experiment.corunner\" = [\"none\", \"traced.splash2x.fft\"] }");
         let plan = Plan::new(&varied, "t.toml", &[]).expect("valid");
-        let cfgs: Vec<_> = plan.cells().iter().map(|c| plan.run_config(c, crate::scenario::Layout::Vms { vms: 2 }).corunner.map(|c| c.workload.name.clone())).collect();
+        let cfgs: Vec<_> = plan
+            .cells()
+            .iter()
+            .map(|c| plan.run_config(c, crate::scenario::Layout::Vms { vms: 2 }).corunner.map(|c| c.workload.name.clone()))
+            .collect();
         assert_eq!(cfgs, [None, Some("traced.splash2x.fft".to_string())]);
     }
 
@@ -501,12 +514,18 @@ mod traced {
     fn names_that_do_not_resolve_are_one_line_errors_naming_the_field() {
         let e = parse(&spec("workloads = [\"lock\", \"traced.raytrace\"]"), &[]).expect_err("ambiguous");
         assert_eq!((e.source.as_str(), e.field.as_str()), ("t.toml", "experiment.workloads[1]"));
-        assert_eq!(e.message, "workload 'traced.raytrace' is ambiguous: it can mean traced.parsec.raytrace or traced.splash2x.raytrace (write the full name)");
+        assert_eq!(
+            e.message,
+            "workload 'traced.raytrace' is ambiguous: it can mean traced.parsec.raytrace or traced.splash2x.raytrace (write the full name)"
+        );
         let e = parse(&spec("workloads = [\"traced.parsec.dedupp\"]"), &[]).expect_err("unknown");
         assert!(e.message.starts_with("unknown traced program 'traced.parsec.dedupp' (did you mean 'traced.parsec.dedup'?)"), "{e}");
         let e = parse(&spec("workloads = [\"traced.dedup\"]\nvcpus = [32]"), &[]).expect_err("no trace at 32");
         assert_eq!(e.field, "experiment.workloads[0]");
-        assert_eq!(e.message, "workload 'traced.dedup' has no trace at 32 threads (traced at 1, 2; `vcpulab workloads show traced.parsec.dedup`)");
+        assert_eq!(
+            e.message,
+            "workload 'traced.dedup' has no trace at 32 threads (traced at 1, 2; `vcpulab workloads show traced.parsec.dedup`)"
+        );
         assert!(!e.to_string().contains('\n'));
         // A value of --set is blamed on the flag.
         let e = parse(&spec("workloads = [\"lock\"]"), &["experiment.workloads=[\"traced.nope\"]"]).expect_err("unknown");
@@ -517,13 +536,17 @@ mod traced {
         assert_eq!(e.field, "workloads.traced.dedup");
         assert!(e.message.contains("is a traced program: it takes no settings"), "{e}");
         // A workload of the spec's own under such a name is the spec's.
-        let own = format!("{}[workloads.\"traced.mine\"]\nprogram = [{{ compute = \"1us\" }}]\n", spec("workloads = [\"traced.mine\"]\nvcpus = [2]"));
+        let own = format!(
+            "{}[workloads.\"traced.mine\"]\nprogram = [{{ compute = \"1us\" }}]\n",
+            spec("workloads = [\"traced.mine\"]\nvcpus = [2]")
+        );
         assert!(!parse(&own, &[]).expect("its own").is_traced("traced.mine"));
     }
 
     #[test]
     fn each_trace_is_read_once_per_plan() {
-        let text = spec("workloads = [\"traced.dedup\"]\nvcpus = [1, 2]\nscenarios = [\"native\"]\nvary = { \"vm.tlb\" = [\"ipi\", \"pv\"] }");
+        let text =
+            spec("workloads = [\"traced.dedup\"]\nvcpus = [1, 2]\nscenarios = [\"native\"]\nvary = { \"vm.tlb\" = [\"ipi\", \"pv\"] }");
         let mut cache = crate::workload::traced::TraceCache::default();
         let a = Spec::parse_with(&text, "t.toml", &[], &mut cache).expect("valid");
         let b = Spec::parse_with(&text, "t.toml", &["vm.tlb=\"pv\"".into()], &mut cache).expect("valid");

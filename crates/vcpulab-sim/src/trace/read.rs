@@ -781,7 +781,10 @@ pub(crate) mod tests {
         assert_eq!(decompress_xz(&stream, 5000).map(|v| v.len()), Ok(5000));
         assert_eq!(decompress_xz(&stream, 4999), Err(K::TooLarge { compressed: true }));
         let e = TraceError { file: "t.vtrace.xz".into(), offset: 0, kind: K::TooLarge { compressed: true } };
-        assert_eq!(e.to_string(), format!("t.vtrace.xz: decompresses to more than {} bytes, the largest trace read", format::MAX_TRACE_BYTES));
+        assert_eq!(
+            e.to_string(),
+            format!("t.vtrace.xz: decompresses to more than {} bytes, the largest trace read", format::MAX_TRACE_BYTES)
+        );
     }
 
     #[test]

@@ -156,7 +156,11 @@ impl TracedProgram {
             }
         }
         let counts = thread_counts(&self.dir);
-        let at = if counts.is_empty() { "no thread count".to_string() } else { counts.iter().map(u32::to_string).collect::<Vec<_>>().join(", ") };
+        let at = if counts.is_empty() {
+            "no thread count".to_string()
+        } else {
+            counts.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+        };
         Err(format!("workload '{shown}' has no trace at {threads} threads (traced at {at}; `vcpulab workloads show {}`)", self.name))
     }
 }
@@ -189,7 +193,8 @@ impl TraceCache {
         let mut w = super::profile::parse_workload(name, &toml::Value::Table(table)).map_err(|(_, m)| m)?;
         use sha2::{Digest, Sha256};
         let file = path.file_name().and_then(|f| f.to_str()).unwrap_or_default();
-        let own: String = Sha256::digest(format!("traced = \"{}/{file}\"", program.rel).as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
+        let own: String =
+            Sha256::digest(format!("traced = \"{}/{file}\"", program.rel).as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
         w.meta.hash = format!("{own}{}", &w.meta.hash[..8.min(w.meta.hash.len())]);
         let w = Arc::new(w);
         self.loaded.insert(key, Arc::clone(&w));
@@ -254,7 +259,10 @@ pub(crate) mod tests {
             Err("workload 'traced.raytrace' is ambiguous: it can mean traced.parsec.raytrace or traced.splash2x.raytrace (write the full name)".into())
         );
         let e = resolve_in(&root, "traced.parsec.dedupp").expect_err("unknown");
-        assert!(e.starts_with("unknown traced program 'traced.parsec.dedupp' (did you mean 'traced.parsec.dedup'?) (traced programs in "), "{e}");
+        assert!(
+            e.starts_with("unknown traced program 'traced.parsec.dedupp' (did you mean 'traced.parsec.dedup'?) (traced programs in "),
+            "{e}"
+        );
         assert!(e.ends_with(": traced.parsec.dedup, traced.parsec.raytrace, traced.splash2x.fft, traced.splash2x.raytrace)"), "{e}");
         let e = resolve_in(&root, "traced.programs").expect_err("not a program");
         assert!(e.starts_with("unknown traced program 'traced.programs'"), "{e}");
@@ -281,7 +289,10 @@ pub(crate) mod tests {
     #[test]
     fn the_directory_comes_from_the_environment() {
         let e = root_from("traced.parsec.dedup", None).expect_err("unset");
-        assert_eq!(e, "workload 'traced.parsec.dedup': VCPULAB_TRACES is not set (the directory of traced programs, the repository's traces/)");
+        assert_eq!(
+            e,
+            "workload 'traced.parsec.dedup': VCPULAB_TRACES is not set (the directory of traced programs, the repository's traces/)"
+        );
         assert_eq!(root_from("traced.x", Some(OsString::new())), Err(e.replace("traced.parsec.dedup", "traced.x")));
         let e = root_from("traced.x", Some("/nonexistent/traces".into())).expect_err("no directory");
         assert!(e.contains("VCPULAB_TRACES is '/nonexistent/traces', which is not a directory"), "{e}");
