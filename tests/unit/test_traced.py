@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from vcpulab.reproduce.traces import complete_benchmarks, drop, emptied
-from vcpulab.traced.compare import Rates, Row, off, splice
+from vcpulab.traced.compare import Rates, Row, base_threads, off, splice
 from vcpulab.traced.manifest import ManifestError, Program, Trace, catalogue, load_program, repo_traces, resolve
 from vcpulab.traced.record import Setup, check_table, command, manifest_text
 
@@ -104,6 +105,51 @@ def test_a_rate_is_flagged_beyond_a_quarter_and_a_median_beyond_twice() -> None:
         "wake-ups/s",
         "futex/s",
     ]
+
+
+def _cell(blocks: float, unmaps: float, remote: float, parallelism: float = 4.0) -> Rates:
+    return Rates(
+        1.0, parallelism, blocks, 10.0, 20.0, blocks, remote, blocks, unmaps, sync_blocks=blocks, unmaps=unmaps
+    )
+
+
+def _real(switches: float) -> dict[str, dict[str, float]]:
+    return {"untraced": {"vol_ctxsw": switches}}
+
+
+def test_scale_free_flags_are_growth_against_the_real_program_and_remote_shares() -> None:
+    # The trace's input is 5x smaller: every per-second rate is off, no scale-free quantity is.
+    base = (_cell(100.0, 100.0, 0.5), _cell(20.0, 20.0, 0.5), _real(50.0))
+    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.6), _cell(80.0, 40.0, 0.7), _real(200.0), base)
+    assert row.growth() == {"blocks": (4.0, 4.0), "real blocks": (None, 4.0), "unmaps": (2.0, 2.0)}
+    assert row.scale_free_flags() == [] and "blocks/s" in row.flags()
+    # The real program is the truth for the waits: a trace growing as the profile does not help.
+    assert Row(
+        "parsec.p", 16, _cell(400.0, 200.0, 0.6), _cell(80.0, 40.0, 0.7), _real(400.0), base
+    ).scale_free_flags() == ["waits growth"]
+    # The recorded condition-variable waits come before the untraced context switches.
+    recorded = (*base[:2], {"recorded": {"cond_waits": 30.0}, **_real(50.0)})
+    row = Row(
+        "parsec.p",
+        16,
+        _cell(400.0, 200.0, 0.6),
+        _cell(80.0, 40.0, 0.7),
+        {"recorded": {"cond_waits": 240.0}, **_real(200.0)},
+        recorded,
+    )  # noqa: E501
+    assert row.growth()["real blocks"] == (8.0, 4.0) and row.scale_free_flags() == ["waits growth"]
+    # Without a real count the trace decides; wake-ups landing elsewhere at like parallelism count.
+    nobody: tuple[Rates, Rates, dict[str, Any]] = (base[0], base[1], {})
+    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.4), _cell(160.0, 40.0, 0.7), {}, nobody)
+    assert row.scale_free_flags() == ["remote wake-ups", "waits growth"]
+    # Unlike parallelism: the remote share follows the idle CPUs, not the profile.
+    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.4, 14.0), _cell(80.0, 40.0, 0.95, 3.0), _real(200.0), base)
+    assert row.scale_free_flags() == []
+    # A base of a handful of waits measures no growth; the rows up to the base have none.
+    few = (_cell(3.0, 0.0, 0.5), _cell(2.0, 0.0, 0.5), _real(3.0))
+    assert Row("parsec.p", 16, _cell(300.0, 0.0, 0.5), _cell(8.0, 0.0, 0.5), _real(300.0), few).scale_free_flags() == []
+    assert Row("parsec.p", 4, *base[:2], {}).growth() == {}
+    assert base_threads([1, 2, 4, 16]) == 4 and base_threads([1, 2, 8]) == 2 and base_threads([1]) is None
 
 
 def test_splice_replaces_the_generated_block_or_appends_it() -> None:

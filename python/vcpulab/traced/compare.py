@@ -7,6 +7,17 @@ virtualization overheads; a rate more than :data:`RATE_TOLERANCE` off, or a medi
 time more than :data:`MEDIAN_FACTOR` × off, is flagged. The real program's own counts (untraced
 and traced, on the recording machine's CPUs) come from the manifest.
 
+The profile models the native input and the trace a reduced one, so per-second rates and wait
+durations differ with the input's scale. The growth of the counts with the thread count does
+not ([Row.scale_free_flags]): the count at N over the count at the *base* row (4 threads, or the
+first parallel row), since a barrier program keeps its number of episodes when its grid
+shrinks and a pipeline's items all shrink alike. The growth of the synchronisation waits is
+set beside the real program's own, twice: the condition-variable waits the tracer recorded in
+it (``trace_info``), and its voluntary context switches, untraced, from the manifest. Where
+wake-ups land is compared only between cells of like parallelism: a woken thread goes back to
+its previous CPU when that CPU is idle, so the remote share follows the number of idle CPUs,
+and with it the input's serial share.
+
     vcpulab workloads compare [--markdown docs/profiles.md] [--json out.json] [-j 2] [NAME ...]
 """
 
@@ -42,6 +53,11 @@ class Rates:
     remote_share: float | None
     futex_per_s: float | None
     unmaps_per_s: float
+    sync_blocks: float | None = None
+    """Blocking waits on synchronisation objects in the whole run (``blocks_sync``): the
+    growth's count, without the sleeps and memory waits of ``blocks``."""
+    unmaps: float = 0.0
+    """Unmapping calls (TLB shootdowns and local-only flushes) in the whole run."""
 
 
 def _get(m: Mapping[str, Any], key: str) -> float | None:
@@ -58,6 +74,7 @@ def rates(result: Mapping[str, Any]) -> Rates:
 
     wakeups = _get(m, "wakeups")
     remote = _get(m, "wakeups_remote")
+    unmaps = float(m.get("tlb_shootdowns", 0)) + float(m.get("tlb_local_only", 0))
     return Rates(
         wall_s=wall,
         parallelism=float(m.get("parallelism", 0.0)),
@@ -67,9 +84,9 @@ def rates(result: Mapping[str, Any]) -> Rates:
         wakeups_per_s=per_s(wakeups),
         remote_share=(remote / wakeups) if wakeups and remote is not None else None,
         futex_per_s=per_s(_get(m, "futex_calls")),
-        unmaps_per_s=(float(m.get("tlb_shootdowns", 0)) + float(m.get("tlb_local_only", 0))) / wall
-        if wall > 0
-        else 0.0,
+        unmaps_per_s=unmaps / wall if wall > 0 else 0.0,
+        sync_blocks=_get(m, "blocks_sync"),
+        unmaps=unmaps,
     )
 
 
@@ -94,6 +111,9 @@ class Row:
     trace: Rates
     measured: Mapping[str, Any]
     """The manifest entry (untraced and traced counts of the real program)."""
+    base: tuple[Rates, Rates, Mapping[str, Any]] | None = None
+    """The profile's and the trace's cells and the manifest entry at the program's base thread
+    count (:func:`base_threads`), for the growth of the counts; None up to the base row."""
 
     def flags(self) -> list[str]:
         out = []
@@ -110,6 +130,80 @@ class Row:
         if p50p and p50t and max(p50p / p50t, p50t / p50p) > MEDIAN_FACTOR:
             out.append("block p50")
         return out
+
+    def growth(self) -> dict[str, tuple[float | None, float | None]]:
+        """How the waits and the unmapping calls grow from the base row: (profile, trace)."""
+        if self.base is None:
+            return {}
+        bp, bt, bm = self.base
+        p, t = self.profile, self.trace
+        return {
+            "blocks": (_grown(p.sync_blocks, bp.sync_blocks), _grown(t.sync_blocks, bt.sync_blocks)),
+            "real blocks": (
+                _grown(_field(self.measured, "recorded", "cond_waits"), _field(bm, "recorded", "cond_waits")),
+                _grown(_field(self.measured, "untraced", "vol_ctxsw"), _field(bm, "untraced", "vol_ctxsw")),
+            ),
+            "unmaps": (_grown(p.unmaps, bp.unmaps), _grown(t.unmaps, bt.unmaps)),
+        }
+
+    def scale_free_flags(self) -> list[str]:
+        """The differences the input's scale cannot explain:
+        - the profile's waits growing more than :data:`RATE_TOLERANCE` off the real program's:
+          its condition-variable waits as recorded, else its voluntary context switches
+          untraced, else the trace's replay;
+        - its unmapping calls growing more than that off the trace's;
+        - where wake-ups land, more than :data:`SHARE_POINTS` apart, between cells of like
+          parallelism (within :data:`RATE_TOLERANCE`) with at least :data:`MIN_COUNT` wake-ups."""
+        out = []
+        p, t = self.profile, self.trace
+        rp, rt = p.remote_share, t.remote_share
+        like = not off(p.parallelism, t.parallelism, RATE_TOLERANCE)
+        counted = min(p.wakeups_per_s or 0.0, t.wakeups_per_s or 0.0) * min(p.wall_s, t.wall_s) >= MIN_COUNT
+        if rp is not None and rt is not None and like and counted and abs(rp - rt) > SHARE_POINTS:
+            out.append("remote wake-ups")
+        g = self.growth()
+        if g:
+            truth = g["real blocks"][0] or g["real blocks"][1] or g["blocks"][1]
+            for label, (gp, gt) in (("waits", (g["blocks"][0], truth)), ("unmaps", g["unmaps"])):
+                if gp is not None and gt is not None and abs(gp / gt - 1.0) > RATE_TOLERANCE:
+                    out.append(f"{label} growth")
+        return out
+
+
+SHARE_POINTS = 0.25
+"""Two shares of remote wake-ups this many points apart are flagged."""
+MIN_COUNT = 20.0
+"""A growth is measured only from a base of at least this many events in the run: below, a
+handful of waits (thread creation and join) make any ratio noise."""
+
+
+def _grown(count: float | None, base: float | None) -> float | None:
+    if count is None or base is None or base < MIN_COUNT:
+        return None
+    return count / base
+
+
+def _field(entry: Mapping[str, Any], run: str, key: str) -> float | None:
+    v = (entry.get(run) or {}).get(key)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def recorded(path: Path) -> dict[str, float]:
+    """What the tracer recorded in the real program: its condition-variable waits (each matched
+    with the wake-up that ended it), the structure the profile's waits model."""
+    from .._vcpulab import trace_info
+
+    return {"cond_waits": float(json.loads(trace_info(str(path), None))["replay"]["wakeups_matched"])}
+
+
+BASE_THREADS = 4
+
+
+def base_threads(counts: Sequence[int]) -> int | None:
+    """The row the counts' growth is measured from: 4 threads where traced, else the first
+    parallel row (1 thread has no synchronisation to grow from)."""
+    parallel = sorted(n for n in counts if n > 1)
+    return BASE_THREADS if BASE_THREADS in parallel else (parallel[0] if parallel else None)
 
 
 def off(p: float | None, t: float | None, tol: float) -> bool:
@@ -132,11 +226,16 @@ def compare(programs: Sequence[Program], jobs: int = 2) -> list[Row]:
     rows = []
     for program, cells in zip(chosen, results, strict=True):
         by = {(r["workload"], int(r["threads"])): r for r in cells}
-        for t in program.traces:
+        base: tuple[Rates, Rates, Mapping[str, Any]] | None = None
+        first = base_threads(program.thread_counts)
+        for t in sorted(program.traces, key=lambda t: t.threads):
             prof, trace = by.get((program.name, t.threads)), by.get((program.workload, t.threads))
             if prof is None or trace is None:
                 continue
-            rows.append(Row(program.name, t.threads, rates(prof), rates(trace), t.entry))
+            entry = {**t.entry, "recorded": recorded(program.directory / t.file)}
+            rows.append(Row(program.name, t.threads, rates(prof), rates(trace), entry, base))
+            if t.threads == first:
+                base = (rates(prof), rates(trace), entry)
     return rows
 
 
@@ -194,12 +293,21 @@ def markdown(rows: Sequence[Row]) -> str:
         f"or a median blocking time more than {MEDIAN_FACTOR:g}× off. *Real, untraced / traced*: the program's",
         "own futex and trimming-madvise calls per second on the recording machine (2 CPUs), from the",
         "manifest: the untraced run is the truth, the traced one shows the tracer's perturbation.",
+        "*Sync waits ×base* (profile / trace / real recorded / real untraced) and *unmaps ×base*",
+        f"(profile / trace): the count in the whole run over the count at {BASE_THREADS} threads (or the first",
+        f"parallel row); — where that base has fewer than {MIN_COUNT:g} events. *Real recorded*: the real",
+        "program's condition-variable waits as the tracer recorded them; *real untraced*: its voluntary",
+        "context switches in the untraced runs. **Scale-free flags**: the profile's growth more than",
+        f"{RATE_TOLERANCE:.0%} off the real program's (the trace's where there is no real count), or remote",
+        f"wake-up shares more than {SHARE_POINTS:.0%} apart between cells of like parallelism; the",
+        "input's scale cannot explain these (see below the table).",
         "",
-        "| program | N | run time s | parallelism | blocks/s | block p50 µs | block p90 µs | wake-ups/s | remote wake-ups | futex/s | unmaps/s | real futex/s untraced / traced | real trims/s untraced / traced | flags |",  # noqa: E501
-        "| --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| program | N | run time s | parallelism | blocks/s | block p50 µs | block p90 µs | wake-ups/s | remote wake-ups | futex/s | unmaps/s | sync waits ×base | unmaps ×base | real futex/s untraced / traced | real trims/s untraced / traced | per-second flags | scale-free flags |",  # noqa: E501
+        "| --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         p, t = r.profile, r.trace
+        growth = r.growth()
         lines.append(
             "| "
             + " | ".join(
@@ -215,6 +323,11 @@ def markdown(rows: Sequence[Row]) -> str:
                     _pair(p.remote_share, t.remote_share, ".0%"),
                     _pair(p.futex_per_s, t.futex_per_s),
                     _pair(p.unmaps_per_s, t.unmaps_per_s),
+                    " / ".join(
+                        _f(x, ".1f")
+                        for x in (*growth.get("blocks", (None,) * 2), *growth.get("real blocks", (None,) * 2))
+                    ),  # noqa: E501
+                    _pair(*growth.get("unmaps", (None, None)), ".1f"),
                     _pair(
                         _measured_rate(r.measured, "untraced", "futex"), _measured_rate(r.measured, "traced", "futex")
                     ),
@@ -223,6 +336,7 @@ def markdown(rows: Sequence[Row]) -> str:
                         _measured_rate(r.measured, "traced", "madvise_trim"),
                     ),
                     ", ".join(r.flags()) or "—",
+                    ", ".join(r.scale_free_flags()) or "—",
                 ]
             )
             + " |"
@@ -326,6 +440,8 @@ def to_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
             "profile": vars(r.profile),
             "trace": vars(r.trace),
             "flags": r.flags(),
+            "growth": r.growth(),
+            "scale_free_flags": r.scale_free_flags(),
         }
         for r in rows
     ]
