@@ -201,3 +201,26 @@ def test_record_and_compare_errors_are_one_line_exit_2(cli_with: Any, traces: Pa
     assert r.code == 2 and "no program tables in" in line and "internal error" not in line, line
     line = one_line_error(r := cli_with(traces, "workloads", "record", "--threads", "4,0"))
     assert r.code == 2 and "--threads: expected thread counts from 1 to 1024 (got 0)" in line, line
+
+
+def test_compare_writes_the_table_into_the_doc_with_growth_from_four_threads(
+    cli_with: Any, tmp_path: Path, pipeline_trace: Path
+) -> None:
+    root = make_traces(tmp_path / "traces", {"splash2x.fft": (1, 4, 8)}, pipeline_trace)
+    doc = tmp_path / "profiles.md"
+    doc.write_text("# Profiles\n\nkept text\n")
+    out = tmp_path / "rows.json"
+    r = cli_with(root, "workloads", "compare", "fft", "--markdown", doc, "--json", out, "-j", "1")
+    assert r.code == 0, r.err
+    text = doc.read_text()
+    assert text.startswith("# Profiles\n\nkept text\n") and "| `splash2x.fft` | 8 |" in text
+    assert "sync waits ×base" in text and "scale-free flags" in text
+    rows = {row["threads"]: row for row in json.loads(out.read_bytes())}
+    assert sorted(rows) == [1, 4, 8] and rows[1]["growth"] == rows[4]["growth"] == {}
+    # The same trace at 4 and 8 threads: the trace's counts and the recorded waits do not grow.
+    growth = rows[8]["growth"]
+    assert growth["blocks"][1] in (None, 1.0) and growth["real blocks"][0] in (None, 1.0)
+    assert growth["real blocks"][1] is None  # no untraced counts in this manifest
+    # Run again: the block is replaced, not appended.
+    assert cli_with(root, "workloads", "compare", "fft", "--markdown", doc, "-j", "1").code == 0
+    assert doc.read_text() == text
