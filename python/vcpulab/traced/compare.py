@@ -163,7 +163,7 @@ class Row:
             out.append("remote wake-ups")
         g = self.growth()
         if g:
-            truth = g["real blocks"][0] or g["real blocks"][1] or g["blocks"][1]
+            truth = next((x for x in (*g["real blocks"], g["blocks"][1]) if x is not None), None)
             for label, (gp, gt) in (("waits", (g["blocks"][0], truth)), ("unmaps", g["unmaps"])):
                 if gp is not None and gt is not None and abs(gp / gt - 1.0) > RATE_TOLERANCE:
                     out.append(f"{label} growth")
@@ -326,7 +326,7 @@ def markdown(rows: Sequence[Row]) -> str:
                     " / ".join(
                         _f(x, ".1f")
                         for x in (*growth.get("blocks", (None,) * 2), *growth.get("real blocks", (None,) * 2))
-                    ),  # noqa: E501
+                    ),
                     _pair(*growth.get("unmaps", (None, None)), ".1f"),
                     _pair(
                         _measured_rate(r.measured, "untraced", "futex"), _measured_rate(r.measured, "traced", "futex")
