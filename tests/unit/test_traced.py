@@ -124,31 +124,33 @@ def test_scale_free_flags_are_growth_against_the_real_program_and_remote_shares(
     assert row.growth() == {"blocks": (4.0, 4.0), "real blocks": (None, 4.0), "unmaps": (2.0, 2.0)}
     assert row.scale_free_flags() == [] and "blocks/s" in row.flags()
     # The real program is the truth for the waits: a trace growing as the profile does not help.
-    assert Row(
-        "parsec.p", 16, _cell(400.0, 200.0, 0.6), _cell(80.0, 40.0, 0.7), _real(400.0), base
-    ).scale_free_flags() == ["waits growth"]
+    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.6), _cell(80.0, 40.0, 0.7), _real(400.0), base)
+    assert row.scale_free_flags() == ["waits growth"]
     # The recorded condition-variable waits come before the untraced context switches.
     recorded = (*base[:2], {"recorded": {"cond_waits": 30.0}, **_real(50.0)})
-    row = Row(
-        "parsec.p",
-        16,
-        _cell(400.0, 200.0, 0.6),
-        _cell(80.0, 40.0, 0.7),
-        {"recorded": {"cond_waits": 240.0}, **_real(200.0)},
-        recorded,
-    )  # noqa: E501
+    at16 = {"recorded": {"cond_waits": 240.0}, **_real(200.0)}
+    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.6), _cell(80.0, 40.0, 0.7), at16, recorded)
     assert row.growth()["real blocks"] == (8.0, 4.0) and row.scale_free_flags() == ["waits growth"]
-    # Without a real count the trace decides; wake-ups landing elsewhere at like parallelism count.
+    # Without a real count the trace decides; unmapping calls that grow apart are flagged.
     nobody: tuple[Rates, Rates, dict[str, Any]] = (base[0], base[1], {})
-    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.4), _cell(160.0, 40.0, 0.7), {}, nobody)
-    assert row.scale_free_flags() == ["remote wake-ups", "waits growth"]
-    # Unlike parallelism: the remote share follows the idle CPUs, not the profile.
-    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.4, 14.0), _cell(80.0, 40.0, 0.95, 3.0), _real(200.0), base)
+    row = Row("parsec.p", 16, _cell(400.0, 100.0, 0.6), _cell(160.0, 40.0, 0.7), {}, nobody)
+    assert row.scale_free_flags() == ["waits growth", "unmaps growth"]
+    # Wake-ups landing elsewhere, at like parallelism and counted in both runs, are flagged...
+    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.2), _cell(80.0, 40.0, 0.7), _real(200.0), base)
+    assert row.scale_free_flags() == ["remote wake-ups"]
+    # ... not at unlike parallelism (the remote share follows the idle CPUs) ...
+    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.2, 14.0), _cell(80.0, 40.0, 0.7, 3.0), _real(200.0), base)
     assert row.scale_free_flags() == []
-    # A base of a handful of waits measures no growth; the rows up to the base have none.
-    few = (_cell(3.0, 0.0, 0.5), _cell(2.0, 0.0, 0.5), _real(3.0))
-    assert Row("parsec.p", 16, _cell(300.0, 0.0, 0.5), _cell(8.0, 0.0, 0.5), _real(300.0), few).scale_free_flags() == []
-    assert Row("parsec.p", 4, *base[:2], {}).growth() == {}
+    # ... nor when either run has fewer than MIN_COUNT wake-ups (each cell runs 1 s: count = rate).
+    row = Row("parsec.p", 16, _cell(400.0, 200.0, 0.2), _cell(19.0, 40.0, 0.7), _real(200.0), base)
+    assert row.scale_free_flags() == []
+    # A profile base of a handful of waits measures no growth: flagged where the real program
+    # synchronises enough to grow from, not where it does not either.
+    few = (_cell(3.0, 0.0, 0.5), _cell(20.0, 0.0, 0.5), _real(40.0))
+    row = Row("parsec.p", 16, _cell(12.0, 0.0, 0.5), _cell(80.0, 0.0, 0.5), _real(160.0), few)
+    assert row.growth()["blocks"] == (None, 4.0) and row.scale_free_flags() == ["waits growth"]
+    none = (_cell(3.0, 0.0, 0.5), _cell(2.0, 0.0, 0.5), _real(3.0))
+    assert Row("parsec.p", 16, _cell(12.0, 0.0, 0.5), _cell(8.0, 0.0, 0.5), _real(12.0), none).scale_free_flags() == []
     assert base_threads([1, 2, 4, 16]) == 4 and base_threads([1, 2, 8]) == 2 and base_threads([1]) is None
 
 

@@ -132,7 +132,8 @@ class Row:
         return out
 
     def growth(self) -> dict[str, tuple[float | None, float | None]]:
-        """How the waits and the unmapping calls grow from the base row: (profile, trace)."""
+        """How the counts grow from the base row: ``blocks`` and ``unmaps`` as (profile, trace),
+        ``real blocks`` as (recorded condvar waits, untraced context switches)."""
         if self.base is None:
             return {}
         bp, bt, bm = self.base
@@ -150,7 +151,8 @@ class Row:
         """The differences the input's scale cannot explain:
         - the profile's waits growing more than :data:`RATE_TOLERANCE` off the real program's:
           its condition-variable waits as recorded, else its voluntary context switches
-          untraced, else the trace's replay;
+          untraced, else the trace's replay; or the profile making too few waits at the base
+          row to grow from (fewer than :data:`MIN_COUNT`) where the real program makes enough;
         - its unmapping calls growing more than that off the trace's;
         - where wake-ups land, more than :data:`SHARE_POINTS` apart, between cells of like
           parallelism (within :data:`RATE_TOLERANCE`) with at least :data:`MIN_COUNT` wake-ups."""
@@ -158,7 +160,7 @@ class Row:
         p, t = self.profile, self.trace
         rp, rt = p.remote_share, t.remote_share
         like = not off(p.parallelism, t.parallelism, RATE_TOLERANCE)
-        counted = min(p.wakeups_per_s or 0.0, t.wakeups_per_s or 0.0) * min(p.wall_s, t.wall_s) >= MIN_COUNT
+        counted = min((p.wakeups_per_s or 0.0) * p.wall_s, (t.wakeups_per_s or 0.0) * t.wall_s) >= MIN_COUNT
         if rp is not None and rt is not None and like and counted and abs(rp - rt) > SHARE_POINTS:
             out.append("remote wake-ups")
         g = self.growth()
@@ -167,6 +169,8 @@ class Row:
             for label, (gp, gt) in (("waits", (g["blocks"][0], truth)), ("unmaps", g["unmaps"])):
                 if gp is not None and gt is not None and abs(gp / gt - 1.0) > RATE_TOLERANCE:
                     out.append(f"{label} growth")
+            if g["blocks"][0] is None and any(x is not None for x in g["real blocks"]):
+                out.append("waits growth")  # the real program synchronises; the profile hardly
         return out
 
 
