@@ -188,8 +188,8 @@ def _grown(count: float | None, base: float | None) -> float | None:
 
 
 def _field(entry: Mapping[str, Any], run: str, key: str) -> float | None:
-    v = (entry.get(run) or {}).get(key)
-    return float(v) if isinstance(v, (int, float)) else None
+    """``entry[run][key]`` of a manifest entry, as a number (None if absent)."""
+    return _get(entry.get(run) or {}, key)
 
 
 def recorded(path: Path) -> dict[str, float]:
@@ -224,11 +224,10 @@ def compare(programs: Sequence[Program], jobs: int = 2) -> list[Row]:
     """The rows of ``programs`` (those with traces): each program's profile and trace, natively
     at every thread count it was traced at."""
     chosen = [p for p in programs if p.traces]
-    specs = [native_spec([p.name, p.workload], p.thread_counts) for p in chosen]
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(_simulate, specs))
+        results = list(pool.map(_program_cells, chosen))
     rows = []
-    for program, cells in zip(chosen, results, strict=True):
+    for program, (cells, counts) in zip(chosen, results, strict=True):
         by = {(r["workload"], int(r["threads"])): r for r in cells}
         base: tuple[Rates, Rates, Mapping[str, Any]] | None = None
         first = base_threads(program.thread_counts)
@@ -236,11 +235,19 @@ def compare(programs: Sequence[Program], jobs: int = 2) -> list[Row]:
             prof, trace = by.get((program.name, t.threads)), by.get((program.workload, t.threads))
             if prof is None or trace is None:
                 continue
-            entry = {**t.entry, "recorded": recorded(program.directory / t.file)}
-            rows.append(Row(program.name, t.threads, rates(prof), rates(trace), entry, base))
+            entry = {**t.entry, "recorded": counts[t.threads]}
+            cell = (rates(prof), rates(trace))
+            rows.append(Row(program.name, t.threads, *cell, entry, base))
             if t.threads == first:
-                base = (rates(prof), rates(trace), entry)
+                base = (*cell, entry)
     return rows
+
+
+def _program_cells(program: Program) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
+    """In a worker: the program's native cells (profile and trace at each traced thread count)
+    and what the tracer recorded in each of its traces."""
+    cells = _simulate(native_spec([program.name, program.workload], program.thread_counts))
+    return cells, {t.threads: recorded(program.directory / t.file) for t in program.traces}
 
 
 SCALING_BEGIN = "<!-- trace-scaling:begin (vcpulab workloads compare --scaling docs/real-programs.md) -->"
@@ -283,9 +290,8 @@ def _pair(p: float | None, t: float | None, fmt: str = ",.0f") -> str:
 
 
 def _measured_rate(entry: Mapping[str, Any], run: str, key: str) -> float | None:
-    r = entry.get(run) or {}
-    v, wall = r.get(key), r.get("wall_s")
-    return float(v) / float(wall) if isinstance(v, (int, float)) and wall else None
+    v, wall = _field(entry, run, key), _field(entry, run, "wall_s")
+    return v / wall if v is not None and wall else None
 
 
 def markdown(rows: Sequence[Row]) -> str:
