@@ -548,10 +548,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         "measured_brk_calls": traced.count("syscalls:sys_enter_brk"),
         "measured_tlb_interrupts_machine": traced.tlb_shootdowns,
         "replayed_shootdowns": int(pred["metrics"]["tlb_shootdowns"]),
-        # Every munmap / trimming madvise / read-only mprotect the replay made, shot down or
-        # not (a call while no other CPU runs the process flushes only its own): the figure to
-        # hold against the measured calls.
-        "replayed_unmap_calls": int(pred["metrics"]["tlb_shootdowns"] + pred["metrics"].get("tlb_local_only", 0)),
+        "replayed_unmap_calls": int(predict.unmap_calls(pred["metrics"])),
     }
     if args.output:
         _write_json(args.output, result)

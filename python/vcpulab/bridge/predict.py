@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +55,13 @@ def simulator_path(trace: str) -> Iterator[str]:
         yield f"/proc/self/fd/{fd}"
     finally:
         os.close(fd)
+
+
+def unmap_calls(metrics: Mapping[str, Any]) -> float:
+    """Every munmap, trimming madvise and read-only mprotect a run made, shot down or not (a call
+    while no other CPU runs the process flushes only its own): the count to hold against a
+    program's measured unmapping calls."""
+    return float(metrics.get("tlb_shootdowns", 0)) + float(metrics.get("tlb_local_only", 0))
 
 
 def run_cells(text: str, overrides: Sequence[str] = ()) -> list[dict[str, Any]]:

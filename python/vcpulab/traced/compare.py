@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..bridge.predict import unmap_calls
 from .manifest import Program, catalogue, resolve
 
 RATE_TOLERANCE = 0.25
@@ -74,7 +75,7 @@ def rates(result: Mapping[str, Any]) -> Rates:
 
     wakeups = _get(m, "wakeups")
     remote = _get(m, "wakeups_remote")
-    unmaps = float(m.get("tlb_shootdowns", 0)) + float(m.get("tlb_local_only", 0))
+    unmaps = unmap_calls(m)
     return Rates(
         wall_s=wall,
         parallelism=float(m.get("parallelism", 0.0)),

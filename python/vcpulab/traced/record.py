@@ -237,7 +237,7 @@ def replay_entry(pred: Mapping[str, Any], info: Mapping[str, Any], base: Mapping
         "wall_error": round(replayed_wall / float(base["wall_s"]) - 1.0, 4) if base["wall_s"] > 0 else None,
         "cpu_error": round(replayed_cpu / cpu - 1.0, 4) if cpu > 0 else None,
         "unexplained_s": round(info["replay"]["unexplained_ns"] / 1e9, 6),
-        "unmap_calls": int(metrics.get("tlb_shootdowns", 0) + metrics.get("tlb_local_only", 0)),
+        "unmap_calls": int(predict.unmap_calls(metrics)),
         **{k: round(float(metrics[k]), 6) for k in REPLAY_METRICS if k in metrics},
     }
 
