@@ -530,12 +530,18 @@ impl World<'_> {
         self.pv_kick(k, from, to);
     }
 
-    pub(crate) fn op_barrier(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) -> Flow {
+    /// Arrives at barrier `b`. With `wait` the thread waits there for the barrier to open
+    /// (`barrier`); without it, an arrival that does not open the barrier goes on at once
+    /// (`arrive`), and only the waiters of that generation wait.
+    pub(crate) fn op_barrier(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId, wait: bool) -> Flow {
         if matches!(self.obj(t, b), Obj::Barrier { lock: Some(_), .. }) {
-            return self.op_barrier_cv(k, cpu, t, b);
+            return self.op_barrier_cv(k, cpu, t, b, wait);
         }
         let Obj::Barrier { parties, arrived, gen, waiters, spin, .. } = self.obj(t, b) else { unreachable!("checked at parse") };
         *arrived += 1;
+        if *arrived < *parties && !wait {
+            return Flow::Continue;
+        }
         if *arrived < *parties {
             waiters.push(t);
             let (spin, g) = (*spin, *gen);
@@ -566,8 +572,10 @@ impl World<'_> {
     /// flips the cycle, `pthread_cond_broadcast`s and unlocks; the others
     /// `pthread_cond_wait` (which releases the mutex while blocked and re-acquires it before
     /// returning) and then unlock. The instruction is executed again at each step of the
-    /// thread's [`BarrierPhase`] (the program counter is moved back while it blocks).
-    fn op_barrier_cv(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId) -> Flow {
+    /// thread's [`BarrierPhase`] (the program counter is moved back while it blocks). An
+    /// arrival without `wait` that is not the last unlocks and goes on (a counter under the
+    /// mutex: RTTL's `deactivateThread`).
+    fn op_barrier_cv(&mut self, k: KernelId, cpu: u32, t: ThreadId, b: ObjId, wait: bool) -> Flow {
         if !self.barrier_cv_lock(k, cpu, t, b) {
             return Flow::Stop;
         }
@@ -579,6 +587,10 @@ impl World<'_> {
         }
         let Obj::Barrier { parties, arrived, gen, waiters, .. } = self.obj(t, b) else { unreachable!("checked at parse") };
         *arrived += 1;
+        if *arrived < *parties && !wait {
+            self.barrier_cv_unlock(k, cpu, t, b);
+            return Flow::Continue;
+        }
         if *arrived < *parties {
             waiters.push(t);
             let g = *gen;

@@ -877,7 +877,7 @@ fn size_dist(ctx: &mut Ctx<'_>, v: &Value, path: &str) -> Result<Dist, ParseErro
     }
 }
 
-const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, cond_wait, cond_signal, cond_broadcast, push, drain, respond, malloc, free, fault, munmap, madvise, mprotect, membarrier, repeat, single, serial, subset";
+const OPS: &str = "compute, sleep, lock, unlock, spin_lock, spin_unlock, kspin_lock, kspin_unlock, barrier, arrive, cond_wait, cond_signal, cond_broadcast, push, drain, respond, malloc, free, fault, munmap, madvise, mprotect, membarrier, repeat, single, serial, subset";
 
 /// The lane of a `push` or drain: `"own"` (the default) or `"rotate"`, only on a queue
 /// declared with `lane_threads`.
@@ -968,6 +968,7 @@ fn compile_op(ctx: &mut Ctx<'_>, op: &Value, path: &str, out: &mut Vec<Instr>) -
         "kspin_lock" => Instr::KSpinLock(use_object(ctx, a, &p, &[K::KSpinLock])?),
         "kspin_unlock" => Instr::KSpinUnlock(use_object(ctx, a, &p, &[K::KSpinLock])?),
         "barrier" => Instr::Barrier(use_object(ctx, a, &p, &[K::Barrier, K::SpinBarrier])?),
+        "arrive" => Instr::Arrive(use_object(ctx, a, &p, &[K::Barrier, K::SpinBarrier])?),
         "cond_signal" => Instr::CondSignal(use_object(ctx, a, &p, &[K::CondVar])?),
         "cond_broadcast" => Instr::CondBroadcast(use_object(ctx, a, &p, &[K::CondVar])?),
         "push" => {

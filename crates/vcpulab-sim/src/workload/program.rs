@@ -333,6 +333,10 @@ pub enum Instr {
     KSpinUnlock(ObjId),
     /// Arrive at a barrier (blocking or spinning according to its kind).
     Barrier(ObjId),
+    /// Arrive at a barrier without waiting for it to open: count the arrival and go on, or,
+    /// as its last arrival, open it and wake its waiters (a counter that signals the thread
+    /// waiting for it, as C++20's `std::barrier::arrive` or a count-down latch).
+    Arrive(ObjId),
     /// Wait on a condition variable with a mutex held.
     CondWait {
         /// The condition variable.

@@ -483,6 +483,34 @@ fn a_thread_continues_only_after_its_futex_wake_returns() {
     assert_eq!(native_blocks(1, w), vec![2, 0], "the waiter blocks on the condvar, then on the mutex still held");
 }
 
+#[test]
+fn an_arrival_without_waiting_counts_and_only_the_waiter_blocks() {
+    // RTTL's frame end (parsec.raytrace): 3 workers finish a frame every 1 ms and count
+    // themselves done; the main thread waits until the count is full. The workers never block
+    // (at a `barrier` the first two arrivals would), main blocks once per frame.
+    for imp in ["futex", "condvar"] {
+        let w = format!(
+            r#"objects = {{ done = {{ kind = "barrier", impl = "{imp}" }} }}
+            [[workloads.w.groups]]
+            name = "main"
+            threads = 1
+            program = [ {{ repeat = {{ times = 5, body = [ {{ barrier = "done" }} ] }} }} ]
+            [[workloads.w.groups]]
+            name = "worker"
+            threads = 3
+            program = [ {{ repeat = {{ times = 5, body = [
+              {{ compute = "1ms" }}, {{ arrive = "done" }},
+            ] }} }} ]"#
+        );
+        assert_eq!(native_blocks(4, &w), vec![5, 0, 0, 0], "{imp}: main waits once per episode, the workers never");
+        // The barrier opens only with every arrival: main leaves each time after the workers' 1 ms.
+        let r = run_inline(NATIVE4, &w, &[]);
+        assert!(r[0].t_native_s >= 5e-3, "{imp}: {}", r[0].t_native_s);
+    }
+    let e = spec_error("objects = { m = \"mutex\" }\nprogram = [ { arrive = \"m\" } ]");
+    assert!(e.contains("arrive") && e.contains("barrier"), "{e}");
+}
+
 /// Runs workload `w` natively on `vcpus` CPUs (seed 1) and returns each thread's block count.
 fn native_blocks(vcpus: u32, w: &str) -> Vec<u64> {
     let r = run_inline(&format!("scenarios = [\"native\"]\nvcpus = [{vcpus}]"), w, &[]);
