@@ -37,6 +37,21 @@ def test_the_committed_traces_are_listed_with_their_files() -> None:
     assert dedup.name == "parsec.dedup" and {12, 16} <= set(dedup.thread_counts)
 
 
+def test_a_traced_system_benchmark_is_checked_against_its_unprefixed_profile_but_never_swapped_in() -> None:
+    from vcpulab._vcpulab import workloads
+    from vcpulab.reproduce.traces import is_benchmark
+
+    programs = {p.name: p for p in catalogue(repo_traces())}
+    ebizzy = programs["system.ebizzy"]
+    assert ebizzy.profile == "ebizzy" and programs["parsec.dedup"].profile == "parsec.dedup"
+    assert ebizzy.info["source"] == "github.com/linux-test-project/ltp" and ebizzy.info["commit"]
+    assert ebizzy.profile in {w["name"] for w in workloads()}  # compare runs the built-in beside the trace
+    # A fixed-time program: its replay's run time is the main thread's sleep, so the suite keeps
+    # the profile, and the experiments' `ebizzy` is never a benchmark to swap for a trace.
+    assert not ebizzy.replayable and "fixed-time" in ebizzy.info["not_replayable"]
+    assert not is_benchmark("ebizzy") and not is_benchmark("system.ebizzy") and is_benchmark("parsec.dedup")
+
+
 def test_a_manifest_names_its_directory_and_each_thread_count_once(tmp_path: Path) -> None:
     d = _manifest(tmp_path, "parsec.x", 'program = "parsec.y"\n')
     with pytest.raises(ManifestError, match="field 'program': expected 'parsec.x'"):

@@ -38,12 +38,17 @@ from typing import Any, TypeGuard
 from .._vcpulab import Plan, SpecError
 from ..spec import toml_value
 from ..sweep import SpecPayload
-from ..traced.manifest import PREFIX, SUITES, ManifestError, Program, catalogue
+from ..traced.manifest import PREFIX, ManifestError, Program, catalogue
 from .run import Prepared
 
 PROFILE = "profile"
 TRACE = "trace"
 SOURCES = (PROFILE, TRACE)
+
+BENCHMARK_SUITES = ("parsec", "splash2x")
+"""The suites whose profiles a trace run replaces. The traced system benchmarks (``system.ebizzy``)
+are not among them: the experiments that name them change their profiles' run lengths, which a
+trace cannot follow (docs/real-programs.md)."""
 
 NO_BENCHMARK = "no PARSEC/SPLASH-2x workload"
 """The reason of an experiment that never had a trace run in question."""
@@ -57,7 +62,7 @@ SELECTOR_FIELDS = ("where", "relative_to", "order", "at")
 
 def is_benchmark(name: Any) -> TypeGuard[str]:
     """A PARSEC 3.0 / SPLASH-2x workload name (``parsec.dedup``), the kind that gets traced."""
-    return isinstance(name, str) and any(name.startswith(f"{s}.") and len(name) > len(s) + 1 for s in SUITES)
+    return isinstance(name, str) and any(name.startswith(f"{s}.") and len(name) > len(s) + 1 for s in BENCHMARK_SUITES)
 
 
 def traced_name(name: str) -> str:

@@ -233,7 +233,7 @@ def compare(programs: Sequence[Program], jobs: int = 2) -> list[Row]:
         base: tuple[Rates, Rates, Mapping[str, Any]] | None = None
         first = base_threads(program.thread_counts)
         for t in sorted(program.traces, key=lambda t: t.threads):
-            prof, trace = by.get((program.name, t.threads)), by.get((program.workload, t.threads))
+            prof, trace = by.get((program.profile, t.threads)), by.get((program.workload, t.threads))
             if prof is None or trace is None:
                 continue
             entry = {**t.entry, "recorded": counts[t.threads]}
@@ -247,7 +247,7 @@ def compare(programs: Sequence[Program], jobs: int = 2) -> list[Row]:
 def _program_cells(program: Program) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
     """In a worker: the program's native cells (profile and trace at each traced thread count)
     and what the tracer recorded in each of its traces."""
-    cells = _simulate(native_spec([program.name, program.workload], program.thread_counts))
+    cells = _simulate(native_spec([program.profile, program.workload], program.thread_counts))
     return cells, {t.threads: recorded(program.directory / t.file) for t in program.traces}
 
 

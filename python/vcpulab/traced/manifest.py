@@ -25,7 +25,11 @@ from typing import Any
 
 ENV = "VCPULAB_TRACES"
 PREFIX = "traced."
-SUITES = ("parsec", "splash2x")
+SUITES = ("parsec", "splash2x", "system")
+"""The suites of traced programs: PARSEC 3.0, SPLASH-2x, and the system benchmarks of DIS ch.3
+(``system.ebizzy``), whose profiles have no suite prefix (``ebizzy``)."""
+UNPREFIXED = frozenset({"system"})
+"""The suites whose built-in profiles are named without the suite (``ebizzy``, not ``system.ebizzy``)."""
 MANIFEST = "manifest.toml"
 PROGRAMS = "programs"
 
@@ -79,6 +83,12 @@ class Program:
     @property
     def workload(self) -> str:
         return PREFIX + self.name
+
+    @property
+    def profile(self) -> str:
+        """The built-in profile of the same program: ``parsec.dedup``; ``ebizzy`` for ``system.ebizzy``."""
+        suite, _, program = self.name.partition(".")
+        return program if suite in UNPREFIXED else self.name
 
     @property
     def replayable(self) -> bool:

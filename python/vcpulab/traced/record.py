@@ -273,8 +273,8 @@ def replay_again(name: str, setup: Setup, say: Callable[[str], None]) -> None:
 def manifest_text(name: str, table: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> str:
     head = {
         "program": name,
-        "source": SOURCE,
-        "commit": COMMIT,
+        "source": table.get("source", SOURCE),
+        "commit": table.get("commit", COMMIT),
         **{k: table[k] for k in FIELDS if k != "program"},
         **{
             k: table[k]
