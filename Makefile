@@ -14,7 +14,7 @@ demo: install
 	$(BIN)/vcpulab run examples/quickstart.toml
 
 # pytest twice: the tests that simulate in parallel on every core (pytest-xdist), then the ones
-# that time real programs on this machine (marker `measures`) alone.
+# that time real programs on this machine (marker `measures`) alone; each lists its slowest tests.
 test: install tracefs
 	@if cargo nextest --version >/dev/null 2>&1; then \
 		echo "cargo nextest run --workspace --release"; \
@@ -24,8 +24,8 @@ test: install tracefs
 		cargo test --workspace --release; \
 	fi
 	cargo test --release --doc -p vcpulab-sim
-	$(BIN)/pytest -q -n auto -m "not measures" tests
-	$(BIN)/pytest -q -m measures tests
+	$(BIN)/pytest -q -n auto -m "not measures" --durations=15 tests
+	$(BIN)/pytest -q -m measures --durations=5 tests
 
 bench: install
 	cargo bench -p vcpulab-sim

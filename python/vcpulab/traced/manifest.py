@@ -92,9 +92,11 @@ class Program:
 
     @property
     def replayable(self) -> bool:
-        """Whether its traces hold the program's synchronisation (false, e.g., for an OpenMP
-        program whose runtime makes its futex calls inline, out of the tracer's sight): such a
-        program is listed and shown, but the reproduction suite does not run it."""
+        """Whether its replay stands for the program (false, with the reason in
+        ``not_replayable``, for an OpenMP program whose runtime makes its futex calls inline, out
+        of the tracer's sight, and for a fixed-time benchmark whose replayed run time is its
+        main thread's sleep): such a program is listed, shown and compared with its profile,
+        but the reproduction suite does not run it."""
         return self.info.get("replayable", True) is not False
 
     @property
