@@ -49,8 +49,6 @@ from .report import memory
 from .spec import SCENARIOS, InputFileError, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override
 from .spec import read_text_input as spec_read_text_input
 from .store import COMPACT_ABOVE, QUERY_MEMORY_LIMIT, ResultsStore, StoreError, result_from_row
-from .traced.manifest import ManifestError
-from .traced.record import RecordError
 from .sweep import (
     CellFailed,
     InlineExecutor,
@@ -65,6 +63,8 @@ from .sweep import (
     sweep_units,
 )
 from .text import json_text, one_line, printable
+from .traced.manifest import ManifestError, unreplayable_notes
+from .traced.record import RecordError
 
 EXIT_USAGE = 2
 EXIT_SIMULATION = 3
@@ -803,6 +803,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec_text = plan.spec_toml()
     if (apicv := apicv_note(spec_text)) is not None:
         sys.stderr.write(f"vcpulab: note: {apicv}\n")
+    for note in unreplayable_notes(str(cells[i]["workload"]) for i in selected):
+        sys.stderr.write(f"vcpulab: note: {note}\n")
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
     payload = SpecPayload(payload.text, payload.source, payload.overrides, spec_hash)
     if args.repair and results_dir is None:

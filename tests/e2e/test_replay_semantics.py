@@ -74,7 +74,7 @@ def test_waits_the_tracer_cannot_see_are_measured_replayed_and_warned_about(tmp_
         "int main(void) { uint64_t s = 0;\n for (int r = 0; r < 100; r++) {\n"
         "#pragma omp parallel for reduction(^:s) schedule(static)\n"
         "  for (int i = 0; i < 4; i++) s ^= work(100000 + (uint64_t)((i * 7919 + r * 104729) % 5) * 60000);\n"
-        " }\n printf(\"%llu\\n\", (unsigned long long)s); return 0; }\n"
+        ' }\n printf("%llu\\n", (unsigned long long)s); return 0; }\n'
     )
     exe = tmp_path / "omp"
     built = subprocess.run(["gcc", "-O2", "-fopenmp", "-o", str(exe), str(src)], capture_output=True, text=True)

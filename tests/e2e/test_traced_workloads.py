@@ -230,3 +230,21 @@ def test_compare_writes_the_table_into_the_doc_with_growth_from_four_threads(
     # Run again: the block is replaced, not appended.
     assert cli_with(root, "workloads", "compare", "fft", "--markdown", doc, "-j", "1").code == 0
     assert doc.read_text() == text
+
+
+def test_running_a_trace_marked_not_replayable_says_so(cli_with: Any, tmp_path: Path, pipeline_trace: Path) -> None:
+    """A manifest's `replayable = false` (freqmine's inline futexes, ebizzy's fixed time) does
+    not stop a run, but the run says that its results do not stand for the program, and why."""
+    root = make_traces(tmp_path / "traces", {"system.ebizzy": (2,), "parsec.dedup": (2,)}, pipeline_trace)
+    manifest = root / "system" / "ebizzy" / "manifest.toml"
+    text = manifest.read_text().replace(
+        "[[trace]]", 'replayable = false\nnot_replayable = "a fixed-time test"\n\n[[trace]]', 1
+    )
+    manifest.write_text(text)
+    r = cli_with(root, "run", "--workload", "traced.system.ebizzy", "--scenario", "UC", "--vcpus", "2", "--no-store")
+    assert r.code == 0, r.err
+    assert (
+        "traced.system.ebizzy is marked not replayable (a fixed-time test)" in r.err and "its profile, ebizzy" in r.err
+    )
+    plain = cli_with(root, "run", "--workload", "traced.parsec.dedup", "--scenario", "UC", "--vcpus", "2", "--no-store")
+    assert plain.code == 0 and "not replayable" not in plain.err, plain.err

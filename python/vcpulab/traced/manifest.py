@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,6 +188,32 @@ def resolve(name: str, programs: Sequence[Program]) -> Program:
         raise ManifestError(f"traced program '{name}' is ambiguous: {', '.join(p.workload for p in matches)}")
     known = ", ".join(p.workload for p in programs) or "none (no traces/ directory?)"
     raise ManifestError(f"no traced program '{name}' (known: {known})")
+
+
+def unreplayable_notes(workloads: Iterable[str], root: Path | None = None) -> list[str]:
+    """A note for each traced program among ``workloads`` whose manifest says its replay does
+    not stand for the program (``replayable = false``), with the manifest's reason. Names that
+    do not resolve are left to the simulator's own error."""
+    traced = sorted({w for w in workloads if w.startswith(PREFIX)})
+    if not traced:
+        return []
+    try:
+        programs = catalogue(root)
+    except ManifestError:
+        return []
+    notes = []
+    for name in traced:
+        try:
+            program = resolve(name, programs)
+        except ManifestError:
+            continue
+        if not program.replayable:
+            why = program.info.get("not_replayable", "see its manifest")
+            notes.append(
+                f"{program.workload} is marked not replayable ({why}); its results do not stand for the "
+                f"program: use its profile, {program.profile}"
+            )
+    return notes
 
 
 def program_table(name: str, root: Path | None = None) -> tuple[Path, dict[str, Any]]:
