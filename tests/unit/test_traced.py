@@ -12,7 +12,7 @@ import pytest
 from vcpulab.reproduce.traces import complete_benchmarks, drop, emptied
 from vcpulab.traced.compare import Rates, Row, base_threads, off, splice
 from vcpulab.traced.manifest import ManifestError, Program, Trace, catalogue, load_program, repo_traces, resolve
-from vcpulab.traced.record import Setup, check_table, command, manifest_text
+from vcpulab.traced.record import COMMIT, SOURCE, Setup, check_table, command, manifest_text
 
 
 def _manifest(tmp_path: Path, name: str, text: str) -> Path:
@@ -94,10 +94,16 @@ def test_the_recorder_fills_threads_and_inputs_and_writes_a_manifest_that_reads_
     check_table(Path("t.toml"), TABLE)
     with pytest.raises(ManifestError, match="field 'native_input' is missing"):
         check_table(Path("t.toml"), {k: v for k, v in TABLE.items() if k != "native_input"})
+    with pytest.raises(ManifestError, match="field 'commit': expected a non-empty string"):
+        check_table(Path("t.toml"), {**TABLE, "commit": 5})
     entry = {"threads": 4, "file": "t4.vtrace.xz", "sha256": "0" * 64, "untraced": {"wall_s": 1.0, "futex": 3}}
     text = manifest_text("parsec.p", TABLE, [entry])
     doc = tomllib.loads(text)
     assert doc["program"] == "parsec.p" and doc["env"] == TABLE["env"] and doc["trace"] == [entry]
+    # A table of another tree names its own source and commit; the PARSEC mirror's otherwise.
+    assert (doc["source"], doc["commit"]) == (SOURCE, COMMIT)
+    own = tomllib.loads(manifest_text("system.p", {**TABLE, "source": "example.org/x", "commit": "ab"}, [entry]))
+    assert (own["source"], own["commit"]) == ("example.org/x", "ab")
     d = tmp_path / "parsec" / "p"
     d.mkdir(parents=True)
     (d / "manifest.toml").write_text(text)

@@ -137,6 +137,9 @@ def check_table(path: Path, table: Mapping[str, Any]) -> None:
             raise ManifestError(f"{path}: field '{key}' is missing (expected: {', '.join(FIELDS)})")
     if not isinstance(table["args"], list) or not all(isinstance(a, str) for a in table["args"]):
         raise ManifestError(f"{path}: field 'args': expected an array of strings")
+    for key in ("source", "commit"):  # optional: the PARSEC mirror's (SOURCE, COMMIT) otherwise
+        if key in table and (not isinstance(table[key], str) or not table[key]):
+            raise ManifestError(f"{path}: field '{key}': expected a non-empty string (got {table[key]!r})")
     counts = table.get("thread_counts", [])
     if not isinstance(counts, list) or not all(
         isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts
