@@ -263,7 +263,8 @@ def test_past_the_arena_limit_the_replay_trims_as_glibc_did(tmp_path: Path) -> N
     shared about 30, and the replays made 0.1-0.4 of the trimming calls measured (2026-12-02).
     With the traced kernel's rules single traces still land from -53 % to +28 % (which threads
     share decides it), so three traces are summed: 0.72-0.79 of the measured calls in the runs
-    measured here."""
+    measured here, and 0.56 on a loaded CI machine (2026-12-07), where the real program's threads
+    overlap differently. The lower bound, 0.45, still fails the 4.15 rules' 0.1-0.4."""
     cpus = len(os.sched_getaffinity(0))
     measured = replayed = 0
     for k in range(3):
@@ -272,7 +273,7 @@ def test_past_the_arena_limit_the_replay_trims_as_glibc_did(tmp_path: Path) -> N
         assert f["measured_trim_calls"] > 32 * cpus * 50, f
         measured += f["measured_trim_calls"]
         replayed += f["replayed_unmap_calls"]
-    assert 0.6 <= replayed / measured <= 1.4, (replayed, measured)
+    assert 0.45 <= replayed / measured <= 1.4, (replayed, measured)
 
 
 def test_threads_past_the_arena_limit_reuse_or_share_arenas(tmp_path: Path) -> None:
