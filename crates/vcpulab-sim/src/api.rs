@@ -556,6 +556,7 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("tlb_latency_mean_us".into(), t.latency.mean_ns / 1e3);
             m.insert("tlb_latency_max_us".into(), t.latency.max_ns as f64 / 1e3);
             m.insert("tlb_latency_p99_bucket_us".into(), t.latency.p99_ns as f64 / 1e3);
+            tlb_distribution(&mut m, t);
         }
         m.insert("tlb_wait_ms".into(), i.counters.tlb_wait_ns as f64 / 1e6);
         // glibc's arenas, where threads other than a main one allocated.
@@ -657,6 +658,17 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             }
             m.insert("halt_poll_ms".into(), (hp.poll_success_ns + hp.poll_fail_ns) as f64 / 1e6);
             m.insert("ple_exits".into(), vm.ple.exits as f64);
+            m.insert("ple_exits_per_s".into(), vm.ple.exits as f64 / secs);
+            exit_rates(&mut m, vm, secs);
+            // The VM's guest CPU time in user space and in its kernel (its vCPUs', all threads).
+            m.insert("vm_user_ms".into(), vm.guest_user_ns as f64 / 1e6);
+            m.insert("vm_kernel_ms".into(), vm.guest_kernel_ns as f64 / 1e6);
+            if hp.window.count > 0 {
+                m.insert("halt_poll_window_mean_us".into(), hp.window.mean_ns / 1e3);
+                m.insert("halt_poll_window_p50_bucket_us".into(), hp.window.p50_ns as f64 / 1e3);
+            }
+            m.insert("halt_poll_attempts_per_s".into(), hp.attempted as f64 / secs);
+            m.insert("halt_poll_successes_per_s".into(), hp.successful as f64 / secs);
             m.insert("ple_inefficiency".into(), vm.spin.inefficiency);
             m.insert("ple_yields".into(), vm.ple.counters.yields as f64);
             if vm.ple.exits > 0 {
@@ -668,22 +680,96 @@ pub fn mechanism_metrics(rec: &RunRecord) -> BTreeMap<String, f64> {
             m.insert("pv_kicks".into(), vm.pv.kicks as f64);
             m.insert("pv_directed_yields".into(), vm.pv.directed_yield_successful as f64);
             if let Some(p) = guest_cpu_profile(rec, i.vm.unwrap_or(0)) {
-                m.insert("vm_cpu_tlb_share".into(), p[0]);
-                m.insert("vm_cpu_lock_share".into(), p[1]);
-                m.insert("vm_cpu_kernel_other_share".into(), p[2]);
-                m.insert("vm_cpu_user_share".into(), p[3]);
+                m.insert("vm_cpu_tlb_share".into(), p.shares[0]);
+                m.insert("vm_cpu_lock_share".into(), p.shares[1]);
+                m.insert("vm_cpu_kernel_other_share".into(), p.shares[2]);
+                m.insert("vm_cpu_user_share".into(), p.shares[3]);
+                m.insert("vm_cpu_smp_call_share".into(), p.smp_call);
+                m.insert("vm_cpu_user_spin_share".into(), p.user_spin);
+                m.insert("vm_cpu_user_spin_ms".into(), p.user_spin_ns as f64 / 1e6);
+                m.insert("vm_cpu_lock_ms".into(), p.lock_ns as f64 / 1e6);
             }
         }
     }
     m
 }
 
-/// VM `v`'s guest CPU time by category, as a profile taken in the guest sees it (S4U Fig. 2's
-/// `k:tlb`, `k:lock`, `k:other`, `u:*`): shares of the time its vCPUs ran guest code (user
-/// and kernel layers, the idle loop left out) spent in TLB shootdowns (the sender's flush and
-/// wait, the targets' flushes), spinning on kernel spinlocks, the rest of the kernel, and user
-/// space. None when the VM ran no guest code.
-fn guest_cpu_profile(rec: &RunRecord, v: u32) -> Option<[f64; 4]> {
+/// The TLB-shootdown latency's exact distribution and its decomposition by the targets'
+/// states (S4U-T1/F3/F5): `tlb_latency_p{10,50,90,99}_us`, the spread p90 / p10,
+/// `tlb_critical_share_<state>` (the part of the summed latency whose last acknowledgement came
+/// from a target in that state), `tlb_targets_share_<state>` (the targets found in it) and
+/// `tlb_target_wait_us_<state>` (their mean time to acknowledge).
+fn tlb_distribution(m: &mut BTreeMap<String, f64>, t: &crate::world::record::TlbRecord) {
+    let [p10, p50, p90, p99] = t.quantiles_ns;
+    for (name, q) in [("p10", p10), ("p50", p50), ("p90", p90), ("p99", p99)] {
+        m.insert(format!("tlb_latency_{name}_us"), q as f64 / 1e3);
+    }
+    if p10 > 0 {
+        m.insert("tlb_latency_spread".into(), p90 as f64 / p10 as f64);
+    }
+    let total_lat: u64 = t.by_target_state.values().map(|s| s.critical_ns).sum();
+    let total_targets: u64 = t.by_target_state.values().map(|s| s.targets).sum();
+    for (state, s) in &t.by_target_state {
+        if total_lat > 0 {
+            m.insert(format!("tlb_critical_share_{state}"), s.critical_ns as f64 / total_lat as f64);
+        }
+        m.insert(format!("tlb_targets_share_{state}"), s.targets as f64 / total_targets.max(1) as f64);
+        if s.wait_ns > 0 {
+            m.insert(format!("tlb_target_wait_us_{state}"), s.wait_ns as f64 / s.targets.max(1) as f64 / 1e3);
+        }
+    }
+}
+
+/// A VM's exits and IPIs per second (DIS-2.4, TPDS-F9): `exits_per_s` and per reason
+/// `exits_per_s_<reason>` (lower case), per vCPU (`exits_per_s_per_vcpu[_<reason>]`, the mean
+/// over its vCPUs, and the busiest vCPU's `exits_per_s_max_vcpu`); the APIC accesses that
+/// exit (`apic_exits`: x2APIC ICR and EOI writes, the guest's IPIs and end-of-interrupts; with
+/// APICv only ICR writes exit); IPIs sent per second by kind and received per vCPU per second.
+fn exit_rates(m: &mut BTreeMap<String, f64>, vm: &crate::world::record::VmRecord, secs: f64) {
+    let n = vm.vcpus.len().max(1) as f64;
+    let total: u64 = vm.exits.values().sum();
+    m.insert("exits_per_s".into(), total as f64 / secs);
+    m.insert("exits_per_s_per_vcpu".into(), total as f64 / secs / n);
+    let busiest = vm.vcpus.iter().map(|v| v.exits).max().unwrap_or(0);
+    m.insert("exits_per_s_max_vcpu".into(), busiest as f64 / secs);
+    for r in crate::virt::exit::ExitReason::ALL {
+        let c = vm.exits.get(r.name()).copied().unwrap_or(0);
+        let key = r.name().to_ascii_lowercase();
+        m.insert(format!("exits_per_s_{key}"), c as f64 / secs);
+        m.insert(format!("exits_per_s_per_vcpu_{key}"), c as f64 / secs / n);
+    }
+    let apic: u64 = ["MSR_WRITE_ICR", "MSR_WRITE_EOI"].iter().map(|r| vm.exits.get(*r).copied().unwrap_or(0)).sum();
+    m.insert("apic_exits".into(), apic as f64);
+    m.insert("apic_exits_per_s_per_vcpu".into(), apic as f64 / secs / n);
+    let sent: u64 = vm.ipis_by_kind.values().sum();
+    m.insert("ipis_sent_per_s".into(), sent as f64 / secs);
+    for (kind, c) in &vm.ipis_by_kind {
+        m.insert(format!("ipis_{kind}_per_s"), *c as f64 / secs);
+    }
+    let received: u64 = vm.ipis_received_by_kind.values().sum();
+    m.insert("ipis_received_per_s_per_vcpu".into(), received as f64 / secs / n);
+}
+
+/// VM `v`'s guest CPU time as a profile taken in the guest sees it.
+struct GuestProfile {
+    /// S4U Fig. 2's `k:tlb`, `k:lock`, `k:other`, `u:*`: shares of the time its vCPUs ran
+    /// guest code (user and kernel layers, the idle loop left out) spent in TLB shootdowns (the
+    /// sender's flush and wait, the targets' flushes), spinning on kernel spinlocks
+    /// (`native_queued_spin_lock_slowpath`), the rest of the kernel, and user space.
+    shares: [f64; 4],
+    /// The share in `smp_call_function_many`'s busy-wait (TPDS-F11 subgroup 1): the senders'
+    /// waits for remote calls' acknowledgements (TLB shootdowns and others).
+    smp_call: f64,
+    /// The share spent spinning in user space (TPDS-F11 subgroup 2: spin barriers and locks).
+    user_spin: f64,
+    /// User-space spinning (ns).
+    user_spin_ns: u64,
+    /// Kernel spinlock spinning (ns).
+    lock_ns: u64,
+}
+
+/// VM `v`'s [`GuestProfile`]; None when the VM ran no guest code.
+fn guest_cpu_profile(rec: &RunRecord, v: u32) -> Option<GuestProfile> {
     use crate::account::{Cause, Layer};
     let prefix = format!("vm{v}/");
     let (kernel, user) = (Layer::Kernel.name(), Layer::User.name());
@@ -691,7 +777,14 @@ fn guest_cpu_profile(rec: &RunRecord, v: u32) -> Option<[f64; 4]> {
     let tlb = [Cause::TlbWait.name(), Cause::TlbFlush.name()];
     let lock = Cause::SpinKernel.name();
     let mut sums = [0u64; 4];
+    let (mut smp_call, mut user_spin) = (0u64, 0u64);
     for r in rec.ledger.iter().filter(|r| r.owner.starts_with(&prefix)) {
+        if r.layer == kernel && (r.cause == Cause::TlbWait.name() || r.cause == Cause::CallWait.name()) {
+            smp_call += r.ns;
+        }
+        if r.layer == user && r.cause == Cause::SpinUser.name() {
+            user_spin += r.ns;
+        }
         let slot = if r.layer == user {
             3
         } else if r.layer != kernel || idle.contains(&r.cause) {
@@ -706,7 +799,13 @@ fn guest_cpu_profile(rec: &RunRecord, v: u32) -> Option<[f64; 4]> {
         sums[slot] += r.ns;
     }
     let total: u64 = sums.iter().sum();
-    (total > 0).then(|| sums.map(|s| s as f64 / total as f64))
+    (total > 0).then(|| GuestProfile {
+        shares: sums.map(|s| s as f64 / total as f64),
+        smp_call: smp_call as f64 / total as f64,
+        user_spin: user_spin as f64 / total as f64,
+        user_spin_ns: user_spin,
+        lock_ns: sums[1],
+    })
 }
 
 /// The efficiency-based speedup of instance `i` of `rec` (DIS ch.4; see

@@ -97,8 +97,9 @@ pub struct Work {
 /// An action run when a piece of queued work completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Then {
-    /// A target finished its call-function handler: acknowledge remote call `sd`.
-    CallAck(u32),
+    /// A target finished its call-function handler: acknowledge remote call `sd` (the
+    /// target's state when the call reached it).
+    CallAck(u32, tlb::TargetState),
     /// The hypervisor finished a Shoot4U hypercall for shootdown `sd`.
     Shoot4uDone(u32),
 }
@@ -160,8 +161,9 @@ pub struct KCpu {
     pub next_buddy: Option<TaskId>,
     /// CFS skip buddy (the yielding task).
     pub skip_buddy: Option<TaskId>,
-    /// Queued call-function data: remote calls (shootdowns, membarriers) whose handler this CPU must run.
-    pub csd: VecDeque<u32>,
+    /// Queued call-function data: remote calls (shootdowns, membarriers) whose handler this CPU
+    /// must run, each with this CPU's state when the call reached it.
+    pub csd: VecDeque<(u32, tlb::TargetState)>,
     /// PV spinlock kick received (`pv_unhalted`): a halt in `pv_wait` ends.
     pub pv_unhalted: bool,
     /// Guest haltpoll governor: current poll limit (ns).

@@ -30,11 +30,13 @@
 //! barrier, and a wait with preemption off for all of them. These are the "other"
 //! call-function IPIs, counted apart from the TLB ones; PV TLB flush and Shoot4U do not apply.
 
+use serde::Serialize;
+
 use crate::account::{Attr, Cause, Layer};
 use crate::engine::SimTime;
 use crate::spec::vm::TlbPolicy;
 use crate::virt::exit::ExitReason;
-use crate::virt::vcpu::ipi_kind;
+use crate::virt::vcpu::{ipi_kind, VcpuRun};
 use crate::world::World;
 
 use super::thread::{Act, Flow, SpinOn};
@@ -70,6 +72,76 @@ impl CallKind {
     }
 }
 
+/// Where a shootdown's target was when the shootdown reached it: what its acknowledgement
+/// waited for. S4U-F3/T1 explain the latency by it (a preempted target handles the IPI only when
+/// next scheduled); the model has no long interrupts-off section in a guest, so no target is
+/// ever waited for with interrupts off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetState {
+    /// Running the process (natively, or its vCPU in guest mode).
+    Running,
+    /// Its vCPU on a core but in the host: exit handling or host work for it.
+    InHost,
+    /// Its vCPU in KVM's halt path: exit handling or halt polling (`Halting`).
+    HaltPolling,
+    /// Its vCPU blocked in the host after HLT (a lazy-TLB idle CPU in a C-state).
+    Halted,
+    /// Its vCPU runnable but descheduled by the host (preempted).
+    Preempted,
+    /// A native idle CPU in lazy-TLB mode.
+    Idle,
+    /// Not waited for: deferred to its next VM entry (PV TLB flush of a preempted vCPU;
+    /// Shoot4U's descheduled targets).
+    Deferred,
+    /// Handled by the hypervisor in one call (Shoot4U): the sender waits for the hypercall.
+    Hypervisor,
+}
+
+impl TargetState {
+    /// Every state, in index order.
+    pub const ALL: [TargetState; 8] = [
+        TargetState::Running,
+        TargetState::InHost,
+        TargetState::HaltPolling,
+        TargetState::Halted,
+        TargetState::Preempted,
+        TargetState::Idle,
+        TargetState::Deferred,
+        TargetState::Hypervisor,
+    ];
+    /// Number of states.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// Its name in results (`tlb.by_target_state`, metrics `tlb_critical_share_<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetState::Running => "running",
+            TargetState::InHost => "in_host",
+            TargetState::HaltPolling => "halt_polling",
+            TargetState::Halted => "halted",
+            TargetState::Preempted => "preempted",
+            TargetState::Idle => "idle",
+            TargetState::Deferred => "deferred",
+            TargetState::Hypervisor => "hypervisor",
+        }
+    }
+}
+
+/// Shootdown targets in one [`TargetState`], over an instance's run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TargetStateStats {
+    /// Targets found in this state when the shootdown reached them.
+    pub targets: u64,
+    /// Their time from the shootdown's start to their acknowledgement, summed (ns).
+    pub wait_ns: u64,
+    /// Shootdowns whose last acknowledgement came from a target in this state (it set the
+    /// latency).
+    pub critical: u64,
+    /// Those shootdowns' latencies, summed (ns): the part of the total latency this state
+    /// explains.
+    pub critical_ns: u64,
+}
+
 /// One remote call (TLB shootdown or membarrier) in progress.
 #[derive(Clone, Copy, Debug)]
 pub struct RemoteCall {
@@ -81,6 +153,8 @@ pub struct RemoteCall {
     pub start: SimTime,
     /// Acknowledgements outstanding.
     pub pending: u32,
+    /// The state of the target whose acknowledgement came last (so far).
+    pub last: TargetState,
 }
 
 /// Remote-call statistics of one instance: its TLB shootdowns, or its membarriers.
@@ -98,8 +172,11 @@ pub struct TlbStats {
     pub deferred: u64,
     /// Latency histogram (ns).
     pub latency: crate::account::Log2Histogram,
-    /// Every latency (ns), when `[record] tlb_samples` is on.
+    /// Every latency (ns), for exact quantiles (saved in the result when `[record]
+    /// tlb_samples` is on).
     pub samples: Vec<u64>,
+    /// Targets by their state when the shootdown reached them (indexed by [`TargetState`]).
+    pub by_state: [TargetStateStats; TargetState::COUNT],
 }
 
 impl World<'_> {
@@ -180,7 +257,7 @@ impl World<'_> {
     }
 
     fn new_remote_call(&mut self, sender: ThreadId, kind: CallKind) -> u32 {
-        let s = RemoteCall { kind, sender, start: self.now, pending: 0 };
+        let s = RemoteCall { kind, sender, start: self.now, pending: 0, last: TargetState::Running };
         match self.free_remote_calls.pop() {
             Some(i) => {
                 self.remote_calls[i as usize] = s;
@@ -199,6 +276,8 @@ impl World<'_> {
     fn call_others(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32], pv: bool) -> u64 {
         let mut ipi_to = Vec::new();
         let mut deferred = 0;
+        let inst = self.threads[self.remote_calls[sd as usize].sender as usize].inst as usize;
+        let is_tlb = self.remote_calls[sd as usize].kind == CallKind::TlbFlush;
         for &c in targets {
             if pv {
                 let v = self.vcpu_of(k, c);
@@ -207,12 +286,17 @@ impl World<'_> {
                     self.vcpus[v as usize].flush_on_entry = true;
                     self.vcpus[v as usize].pv.tlb_deferred += 1;
                     deferred += 1;
+                    self.insts[inst].tlb.by_state[TargetState::Deferred as usize].targets += 1;
                     continue;
                 }
             }
+            let state = self.target_state(k, c);
+            if is_tlb {
+                self.insts[inst].tlb.by_state[state as usize].targets += 1;
+            }
             let kc = &mut self.kernels[k as usize].cpus[c as usize];
             let was_empty = kc.csd.is_empty();
-            kc.csd.push_back(sd);
+            kc.csd.push_back((sd, state));
             self.remote_calls[sd as usize].pending += 1;
             if was_empty {
                 ipi_to.push(c);
@@ -252,6 +336,7 @@ impl World<'_> {
     /// deferred to their next VM entry.
     fn shoot4u(&mut self, k: KernelId, cpu: u32, sd: u32, targets: &[u32]) -> u64 {
         let me = self.vcpu_of(k, cpu);
+        let inst = self.threads[self.remote_calls[sd as usize].sender as usize].inst as usize;
         self.exit(me, ExitReason::Vmcall);
         let (mut host_ns, mut deferred) = (0, 0);
         for &c in targets {
@@ -269,11 +354,15 @@ impl World<'_> {
                 None => {
                     self.vcpus[v as usize].flush_on_entry = true;
                     deferred += 1;
+                    self.insts[inst].tlb.by_state[TargetState::Deferred as usize].targets += 1;
                     host_ns += self.costs.invlpg;
                 }
             }
         }
-        self.remote_calls[sd as usize].pending = 1;
+        self.insts[inst].tlb.by_state[TargetState::Hypervisor as usize].targets += targets.len() as u64 - deferred;
+        let call = &mut self.remote_calls[sd as usize];
+        call.pending = 1;
+        call.last = TargetState::Hypervisor;
         let core = self.vcpu_core(me).expect("the sender runs");
         let attr = Attr { owner: self.vcpus[me as usize].owner, layer: Layer::Host, cause: Cause::TlbFlush };
         self.push_work_then(HOST, core, attr, host_ns, Then::Shoot4uDone(sd));
@@ -284,27 +373,42 @@ impl World<'_> {
     /// flush costs `tlb_flush_remote`; a membarrier's `smp_mb` is within `irq_handler`.
     pub(crate) fn run_csds(&mut self, k: KernelId, cpu: u32) {
         let kc = &mut self.kernels[k as usize].cpus[cpu as usize];
-        if kc.curr.is_none() && kc.csd.iter().any(|&sd| self.remote_calls[sd as usize].kind == CallKind::TlbFlush) {
+        if kc.curr.is_none() && kc.csd.iter().any(|&(sd, _)| self.remote_calls[sd as usize].kind == CallKind::TlbFlush) {
             // A lazy-TLB CPU that receives a flush leaves the mm (`leave_mm`, Linux v3.16/v3.19
             // arch/x86/mm/tlb.c `flush_tlb_func`; v4.15 `flush_tlb_func_common` switches to
             // init_mm, and `switch_mm_irqs_off` clears it from the old mm's cpumask): no
             // further shootdown of that process reaches it until it runs the process again.
             kc.last_mm = None;
         }
-        while let Some(sd) = self.kernels[k as usize].cpus[cpu as usize].csd.pop_front() {
+        while let Some((sd, state)) = self.kernels[k as usize].cpus[cpu as usize].csd.pop_front() {
             let (cause, cost) = match self.remote_calls[sd as usize].kind {
                 CallKind::TlbFlush => (Cause::TlbFlush, self.costs.tlb_flush_remote),
                 CallKind::Membarrier => (Cause::Interrupt, 0),
             };
             let attr = self.ctx_attr(k, cpu, cause);
-            self.push_work_then(k, cpu, attr, cost, Then::CallAck(sd));
+            self.push_work_then(k, cpu, attr, cost, Then::CallAck(sd, state));
+        }
+    }
+
+    /// The state of guest (or native) CPU (`k`, `c`), a shootdown's target, right now.
+    fn target_state(&self, k: KernelId, c: u32) -> TargetState {
+        if k == HOST {
+            return if self.kernels[k as usize].cpus[c as usize].curr.is_some() { TargetState::Running } else { TargetState::Idle };
+        }
+        let v = self.vcpu_of(k, c);
+        match self.vcpus[v as usize].run {
+            VcpuRun::Blocked { .. } => TargetState::Halted,
+            VcpuRun::Halting { .. } => TargetState::HaltPolling,
+            VcpuRun::Guest if self.vcpu_core(v).is_none() => TargetState::Preempted,
+            VcpuRun::Guest if self.vcpu_in_guest(v) => TargetState::Running,
+            VcpuRun::Guest => TargetState::InHost,
         }
     }
 
     /// Queued work is about to finish: the waiter it releases stops waiting now.
     pub(crate) fn before_work_done(&mut self, then: Then) {
         match then {
-            Then::CallAck(sd) | Then::Shoot4uDone(sd) => {
+            Then::CallAck(sd, _) | Then::Shoot4uDone(sd) => {
                 let s = &self.remote_calls[sd as usize];
                 if s.pending == 1 {
                     if let Some(core) = self.thread_core(s.sender) {
@@ -318,7 +422,16 @@ impl World<'_> {
     /// Queued work finished.
     pub(crate) fn work_done(&mut self, then: Then) {
         match then {
-            Then::CallAck(sd) | Then::Shoot4uDone(sd) => {
+            Then::CallAck(sd, _) | Then::Shoot4uDone(sd) => {
+                if let Then::CallAck(_, state) = then {
+                    let s = &mut self.remote_calls[sd as usize];
+                    s.last = state;
+                    if s.kind == CallKind::TlbFlush {
+                        let wait = self.now.since(s.start);
+                        let inst = self.threads[s.sender as usize].inst as usize;
+                        self.insts[inst].tlb.by_state[state as usize].wait_ns += wait;
+                    }
+                }
                 let s = &mut self.remote_calls[sd as usize];
                 s.pending -= 1;
                 if s.pending == 0 {
@@ -345,9 +458,10 @@ impl World<'_> {
         match s.kind {
             CallKind::TlbFlush => {
                 inst.tlb.latency.record(lat);
-                if self.record_tlb_samples {
-                    inst.tlb.samples.push(lat);
-                }
+                inst.tlb.samples.push(lat);
+                let by = &mut inst.tlb.by_state[s.last as usize];
+                by.critical += 1;
+                by.critical_ns += lat;
             }
             CallKind::Membarrier => inst.membarrier.latency.record(lat),
         }

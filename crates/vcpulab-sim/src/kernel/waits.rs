@@ -268,9 +268,8 @@ impl World<'_> {
             SpinOn::RemoteCall(sd) => {
                 let k = self.insts[inst as usize].kernel;
                 // Targets that have not run the handler yet, or are running it.
-                let ack = Some(Then::CallAck(sd));
                 for (cpu, kc) in self.kernels[k as usize].cpus.iter().enumerate() {
-                    if kc.csd.contains(&sd) || kc.kwork.iter().any(|w| w.then == ack) {
+                    if kc.csd.iter().any(|c| c.0 == sd) || kc.kwork.iter().any(|w| matches!(w.then, Some(Then::CallAck(s, _)) if s == sd)) {
                         out.push(self.where_cpu(inst, k, cpu as u32));
                     }
                 }

@@ -83,6 +83,7 @@ impl World<'_> {
         let poll = allowed && vc.halt_poll_ns > 0;
         if poll {
             vc.hp.attempted += 1;
+            vc.hp.window_hist.record(vc.halt_poll_ns);
         }
         vc.poll_rem = if poll { vc.halt_poll_ns } else { 0 };
         vc.run = VcpuRun::Halting { start: self.now, poll };

@@ -68,6 +68,8 @@ pub struct HaltPollStats {
     pub fail_hist: Log2Histogram,
     /// `halt_wait_hist`.
     pub wait_hist: Log2Histogram,
+    /// The poll window (`vcpu->halt_poll_ns`, ns) at each attempted poll.
+    pub window_hist: Log2Histogram,
     /// `kvm_halt_poll_ns` grow events.
     pub grows: u64,
     /// `kvm_halt_poll_ns` shrink events.
@@ -87,6 +89,7 @@ impl HaltPollStats {
         self.success_hist.merge(&o.success_hist);
         self.fail_hist.merge(&o.fail_hist);
         self.wait_hist.merge(&o.wait_hist);
+        self.window_hist.merge(&o.window_hist);
         self.grows += o.grows;
         self.shrinks += o.shrinks;
     }

@@ -29,6 +29,17 @@ pub struct LatencySummary {
     pub max_ns: u64,
 }
 
+/// The nearest-rank quantiles `qs` of `samples` (0 for each when there are none).
+pub fn quantiles<const N: usize>(samples: &[u64], qs: [f64; N]) -> [u64; N] {
+    if samples.is_empty() {
+        return [0; N];
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let n = sorted.len();
+    qs.map(|q| sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
+}
+
 impl From<&Log2Histogram> for LatencySummary {
     fn from(h: &Log2Histogram) -> Self {
         LatencySummary { count: h.count, mean_ns: h.mean(), p50_ns: h.quantile_upper(0.5), p99_ns: h.quantile_upper(0.99), max_ns: h.max }
@@ -236,6 +247,12 @@ pub struct TlbRecord {
     pub deferred: u64,
     /// Latency from the remote flush's start to the last acknowledgement.
     pub latency: LatencySummary,
+    /// Exact quantiles of that latency (nearest rank; ns): 10th, 50th, 90th and 99th
+    /// percentiles, [0, 0, 0, 0] without shootdowns.
+    pub quantiles_ns: [u64; 4],
+    /// Targets by their state when the shootdown reached them, and the latency each state
+    /// explains (the state of the last target to acknowledge; [`crate::kernel::tlb::TargetState`]).
+    pub by_target_state: BTreeMap<String, crate::kernel::tlb::TargetStateStats>,
     /// Every latency (ns), if `[record] tlb_samples` is on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub samples_ns: Vec<u64>,
@@ -294,6 +311,8 @@ pub struct VcpuRecord {
     pub host_ns: u64,
     /// Exits.
     pub exits: u64,
+    /// Exits by reason (the reasons it had).
+    pub exits_by_reason: BTreeMap<String, u64>,
     /// HLTs that blocked.
     pub halts: u64,
     /// Host preemptions.
@@ -357,6 +376,8 @@ pub struct HaltPollRecord {
     pub poll_success: LatencySummary,
     /// `halt_poll_fail_hist`.
     pub poll_fail: LatencySummary,
+    /// The poll window at each attempted poll (ns; log2 buckets).
+    pub window: LatencySummary,
 }
 
 /// PLE and directed yield of a VM.
@@ -387,6 +408,7 @@ impl HaltPollRecord {
             wait: (&hp.wait_hist).into(),
             poll_success: (&hp.success_hist).into(),
             poll_fail: (&hp.fail_hist).into(),
+            window: (&hp.window_hist).into(),
         }
     }
 }
@@ -410,6 +432,8 @@ pub struct VmRecord {
     pub ipis_sent: u64,
     /// IPIs sent by the guest, by kind (`resched`, `tlb`, `call`).
     pub ipis_by_kind: BTreeMap<String, u64>,
+    /// IPIs its vCPUs received, by kind.
+    pub ipis_received_by_kind: BTreeMap<String, u64>,
     /// HLTs that blocked a vCPU.
     pub halts: u64,
     /// Halt polling.
@@ -609,7 +633,13 @@ impl RunRecord {
                     ipis: inst.tlb.ipis,
                     deferred: inst.tlb.deferred,
                     latency: (&inst.tlb.latency).into(),
-                    samples_ns: inst.tlb.samples.clone(),
+                    quantiles_ns: quantiles(&inst.tlb.samples, [0.1, 0.5, 0.9, 0.99]),
+                    by_target_state: crate::kernel::tlb::TargetState::ALL
+                        .iter()
+                        .map(|s| (s.name().to_string(), inst.tlb.by_state[*s as usize]))
+                        .filter(|(_, x)| x.targets > 0)
+                        .collect(),
+                    samples_ns: if w.record_tlb_samples { inst.tlb.samples.clone() } else { Vec::new() },
                 },
                 arenas: ArenaRecord {
                     made: inst.heaps.iter().map(|h| h.arenas() as u64 - 1).sum(),
@@ -636,6 +666,7 @@ impl RunRecord {
             let mut wake = Log2Histogram::default();
             let (mut halts, mut pre) = (0, 0);
             let mut by_kind = [0u64; ipi_kind::COUNT];
+            let mut received = [0u64; ipi_kind::COUNT];
             let (mut hp, mut hlt_exits) = (HaltPollStats::default(), 0);
             let mut ple = PleRecord::default();
             let mut pv = PvStats::default();
@@ -659,6 +690,7 @@ impl RunRecord {
                     kernel_ns: k,
                     host_ns: h,
                     exits: vc.exits.iter().sum(),
+                    exits_by_reason: ExitReason::ALL.iter().filter(|r| vc.exits[r.index()] > 0).map(|r| (r.name().to_string(), vc.exits[r.index()])).collect(),
                     halts: vc.halts,
                     preemptions: vc.preemptions,
                     ipis_sent: vc.ipis_sent.iter().sum(),
@@ -675,6 +707,9 @@ impl RunRecord {
                     bandwidth: w.tasks[vc.task as usize].bw_pool.map(|b| w.bw_stats(b)),
                 });
                 wake.merge(&vc.wake_latency);
+                for (i, n) in vc.ipis_received.iter().enumerate() {
+                    received[i] += n;
+                }
                 for (i, n) in vc.ipis_sent.iter().enumerate() {
                     by_kind[i] += n;
                 }
@@ -697,6 +732,7 @@ impl RunRecord {
                 host_ns: vcpus.iter().map(|v| v.host_ns).sum(),
                 ipis_sent: by_kind.iter().sum(),
                 ipis_by_kind: ipi_kind::NAMES.iter().zip(by_kind).map(|(n, c)| (n.to_string(), c)).collect(),
+                ipis_received_by_kind: ipi_kind::NAMES.iter().zip(received).map(|(n, c)| (n.to_string(), c)).collect(),
                 halts,
                 halt_poll: HaltPollRecord::new(hlt_exits, &hp),
                 ple,
