@@ -690,7 +690,11 @@ impl RunRecord {
                     kernel_ns: k,
                     host_ns: h,
                     exits: vc.exits.iter().sum(),
-                    exits_by_reason: ExitReason::ALL.iter().filter(|r| vc.exits[r.index()] > 0).map(|r| (r.name().to_string(), vc.exits[r.index()])).collect(),
+                    exits_by_reason: ExitReason::ALL
+                        .iter()
+                        .filter(|r| vc.exits[r.index()] > 0)
+                        .map(|r| (r.name().to_string(), vc.exits[r.index()]))
+                        .collect(),
                     halts: vc.halts,
                     preemptions: vc.preemptions,
                     ipis_sent: vc.ipis_sent.iter().sum(),
