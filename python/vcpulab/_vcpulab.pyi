@@ -117,6 +117,11 @@ def policies() -> list[_PolicyInfo]: ...
 def platforms() -> list[_PlatformInfo]: ...
 def platform_toml(name: str) -> str:
     """A platform preset's TOML, its sources as comments; ``SpecError`` for an unknown name."""
+def platform_estimates(name: str) -> str:
+    """A platform preset's ``# estimate:`` values with their ``# bounds:``, as JSON text: a list of
+    ``{key, value, integer, min, max, fixed, reason, line}`` (``key`` the dotted path, ``value`` as
+    the preset gives it, ``min``/``max`` in the key's unit or null with ``fixed`` true for a
+    choice, ``line`` the key's line in the preset); ``SpecError`` for an unknown name."""
 
 def characterize(workload: str, cpus: int, seed: int, slice_ns: int, overrides: list[str]) -> str:
     """Run ``workload`` natively with n = ``cpus`` and characterize it; JSON text. SIGINT and

@@ -308,6 +308,35 @@ fn platform_toml(name: &str) -> PyResult<&'static str> {
     vcpulab_sim::platform::find(name).map(|p| p.text).ok_or_else(|| SpecError::new_err(vcpulab_sim::platform::unknown(name)))
 }
 
+/// The `# estimate:` values of a platform preset with their bounds, as JSON: a list of
+/// `{key, value, integer, min, max, fixed, reason, line}` (`value` as the preset gives it;
+/// `min` and `max` null and `fixed` true for a value that is a choice, not a number).
+#[pyfunction]
+fn platform_estimates(name: &str) -> PyResult<String> {
+    let p = vcpulab_sim::platform::find(name).ok_or_else(|| SpecError::new_err(vcpulab_sim::platform::unknown(name)))?;
+    let list = vcpulab_sim::platform::estimates(p.text).map_err(|e| VcpulabError::new_err(format!("presets/{}.toml {e}", p.name)))?;
+    let bound = |b: f64, integer: bool| if integer { serde_json::json!(b as i64) } else { serde_json::json!(b) };
+    let rows: Vec<serde_json::Value> = list
+        .iter()
+        .map(|e| {
+            let (min, max) = e
+                .bounds
+                .map_or((serde_json::Value::Null, serde_json::Value::Null), |(lo, hi)| (bound(lo, e.integer), bound(hi, e.integer)));
+            serde_json::json!({
+                "key": e.key,
+                "value": e.toml,
+                "integer": e.integer,
+                "min": min,
+                "max": max,
+                "fixed": e.bounds.is_none(),
+                "reason": e.reason,
+                "line": e.line,
+            })
+        })
+        .collect();
+    serde_json::to_string(&rows).map_err(|e| VcpulabError::new_err(e.to_string()))
+}
+
 /// Runs the fixed bench model for at least `seconds`; returns JSON.
 #[pyfunction]
 #[pyo3(name = "bench")]
@@ -361,6 +390,7 @@ fn _vcpulab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(workload_toml, m)?)?;
     m.add_function(wrap_pyfunction!(platforms, m)?)?;
     m.add_function(wrap_pyfunction!(platform_toml, m)?)?;
+    m.add_function(wrap_pyfunction!(platform_estimates, m)?)?;
     m.add_function(wrap_pyfunction!(policies, m)?)?;
     m.add_function(wrap_pyfunction!(characterize, m)?)?;
     m.add_function(wrap_pyfunction!(scalability_type, m)?)?;
