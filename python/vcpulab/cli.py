@@ -45,6 +45,8 @@ from ._vcpulab import (
 from .atomic import AtomicWriter, Output, OutputError, write_bytes_atomic, write_csv_atomic
 from .bridge import commands as bridge_commands
 from .bridge.launch import LaunchError
+from .calibration import commands as calibration_commands
+from .calibration.rows import CalibrationError
 from .report import memory
 from .spec import SCENARIOS, InputFileError, OverrideSyntaxError, Selection, SpecSource, apicv_note, parse_override
 from .spec import read_text_input as spec_read_text_input
@@ -679,7 +681,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip the trace runs (by default an experiment whose PARSEC/SPLASH-2x workloads were all traced at its "
         "thread counts runs a second time with traced.<suite>.<program> in their place: the trace columns)",
     )
+    rep.add_argument(
+        "--calibrated",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a calibrated preset (vcpulab calibrate's output); its values apply to every experiment on its "
+        "testbed; repeatable, one per testbed",
+    )
     rep.set_defaults(func=cmd_reproduce)
+    calibration_commands.add_commands(commands, _jobs, _seeds)
 
     pol = commands.add_parser(
         "policies",
@@ -1320,8 +1331,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             else:
                 render.stdout_console().print(scoreboard.list_table(chosen))
             return 0
-        profiles = [run.prepare(e, args.quick) for e in chosen if e.runnable]
-    except reproduce.SuiteError as e:
+        calibrated = _calibrated_overlays(args.calibrated)
+        profiles = [
+            run.prepare(e, args.quick, calibrated.get(e.platform.casefold(), ())) for e in chosen if e.runnable
+        ]
+        from .calibration import fit
+
+        sets = fit.load_sets(fit.calibration_path(suite.root))
+        calibration_rows = frozenset(r for s in sets.values() for r in s.rows)
+    except (reproduce.SuiteError, CalibrationError) as e:
         raise CliError(str(e)) from None
     no_trace: dict[str, str] | None = None
     prepared = profiles
@@ -1354,7 +1372,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             )
     finally:
         executor.close(cancel=True)  # a no-op after the suite closed it
-    board = scoreboard.build(done.experiments, chosen, args.quick, no_trace)
+    board = scoreboard.build(done.experiments, chosen, args.quick, no_trace, calibration_rows)
     command = shlex.join(["vcpulab", *getattr(args, "argv", ["reproduce"])])
     date = datetime.date.today().isoformat()
     if args.html is None:
@@ -1380,6 +1398,20 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         f"wrote {printable(', '.join(written))}\n"
     )
     return 0
+
+
+def _calibrated_overlays(paths: Sequence[str]) -> dict[str, list[str]]:
+    """``--calibrated FILE``: per preset (folded), the ``--set`` overrides of its calibrated
+    values; two files for one preset are an error."""
+    from .calibration import fit
+
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        preset, overrides = fit.overlay_overrides(Path(path))
+        if preset.casefold() in out:
+            raise CalibrationError(f"--calibrated {path}: a second calibrated preset for {preset}")
+        out[preset.casefold()] = overrides
+    return out
 
 
 def _cdf_out(path: str | None, info: report.PlanInfo) -> Path | None:
@@ -1953,7 +1985,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return _fail(e, EXIT_USAGE)
     except (SimulationError, VcpulabError) as e:
         return _fail(e, EXIT_SIMULATION)
-    except (StoreError, ManifestError, RecordError) as e:
+    except (StoreError, ManifestError, RecordError, CalibrationError) as e:
         return _fail(e, EXIT_USAGE)
     except LaunchError as e:
         return _fail(e, e.code)

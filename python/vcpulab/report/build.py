@@ -101,6 +101,11 @@ def build_report(
     published = tables.published(data)
     if published is not None:
         sections.append(published)
+    from . import sensitivity
+
+    analysed = sensitivity.section(store.root, figs)
+    if analysed is not None:
+        sections.append(analysed)
     sections.extend(extra_sections)
     sections.append(tables.methods(data, generated, command))
     _check_unique(sections)

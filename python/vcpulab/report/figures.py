@@ -551,3 +551,45 @@ def range_dots(panels: Sequence[RangePanel]) -> Figure:
         ax.grid(True, axis="x", which="both", alpha=0.3)
     _legend_below(fig, _handles(colors, "line"))
     return fig
+
+
+@dataclass(frozen=True)
+class TornadoBar:
+    """One parameter of a tornado figure: the row's value at its lower and upper bound."""
+
+    label: str
+    at_low: float
+    at_high: float
+
+
+def tornado(title: str, bars: Sequence[TornadoBar], center: float | None, target: float | None, xlabel: str) -> Figure:
+    """Horizontal bars, largest swing on top, from the row's value at each parameter's lower
+    bound (blue) to its value at the upper bound (orange), with the preset's value (solid
+    line) and the published target (dashed)."""
+    longest = max((len(b.label) for b in bars), default=8)
+    left = 0.3 + 0.062 * longest
+    fig, (ax,) = grid(1, 1, 4.6 + left, 1.1 + 0.26 * max(len(bars), 1), legend_rows=1, left=left)
+    for i, b in enumerate(bars):
+        base = center if center is not None else b.at_low
+        ax.barh(i, b.at_low - base, left=base, color=GUEST_COLOR, height=0.6)
+        ax.barh(i, b.at_high - base, left=base, color=HOST_COLOR, height=0.6)
+    if center is not None:
+        ax.axvline(center, color="black", linewidth=1.0)
+    if target is not None:
+        ax.axvline(target, color="black", linewidth=1.0, linestyle="--")
+    ax.set_yticks(range(len(bars)), [b.label for b in bars])
+    ax.set_ylim(len(bars) - 0.5, -0.5)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.grid(True, axis="x", alpha=0.3)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(color=GUEST_COLOR, label="at lower bound"),
+        Patch(color=HOST_COLOR, label="at upper bound"),
+        Line2D([], [], color="black", label="preset's values"),
+        Line2D([], [], color="black", linestyle="--", label="published"),
+    ]
+    _legend_below(fig, handles)
+    return fig

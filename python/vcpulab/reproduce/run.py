@@ -48,6 +48,8 @@ class Prepared:
     by their traced programs (:mod:`.traces`)."""
     partial: str = ""
     """For a trace run: the benchmarks it leaves out for want of traces (empty: none)."""
+    extra: tuple[str, ...] = ()
+    """The ``--set`` overrides beyond the quick ones (a calibrated preset's values)."""
 
     @property
     def label(self) -> str:
@@ -59,22 +61,24 @@ class Prepared:
         return list(self.plan.cells())
 
 
-def prepare(experiment: Experiment, quick: bool) -> Prepared:
+def prepare(experiment: Experiment, quick: bool, extra: Sequence[str] = ()) -> Prepared:
     """The plan of a runnable experiment; with ``quick`` its ``[reproduce] quick`` overrides
-    applied (a bad one is a :class:`SuiteError` naming the file)."""
-    overrides = experiment.quick_overrides() if quick else []
+    applied, then the ``extra`` ``--set`` overrides (a calibrated preset's values, a parameter
+    that ``sensitivity`` varies); a bad one is a :class:`SuiteError` naming the file."""
+    overrides = [*(experiment.quick_overrides() if quick else []), *extra]
     source = str(experiment.path)
     try:
         plan = Plan(experiment.text, source, overrides)
     except SpecError as e:
         message = str(e)
-        if quick and not message.startswith(source):
-            message = f"{source}: reproduce.quick: {message}"
+        if (quick or extra) and not message.startswith(source):
+            where = "reproduce.quick" if not extra else "overrides" if not quick else "reproduce.quick or overrides"
+            message = f"{source}: {where}: {message}"
         raise SuiteError(message) from None
     spec_text = plan.spec_toml()
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
     payload = SpecPayload(experiment.text, source, tuple(overrides), spec_hash)
-    return Prepared(experiment, plan, payload, tomllib.loads(spec_text))
+    return Prepared(experiment, plan, payload, tomllib.loads(spec_text), extra=tuple(extra))
 
 
 @dataclass

@@ -56,20 +56,32 @@ class Row:
     judged: Judged
     trace: Judged | None = None
     """The same entry judged on the trace run (:mod:`.traces`); None without one."""
+    calibration: bool = False
+    """A calibration row of its testbed (``experiments/calibration.toml``): fitted to, counted
+    apart, never as reproduced."""
+
+    @property
+    def name(self) -> str:
+        """``ID:N``, N counted from 1 (how ``sensitivity`` and ``calibrate`` name it)."""
+        return f"{self.experiment.id}:{self.index + 1}"
 
     @property
     def what(self) -> str:
         text = self.entry.get("what")
         if text:
-            return one_line(text)
-        where = where_text(self.entry.get("where") or {})
-        return f"{self.entry['metric']}" + (f" ({where})" if where else "")
+            text = one_line(text)
+        else:
+            where = where_text(self.entry.get("where") or {})
+            text = f"{self.entry['metric']}" + (f" ({where})" if where else "")
+        return f"{text} [calibration row {self.name}]" if self.calibration else text
 
     def to_json(self) -> dict[str, Any]:
         e, j = self.entry, self.judged
         return {
             "id": self.experiment.id,
             "index": self.index,
+            "row": self.name,
+            "role": "calibration" if self.calibration else "validation",
             "what": self.what,
             "metric": e["metric"],
             "quantity": quantity_text(e),
@@ -114,12 +126,18 @@ class Scoreboard:
     partial: Mapping[str, str] = field(default_factory=dict)
     """Experiment id → the benchmarks its trace run left out for want of traces."""
 
+    def validation(self) -> list[Row]:
+        """The rows that count: every row but the calibration rows."""
+        return [r for r in self.rows if not r.calibration]
+
     def totals(self) -> dict[str, Any]:
-        """The profile runs' counts, and ``trace``: the same counts over the rows of the
+        """The profile runs' counts over the validation rows, ``calibration``: the calibration
+        rows' own counts, and ``trace``: the same counts over the validation rows of the
         experiments run with traces, how many those are, and the trace runs' total line."""
-        traced = [r for r in self.rows if r.trace is not None]
+        traced = [r for r in self.validation() if r.trace is not None]
         return {
-            **verdict_counts([r.judged.verdict for r in self.rows]),
+            **verdict_counts([r.judged.verdict for r in self.validation()]),
+            "calibration": verdict_counts([r.judged.verdict for r in self.rows if r.calibration]),
             "experiments": len(self.experiments),
             "runnable": sum(1 for e in self.experiments if e.runnable),
             "not_expressible": sum(1 for e in self.experiments if not e.runnable),
@@ -138,6 +156,12 @@ class Scoreboard:
             extra.append(f"{t['no_published_value']} shown without a published value")
         if t["not_expressible"]:
             extra.append(f"{t['not_expressible']} of {t['experiments']} experiments not expressible")
+        c = t["calibration"]
+        if c["published_values"]:
+            extra.append(
+                f"{c['published_values']} calibration rows counted apart ({c['reproduced']} within their band, "
+                f"never counted as reproduced)"
+            )
         if extra:
             line += "; " + "; ".join(extra)
         if self.quick:
@@ -149,7 +173,7 @@ class Scoreboard:
         experiments run with traces, and how many experiments were run without."""
         if self.no_trace is None:
             return "with traces: not run (--no-traces)"
-        traced = [r.trace.verdict for r in self.rows if r.trace is not None]
+        traced = [r.trace.verdict for r in self.validation() if r.trace is not None]
         ran = len(self.traced)
         if not ran:
             line = "with traces: no experiment run with traces"
@@ -232,6 +256,7 @@ def build(
     experiments: Sequence[Experiment],
     quick: bool,
     no_trace: Mapping[str, str] | None = None,
+    calibration: frozenset[str] = frozenset(),
 ) -> Scoreboard:
     """The scoreboard of a run: every published entry of every run experiment judged, on its
     profile run and, where the experiment had one, on its trace run (``results`` holds both:
@@ -246,7 +271,7 @@ def build(
         traced = by_id.get((e.id, TRACE))
         for i, entry in enumerate(run.prepared.experiment.published):
             trace = None if traced is None else _judge(traced, traced.prepared.experiment.published[i])
-            rows.append(Row(e, i, entry, _judge(run, entry), trace))
+            rows.append(Row(e, i, entry, _judge(run, entry), trace, f"{e.id}:{i + 1}" in calibration))
     traced_ids = frozenset(eid for eid, source in by_id if source == TRACE)
     partial = {eid: r.prepared.partial for (eid, source), r in by_id.items() if source == TRACE and r.prepared.partial}
     return Scoreboard(tuple(rows), tuple(experiments), quick, no_trace, traced_ids, partial)

@@ -328,7 +328,7 @@ def prepare_traced(profile: Prepared, quick: bool, programs: Sequence[Program]) 
         text = toml_document(traced_doc)
     except TypeError as e:  # a value TOML's writer does not know (a date)
         return Skipped(f"cannot write the traced spec: {e}")
-    overrides = traced_overrides(quick_table, names)
+    overrides = [*traced_overrides(quick_table, names), *profile.extra]
     try:
         plan = Plan(text, source, overrides)
     except SpecError as e:
@@ -337,7 +337,9 @@ def prepare_traced(profile: Prepared, quick: bool, programs: Sequence[Program]) 
     spec_hash = hashlib.sha256(spec_text.encode()).hexdigest()[:16]
     traced = dataclasses.replace(experiment, text=text, info=json.loads(plan.info()))
     payload = SpecPayload(text, source, tuple(overrides), spec_hash)
-    return Prepared(traced, plan, payload, tomllib.loads(spec_text), source=TRACE, partial="; ".join(missing))
+    return Prepared(
+        traced, plan, payload, tomllib.loads(spec_text), source=TRACE, partial="; ".join(missing), extra=profile.extra
+    )
 
 
 def prepare_all_traced(
