@@ -690,7 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
         "testbed; repeatable, one per testbed",
     )
     rep.set_defaults(func=cmd_reproduce)
-    calibration_commands.add_commands(commands, _jobs, _seeds)
+    calibration_commands.add_commands(commands, _jobs, _seeds, _positive_int)
 
     pol = commands.add_parser(
         "policies",

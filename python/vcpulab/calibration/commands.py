@@ -18,7 +18,7 @@ from ..text import json_text, printable
 from .rows import CalibrationError, Evaluator, find_row, preset_estimates
 
 
-def add_commands(commands: Any, jobs: Any, seeds: Any) -> None:
+def add_commands(commands: Any, jobs: Any, seeds: Any, count: Any) -> None:
     """Adds ``sensitivity`` and ``calibrate`` to the CLI's subcommands."""
     s = commands.add_parser(
         "sensitivity",
@@ -56,7 +56,7 @@ def add_commands(commands: Any, jobs: Any, seeds: Any) -> None:
         help="a calibration row; repeatable (default: the preset's set in experiments/calibration.toml)",
     )
     _common(c, jobs, seeds)
-    c.add_argument("--max-evals", type=jobs, default=60, metavar="N", help="evaluations at most (default: 60)")
+    c.add_argument("--max-evals", type=count, default=60, metavar="N", help="evaluations at most (default: 60)")
     c.add_argument(
         "-o", "--out", metavar="FILE", help="the calibrated preset to write (default: calibrated/PRESET-cal.toml)"
     )
@@ -220,12 +220,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             if chosen is None:
                 raise CalibrationError(f"{path}: no calibration set for {preset} (name rows with --rows ID:N)")
             rows, rule = list(chosen.rows), chosen.rule
+        fit.calibration_rows(suite, preset, rows)
         params = preset_estimates(preset, args.param)
     except (reproduce.SuiteError, CalibrationError) as e:
         raise CliError(str(e)) from None
     if not params:
         raise CliError(f"calibrate: preset {preset} has no numeric estimate to fit")
     out_path = args.out or os.path.join("calibrated", f"{preset}-cal.toml")
+    if args.out is None:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     _check_writable(out_path, option="--out")
     results = _results_dir(args)
     ev = _evaluator(args, results)

@@ -143,6 +143,18 @@ class Fit:
     evaluations: int = 0
 
 
+def calibration_rows(suite: Suite, preset: str, names: Sequence[str]) -> list[Row]:
+    """The named rows, each of them on ``preset`` and with a published value (else a
+    :class:`CalibrationError` naming the row)."""
+    rows = [find_row(suite, n) for n in names]
+    for r in rows:
+        if r.preset.casefold() != preset.casefold():
+            raise CalibrationError(f"{r.name}: runs on preset {r.preset}, not {preset}: a calibration is per testbed")
+        if r.experiment.status == "withheld" or r.rule == "none":
+            raise CalibrationError(f"{r.name}: has no published value to fit (withheld or figure only)")
+    return rows
+
+
 def fit(
     suite: Suite,
     preset: str,
@@ -158,12 +170,7 @@ def fit(
     from scipy.optimize import minimize
 
     say = step or (lambda _label: None)
-    rows = [find_row(suite, n) for n in row_names]
-    for r in rows:
-        if r.preset.casefold() != preset.casefold():
-            raise CalibrationError(f"{r.name}: runs on preset {r.preset}, not {preset}: a calibration is per testbed")
-        if r.experiment.status == "withheld" or r.rule == "none":
-            raise CalibrationError(f"{r.name}: has no published value to fit (withheld or figure only)")
+    rows = calibration_rows(suite, preset, row_names)
     scales = [Scale(p) for p in params]
     cache: dict[tuple[float, ...], tuple[float, dict[str, tuple[float | None, float | None]]]] = {}
     out = Fit(preset, [r.name for r in rows], rule)
