@@ -43,6 +43,12 @@ VERDICT_STYLES = {
     NOT_EXPRESSIBLE: "dim",
 }
 
+PROFILE_CHECK_METRICS = frozenset({"parallelism", "sync_per_thread_s"})
+"""Metrics whose native value a workload profile declares (its ``scalability_type``, DIS-4.1's
+two thresholds): judged on a profile run, such a row checks the profile's declaration, not the
+model. It is shown apart from the validation rows (on a trace run it is a real measurement and
+counts)."""
+
 QUICK_NOTE = "quick run (reduced sizes, [reproduce] quick): the verdicts are not meaningful"
 
 
@@ -59,6 +65,16 @@ class Row:
     calibration: bool = False
     """A calibration row of its testbed (``experiments/calibration.toml``): fitted to, counted
     apart, never as reproduced."""
+
+    @property
+    def profile_check(self) -> bool:
+        """A native row of a metric the workload profile declares (:data:`PROFILE_CHECK_METRICS`)."""
+        where = self.entry.get("where") or {}
+        return self.entry.get("metric") in PROFILE_CHECK_METRICS and where.get("scenario") == "native"
+
+    @property
+    def role(self) -> str:
+        return "calibration" if self.calibration else "profile check" if self.profile_check else "validation"
 
     @property
     def name(self) -> str:
@@ -81,7 +97,7 @@ class Row:
             "id": self.experiment.id,
             "index": self.index,
             "row": self.name,
-            "role": "calibration" if self.calibration else "validation",
+            "role": self.role,
             "what": self.what,
             "metric": e["metric"],
             "quantity": quantity_text(e),
@@ -127,17 +143,19 @@ class Scoreboard:
     """Experiment id → the benchmarks its trace run left out for want of traces."""
 
     def validation(self) -> list[Row]:
-        """The rows that count: every row but the calibration rows."""
-        return [r for r in self.rows if not r.calibration]
+        """The rows that count: every row but the calibration rows and the profile checks."""
+        return [r for r in self.rows if r.role == "validation"]
 
     def totals(self) -> dict[str, Any]:
-        """The profile runs' counts over the validation rows, ``calibration``: the calibration
-        rows' own counts, and ``trace``: the same counts over the validation rows of the
-        experiments run with traces, how many those are, and the trace runs' total line."""
-        traced = [r for r in self.validation() if r.trace is not None]
+        """The profile runs' counts over the validation rows; ``calibration`` and
+        ``profile_checks``: those rows' own counts; ``trace``: the same counts over the rows of
+        the experiments run with traces but the calibration rows (a profile check is a real
+        measurement there), how many those are, and the trace runs' total line."""
+        traced = [r for r in self.rows if r.trace is not None and not r.calibration]
         return {
             **verdict_counts([r.judged.verdict for r in self.validation()]),
             "calibration": verdict_counts([r.judged.verdict for r in self.rows if r.calibration]),
+            "profile_checks": verdict_counts([r.judged.verdict for r in self.rows if r.role == "profile check"]),
             "experiments": len(self.experiments),
             "runnable": sum(1 for e in self.experiments if e.runnable),
             "not_expressible": sum(1 for e in self.experiments if not e.runnable),
@@ -156,6 +174,12 @@ class Scoreboard:
             extra.append(f"{t['no_published_value']} shown without a published value")
         if t["not_expressible"]:
             extra.append(f"{t['not_expressible']} of {t['experiments']} experiments not expressible")
+        p = t["profile_checks"]
+        if p["published_values"]:
+            extra.append(
+                f"{p['published_values']} rows that check a profile's declared type shown apart "
+                f"({p['reproduced']} reproduced)"
+            )
         c = t["calibration"]
         if c["published_values"]:
             extra.append(
@@ -173,7 +197,7 @@ class Scoreboard:
         experiments run with traces, and how many experiments were run without."""
         if self.no_trace is None:
             return "with traces: not run (--no-traces)"
-        traced = [r.trace.verdict for r in self.validation() if r.trace is not None]
+        traced = [r.trace.verdict for r in self.rows if r.trace is not None and not r.calibration]
         ran = len(self.traced)
         if not ran:
             line = "with traces: no experiment run with traces"
