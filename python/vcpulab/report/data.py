@@ -152,19 +152,22 @@ def load_busy(data: StoreData) -> list[dict[str, Any]]:
 
 def load_tlb(data: StoreData) -> list[dict[str, Any]]:
     """Per cell whose measured instance sent TLB shootdowns: ``samples_ns`` (sorted; empty when
-    ``[record] tlb_samples`` was off) and ``latency`` (the log2 summary: count, mean_ns,
-    p50_ns, p99_ns, max_ns)."""
+    ``[record] tlb_samples`` was off), ``latency`` (the log2 summary: count, mean_ns,
+    p50_ns, p99_ns, max_ns) and ``by_state`` (the targets by their state when the shootdown
+    reached them: targets, wait_ns, critical, critical_ns; empty in results made before it)."""
     if not data.cells or not data.has("tlb_shootdowns"):
         return []
     rows = _query(
         data,
         "json_extract(run_json, '$.instances[0].tlb.samples_ns') AS samples, "
-        "json_extract(run_json, '$.instances[0].tlb.latency') AS latency",
+        "json_extract(run_json, '$.instances[0].tlb.latency') AS latency, "
+        "json_extract(run_json, '$.instances[0].tlb.by_target_state') AS by_state",
         "tlb_shootdowns > 0",
     )
     for r in rows:
         r["samples_ns"] = sorted(int(s) for s in _json(r.pop("samples")) or [])
         r["latency"] = _json(r["latency"]) or {}
+        r["by_state"] = _json(r["by_state"]) or {}
     return rows
 
 

@@ -3,6 +3,7 @@ PLE window over time (APPLES) and speedup curves with the scalability types (DIS
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,8 +88,52 @@ def tlb_cdfs(data: StoreData, figs: Figures) -> Section:
     if not rows:
         return Section.omit(title, anchor, "no TLB shootdowns recorded: the workloads' measured instances sent none")
     if any(r["samples_ns"] for r in rows):
-        return _tlb_samples(title, anchor, [r for r in rows if r["samples_ns"]], figs)
-    return _tlb_summaries(title, anchor, rows, figs)
+        section = _tlb_samples(title, anchor, [r for r in rows if r["samples_ns"]], figs)
+    else:
+        section = _tlb_summaries(title, anchor, rows, figs)
+    return _with_decomposition(section, rows)
+
+
+def _with_decomposition(section: Section, rows: list[dict[str, Any]]) -> Section:
+    """Adds the latency's decomposition by the targets' states (seeds summed) to the section."""
+    sums: dict[tuple[Any, ...], dict[str, list[float]]] = {}
+    for r in rows:
+        key = (r["workload"], r["scenario"], r["variant"] or "", r["vcpus"], r["threads"], r["oc_vms"])
+        for state, s in (r.get("by_state") or {}).items():
+            acc = sums.setdefault(key, {}).setdefault(state, [0.0, 0.0, 0.0])
+            acc[0] += float(s.get("targets") or 0)
+            acc[1] += float(s.get("wait_ns") or 0)
+            acc[2] += float(s.get("critical_ns") or 0)
+    if section.omitted or not sums:
+        return section
+    out = []
+    for key, states in sorted(sums.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        targets = sum(v[0] for v in states.values()) or 1.0
+        latency = sum(v[2] for v in states.values()) or 1.0
+        for state, (n, wait, crit) in sorted(states.items()):
+            out.append(
+                {
+                    **dict(zip(("workload", "scenario", "variant", "vcpus", "threads", "oc_vms"), key, strict=True)),
+                    "state": state,
+                    "targets_share": n / targets,
+                    "mean_wait_us": wait / n / 1000.0 if n and wait else None,
+                    "latency_share": crit / latency,
+                }
+            )
+    cols = ("workload", "scenario", "variant", "vcpus", "threads", "oc_vms", "state", "targets_share")
+    table = Table.of("tlb_decomposition", out, (*cols, "mean_wait_us", "latency_share"))
+    table = dataclasses.replace(
+        table,
+        shown=True,
+        caption="Where the latency comes from: per cell, the shootdown targets by their state when the shootdown "
+        "reached them (running, in the host, halt-polling, halted, preempted, idle, deferred, or the Shoot4U "
+        "hypervisor), their mean time to acknowledge, and the share of the summed latency whose last "
+        "acknowledgement came from a target in that state (metrics tlb_critical_share_<state>).",
+    )
+    shown = table.html()
+    if len(out) > 60:
+        shown = f"<details><summary>Decomposition ({len(out)} rows)</summary>{shown}</details>"
+    return dataclasses.replace(section, html=section.html + shown, tables=(*section.tables, table))
 
 
 def _tlb_samples(title: str, anchor: str, rows: list[dict[str, Any]], figs: Figures) -> Section:
