@@ -32,9 +32,11 @@ bench: install
 	$(BIN)/vcpulab bench
 
 # The reproduction suite (experiments/published): every published experiment run and scored, into
-# one resumable results store; the full scoreboard is written to docs/scoreboard.md (docs/reproduce.md).
+# one resumable results store, each testbed with its calibrated preset (calibrated/*.toml,
+# docs/calibration.md); the full scoreboard is written to docs/scoreboard.md (docs/reproduce.md).
+CALIBRATED := $(foreach f,$(wildcard calibrated/*-cal.toml),--calibrated $(f))
 reproduce: install
-	$(BIN)/vcpulab reproduce -j 2 --results results/reproduce --markdown docs/scoreboard.md
+	$(BIN)/vcpulab reproduce -j 2 --results results/reproduce $(CALIBRATED) --markdown docs/scoreboard.md
 
 # Optimised native module installed (editable Python sources) into .venv, with test tools;
 # and the native programs and LD_PRELOAD libraries of the bridge commands.
