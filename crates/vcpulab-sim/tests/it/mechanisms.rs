@@ -33,6 +33,33 @@ fn shootdowns_wait_for_preempted_targets_except_with_pv_and_shoot4u() {
 }
 
 #[test]
+fn the_shootdown_latency_is_decomposed_by_the_state_of_its_last_target() {
+    // OC with a co-runner: the IPI scheme's latency comes mostly from preempted targets; the
+    // shares of the latency sum to 1; Shoot4U waits for its hypercall only. The exact
+    // percentiles are ordered and bracket the mean's log2 summary.
+    let spec = format!("{CHURN}[experiment.vary]\n\"vm.tlb\" = [\"ipi\", \"shoot4u\"]\n")
+        .replace("vcpus = [6]", "vcpus = [6]\nscenarios = [\"OC\"]");
+    let r = run_text(&spec, &[]);
+    let shares = |x: &vcpulab_sim::api::ScenarioResult| -> f64 {
+        x.metrics.iter().filter(|(k, _)| k.starts_with("tlb_critical_share_")).map(|(_, v)| v).sum()
+    };
+    for x in &r {
+        assert!((shares(x) - 1.0).abs() < 1e-9, "{:?}", x.metrics);
+        let q: Vec<f64> = ["p10", "p50", "p90", "p99"].iter().map(|p| metric(x, &format!("tlb_latency_{p}_us"))).collect();
+        assert!(q.windows(2).all(|w| w[0] <= w[1]), "{q:?}");
+        assert!(q[3] <= metric(x, "tlb_latency_max_us"));
+    }
+    assert!(metric(&r[0], "tlb_critical_share_preempted") > 0.5, "{:?}", r[0].metrics);
+    assert!(metric(&r[0], "tlb_target_wait_us_preempted") > 50.0 * metric(&r[0], "tlb_target_wait_us_running"));
+    assert!(metric(&r[0], "tlb_latency_spread") > 10.0 * metric(&r[1], "tlb_latency_spread"));
+    assert_eq!(metric(&r[1], "tlb_critical_share_hypervisor"), 1.0);
+    assert!(metric(&r[1], "tlb_targets_share_deferred") > 0.0, "descheduled targets flush on entry");
+    // Exits per second by reason add up to all exits per second.
+    let by_reason: f64 = r[0].metrics.iter().filter(|(k, _)| k.starts_with("exits_per_s_") && !k.contains("vcpu")).map(|(_, v)| v).sum();
+    assert!((by_reason - metric(&r[0], "exits_per_s")).abs() < 1e-6 * by_reason, "{by_reason}");
+}
+
+#[test]
 fn only_kernels_from_5_13_boost_a_preempted_shootdown_target() {
     // PLE on: a sender spinning for a target that the co-runner preempted while it ran user code
     // exits at every window. From Linux 5.13 kvm_vcpu_on_spin boosts that target (its flush IPI
