@@ -150,3 +150,32 @@ def test_a_malformed_calibration_set_is_one_line_naming_the_field(tmp_path: Path
     path.write_text('[S4U-2S]\nrows = ["S4U-T1:1"]\n')
     with pytest.raises(rows.CalibrationError, match=r"S4U-2S.rule: expected the rule"):
         fit.load_sets(path)
+
+
+def test_the_scoreboard_counts_validation_rows_and_shows_the_others_apart() -> None:
+    from vcpulab.reproduce.scoreboard import Row, Scoreboard
+    from vcpulab.reproduce.suite import Experiment
+
+    e = Experiment("X-1", "t", "visible", Path("X-1.toml"))
+    ok, bad = Judged("reproduced", Est(3, 1.0, 0.9, 1.1)), Judged("not reproduced", Est(3, 5.0, 4.0, 6.0))
+    value = {"metric": "m", "rule": "value", "value": 1.0, "tolerance": {"absolute": 0.5}}
+    check = {"metric": "parallelism", "rule": "sign", "value": 12.0, "where": {"scenario": "native"}}
+    board = Scoreboard(
+        (
+            Row(e, 0, value, ok),
+            Row(e, 1, value, bad),
+            Row(e, 2, value, ok, calibration=True),
+            Row(e, 3, check, ok),
+        ),
+        (e,),
+    )
+    assert [r.role for r in board.rows] == ["validation", "validation", "calibration", "profile check"]
+    t = board.totals()
+    assert (t["published_values"], t["reproduced"], t["not_reproduced"]) == (2, 1, 1)
+    assert t["calibration"]["published_values"] == 1 and t["profile_checks"]["reproduced"] == 1
+    line = board.total_line()
+    assert line.startswith("1 of 2 published values reproduced")
+    assert "1 calibration rows counted apart (1 within their band, never counted as reproduced)" in line
+    assert "1 rows that check a profile's declared type shown apart (1 reproduced)" in line
+    assert board.rows[2].what.endswith("[calibration row X-1:3]")
+    assert board.to_json()["rows"][2]["role"] == "calibration" and board.to_json()["rows"][2]["row"] == "X-1:3"
