@@ -88,7 +88,11 @@ def test_residuals_are_in_units_of_the_rows_tolerance() -> None:
     t1 = rows.find_row(suite, "S4U-T1:1")  # 166 µs ± 25 %
     assert fit.residual(t1, _judged(166.0)) == 0.0
     assert fit.residual(t1, _judged(166.0 * 1.25)) == pytest.approx(1.0)
-    assert fit.residual(t1, _judged(10.0)) == pytest.approx((10 - 166) / (0.25 * 166))
+    # Relative bands: in log space, so 10x too small is as far as 10x too large.
+    assert fit.residual(t1, _judged(16.6)) == pytest.approx(-fit.residual(t1, _judged(1660.0)))
+    assert fit.residual(t1, _judged(10.0)) == pytest.approx(math.log(10 / 166) / math.log(1.25))
+    f9 = rows.find_row(suite, "TPDS-F9:2")  # 0 ± 0.05 (absolute)
+    assert fit.residual(f9, _judged(0.1)) == pytest.approx(2.0)
     assert fit.residual(t1, None) is None
     sign = rows.find_row(suite, "S4U-T1:15")  # max ratio above 3.16
     assert fit.residual(sign, _judged(5.0)) == 0.0

@@ -2,7 +2,9 @@
 to its calibration rows (``experiments/calibration.toml``), and write the calibrated preset.
 
 The objective is the sum of the rows' squared residuals, each in units of the row's own
-tolerance: ``(y − value) / half-band`` for a value rule, the distance to the wrong side of a sign
+tolerance: for a value rule with a relative tolerance ``ln(y / value) / ln(1 + tolerance)`` (a
+miss by a factor counts the same above and below, and a miss by orders of magnitude is not
+flattened), with an absolute one ``(y − value) / half-band``; the distance to the wrong side of a sign
 rule's threshold over the threshold's scale, 0 once a sign or shape rule holds. The parameters are
 searched in the unit cube of their bounds (log-spaced where a range spans a factor 4 or more) by
 :func:`scipy.optimize.minimize` with Powell's derivative-free method. Every evaluation is a
@@ -76,7 +78,12 @@ def residual(row: Row, j: Judged | None) -> float | None:
     e = row.entry
     if row.rule == "value":
         value = float(e["value"])
-        lo, hi = band(value, e["tolerance"])
+        tolerance = e["tolerance"]
+        if "relative" in tolerance and value > 0 and y > 0:
+            # A relative band: the distance in log space, in units of the band's log half-width,
+            # so that a value 10 x too small weighs as much as one 10 x too large.
+            return math.log(y / value) / math.log1p(float(tolerance["relative"]))
+        lo, hi = band(value, tolerance)
         half = (hi - lo) / 2 or max(abs(value), 1e-12)
         return (y - value) / half
     if row.rule == "sign":
