@@ -161,6 +161,12 @@ pub struct KCpu {
     pub next_buddy: Option<TaskId>,
     /// CFS skip buddy (the yielding task).
     pub skip_buddy: Option<TaskId>,
+    /// Host only: when this CPU's switch in progress releases its run-queue lock. `__schedule`
+    /// holds `rq->lock` from the pick through `context_switch` until `finish_lock_switch`
+    /// (Linux v3.19.8 kernel/sched/core.c); a `yield_to` aimed at this CPU waits for it in
+    /// `double_rq_lock`, and a vCPU switched in here has not been through `kvm_sched_in` before
+    /// then (`World::rq_lock_wait`).
+    pub rq_locked_until: SimTime,
     /// Queued call-function data: remote calls (shootdowns, membarriers) whose handler this CPU
     /// must run, each with this CPU's state when the call reached it.
     pub csd: VecDeque<(u32, tlb::TargetState)>,
@@ -208,6 +214,7 @@ impl KCpu {
             resched_deferred: false,
             next_buddy: None,
             skip_buddy: None,
+            rq_locked_until: SimTime::ZERO,
             csd: VecDeque::new(),
             pv_unhalted: false,
             hp_limit: 0,

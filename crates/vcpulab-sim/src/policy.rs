@@ -200,7 +200,8 @@ pub trait YieldPolicy: std::fmt::Debug + Send {
     /// candidates it picks, in order, and stops when it is done. Returns how many vCPUs it
     /// examined (the scan cost).
     fn on_spin(&mut self, me: u32, cands: &[Candidate], try_yield: &mut dyn FnMut(u32) -> YieldTo) -> u32;
-    /// vCPU `me` is back in the guest after a PLE exit (its `kvm_vcpu_on_spin` returned).
+    /// vCPU `me`'s `kvm_vcpu_on_spin` returned: it is back in the guest after a PLE exit, or
+    /// its thread, switched out by its yield, has been switched back in.
     fn spin_done(&mut self, me: u32);
     /// The host switched vCPU `vcpu` out.
     fn on_sched_out(&mut self, _vcpu: u32, _why: SchedOut, _now: SimTime) {}

@@ -532,7 +532,29 @@ impl World<'_> {
                 TaskKind::Thread(_) => (Attr { owner, layer: Layer::Kernel, cause: Cause::ContextSwitch }, self.costs.context_switch),
             }
         };
+        if k == HOST {
+            // `__schedule` keeps this CPU's run-queue lock through `context_switch`, with
+            // `kvm_sched_out`'s `vcpu_put` (the FPU save queued before this), until
+            // `finish_lock_switch`; `kvm_sched_in` (`vcpu_load`) and the KVM entry path run after
+            // it (Linux v3.19.8 kernel/sched/core.c `context_switch`, `finish_task_switch`). The
+            // model takes the share of a thread switch (`context_switch`) as the locked part.
+            let queued: u64 = self.kernels[k as usize].cpus[cpu as usize].kwork.iter().map(|w| w.rem).sum();
+            let locked = cost.min(self.costs.context_switch);
+            self.kernels[k as usize].cpus[cpu as usize].rq_locked_until = self.now + queued + locked;
+        }
         self.push_work(k, cpu, attr, cost);
+    }
+
+    /// How long a `yield_to` from `curr` to `target` issued at `at` spins in `double_rq_lock`
+    /// (Linux v3.19.8 kernel/sched/core.c `yield_to`) before it can look at the target: until
+    /// a switch in progress on either CPU has released that CPU's run-queue lock
+    /// ([`super::KCpu::rq_locked_until`]). 0 when neither CPU is switching then.
+    pub(crate) fn rq_lock_wait(&self, curr: TaskId, target: TaskId, at: crate::engine::SimTime) -> u64 {
+        let locked = |t: TaskId| {
+            let task = &self.tasks[t as usize];
+            self.kernels[task.kernel as usize].cpus[task.cpu as usize].rq_locked_until
+        };
+        locked(curr).max(locked(target)).since(at)
     }
 
     /// Leaves the idle loop because a task was picked: restart the tick (NO_HZ_IDLE exit) and

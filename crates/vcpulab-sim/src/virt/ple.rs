@@ -54,6 +54,7 @@ impl World<'_> {
         let members = self.vms[vm].vcpus.clone();
         let mut yielder = std::mem::replace(&mut self.vms[vm].policies.yielder, Box::new(NoYield));
         self.vcpus[v as usize].in_on_spin = true;
+        self.vcpus[v as usize].yield_scan_ns = self.costs.exit_pause;
         let examined = yielder.on_spin(idx, &cands, &mut |i| self.directed_yield(v, members[i as usize]));
         self.vms[vm].policies.yielder = yielder;
         let attr = Attr { owner: self.vcpus[v as usize].owner, layer: Layer::Host, cause: Cause::Exit(ExitReason::PauseInstruction) };
@@ -74,9 +75,16 @@ impl World<'_> {
     pub(crate) fn candidate(&self, u: u32) -> Candidate {
         let vc = &self.vcpus[u as usize];
         let kc = &self.kernels[vc.kernel as usize].cpus[vc.idx as usize];
+        // `kvm_sched_in` clears `vcpu->preempted` (and `vcpu->ready`) only in
+        // `finish_task_switch`, after the switch to the vCPU thread has released the run-queue
+        // lock (Linux v3.19.8 virt/kvm/kvm_main.c `kvm_sched_in`, kernel/sched/core.c
+        // `finish_task_switch`): until then a vCPU being switched in still looks preempted, and a
+        // yield to it waits for the lock and fails (`task_running`).
+        let loading = self.vcpu_core(u).is_some_and(|c| self.kernels[HOST as usize].cpus[c as usize].rq_locked_until > self.now);
+        let (was_ready, was_preempted) = if loading { vc.sched_in_clears } else { (false, false) };
         Candidate {
-            ready: vc.ready,
-            preempted: vc.preempted,
+            ready: vc.ready || was_ready,
+            preempted: vc.preempted || was_preempted,
             blocking: matches!(vc.run, VcpuRun::Blocked { .. }),
             pending_irq: kc.pending != 0 || !kc.csd.is_empty(),
             preempted_in_kernel: vc.preempted_in_kernel,
@@ -84,8 +92,20 @@ impl World<'_> {
     }
 
     /// `kvm_vcpu_yield_to(target)` from vCPU `me`'s exit handler, with its cost and counters.
+    ///
+    /// Past its -ESRCH test, `yield_to` takes both run-queue locks (`double_rq_lock`, Linux
+    /// v3.19.8 kernel/sched/core.c), so the spinner waits while the target's CPU is inside a
+    /// switch (`World::rq_lock_wait`) before it boosts the target or finds it running: a
+    /// directed yield to a CPU that is busy switching vCPUs costs the spinner that time. The
+    /// attempt starts after the exit's handling and the scan's earlier attempts
+    /// (`yield_scan_ns`). (The boost takes effect at once: it lands before the switched-in
+    /// vCPU's entry either way.)
     pub(crate) fn directed_yield(&mut self, me: u32, target: u32) -> YieldTo {
-        let r = self.yield_to(self.vcpus[me as usize].task, self.vcpus[target as usize].task);
+        let (mt, tt) = (self.vcpus[me as usize].task, self.vcpus[target as usize].task);
+        let wait = self.rq_lock_wait(mt, tt, self.now + self.vcpus[me as usize].yield_scan_ns);
+        let r = self.yield_to(mt, tt);
+        let wait = if r == YieldTo::Esrch { 0 } else { wait };
+        self.vcpus[me as usize].yield_scan_ns += self.costs.yield_to + wait;
         let vc = &mut self.vcpus[me as usize];
         vc.ple.yield_attempts += 1;
         match r {
@@ -95,7 +115,7 @@ impl World<'_> {
         }
         let attr = Attr { owner: vc.owner, layer: Layer::Host, cause: Cause::Exit(ExitReason::PauseInstruction) };
         if let Some(core) = self.vcpu_core(me) {
-            self.push_work(HOST, core, attr, self.costs.yield_to);
+            self.push_work(HOST, core, attr, self.costs.yield_to + wait);
         }
         r
     }
@@ -109,7 +129,9 @@ impl World<'_> {
         }
     }
 
-    /// vCPU `v` is back in guest mode: a pending `kvm_vcpu_on_spin` has returned.
+    /// A pending `kvm_vcpu_on_spin` of vCPU `v` has returned: `v` is back in guest mode after a
+    /// PLE exit that left it on its core, or its thread has been switched back in after one
+    /// whose yield switched it out.
     pub(crate) fn ple_spin_done(&mut self, v: u32) {
         let vc = &mut self.vcpus[v as usize];
         if std::mem::take(&mut vc.in_on_spin) {

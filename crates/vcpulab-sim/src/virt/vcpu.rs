@@ -192,12 +192,19 @@ pub struct Vcpu {
     pub ready: bool,
     /// CPL was 0 when it was preempted.
     pub preempted_in_kernel: bool,
+    /// (`ready`, `preempted`) as they were when the host last picked this vCPU's thread: what
+    /// `kvm_sched_in` clears once that switch has released the run-queue lock
+    /// ([`crate::kernel::KCpu::rq_locked_until`]); `kvm_vcpu_on_spin` still sees them until then.
+    pub sched_in_clears: (bool, bool),
     /// The guest-visible steal-time `preempted` byte (KVM_VCPU_PREEMPTED).
     pub st_preempted: bool,
     /// KVM_VCPU_FLUSH_TLB set by a PV TLB flush: flush before the next entry.
     pub flush_on_entry: bool,
     /// Inside `kvm_vcpu_on_spin` (a PLE exit whose directed yield has not returned).
     pub in_on_spin: bool,
+    /// During a PLE exit's scan: how far into the exit's handling (ns) its next `yield_to`
+    /// starts, after the exit itself and the earlier attempts with their run-queue lock waits.
+    pub yield_scan_ns: u64,
     /// The guest FPU is deactivated (`vm.lazy_fpu`, after a `vcpu_put`): the guest's next
     /// FPU use exits with #NM.
     pub fpu_inactive: bool,
@@ -242,9 +249,11 @@ impl Vcpu {
             preempted: false,
             ready: false,
             preempted_in_kernel: false,
+            sched_in_clears: (false, false),
             st_preempted: false,
             flush_on_entry: false,
             in_on_spin: false,
+            yield_scan_ns: 0,
             fpu_inactive: false,
             ple_epoch: 0,
             exits: [0; ExitReason::COUNT],
@@ -515,6 +524,7 @@ impl World<'_> {
         if migrated {
             vc.alloc.migrations += 1;
         }
+        vc.sched_in_clears = (vc.ready, vc.preempted);
         vc.preempted = false;
         vc.ready = false;
         vc.st_preempted = false;
@@ -529,6 +539,12 @@ impl World<'_> {
             self.vcpus[v as usize].ple.window_shrinks += 1;
         }
         self.vms[vm].policies.yielder.on_sched_in(idx, now);
+        // A vCPU switched out by its own directed yield is still inside `kvm_vcpu_on_spin`
+        // (`yield_to` calls `schedule()` from there): it returns, clearing `in_spin_loop` and
+        // `dy_eligible`, when the thread runs again, before the next entry is even tried
+        // (Linux v3.19.8 virt/kvm/kvm_main.c `kvm_vcpu_on_spin`, kernel/sched/core.c `yield_to`).
+        // An entry cancelled by a reschedule then does not keep it in a spin loop.
+        self.ple_spin_done(v);
         self.rwsem_vcpu_moved(self.vcpus[v as usize].kernel);
         if migrated {
             self.vcpu_host_work(v, Cause::VcpuSwitch, self.costs.vcpu_migration);

@@ -15,6 +15,7 @@ mod numa;
 mod profiles;
 mod scalability;
 mod scenarios;
+mod storms;
 mod timeline;
 
 use vcpulab_sim::api::{CellError, Plan, ScenarioResult};
