@@ -183,3 +183,21 @@ def test_the_scoreboard_counts_validation_rows_and_shows_the_others_apart() -> N
     assert "1 rows that check a profile's declared type shown apart (1 reproduced)" in line
     assert board.rows[2].what.endswith("[calibration row X-1:3]")
     assert board.to_json()["rows"][2]["role"] == "calibration" and board.to_json()["rows"][2]["row"] == "X-1:3"
+
+
+def test_the_rows_of_an_illustration_are_counted_apart() -> None:
+    from vcpulab.reproduce.scoreboard import Row, Scoreboard
+    from vcpulab.reproduce.suite import Experiment
+
+    info = {"reproduce": {"illustration": "ideal arithmetic"}}
+    ill = Experiment("X-2", "t", "visible", Path("X-2.toml"), info=info)
+    plain = Experiment("X-1", "t", "visible", Path("X-1.toml"))
+    ok, bad = Judged("reproduced", Est(3, 1.0, 0.9, 1.1)), Judged("not reproduced", Est(3, 5.0, 4.0, 6.0))
+    value = {"metric": "m", "rule": "value", "value": 1.0, "tolerance": {"absolute": 0.5}}
+    board = Scoreboard((Row(plain, 0, value, ok), Row(ill, 0, value, ok), Row(ill, 1, value, bad)), (plain, ill))
+    assert [r.role for r in board.rows] == ["validation", "illustration", "illustration"]
+    t = board.totals()
+    assert (t["published_values"], t["reproduced"]) == (1, 1)
+    assert (t["illustrations"]["published_values"], t["illustrations"]["reproduced"]) == (2, 1)
+    assert "2 rows of idealised illustrations shown apart (1 match the ideal arithmetic)" in board.total_line()
+    assert board.rows[1].what.endswith("[illustration]")

@@ -73,8 +73,18 @@ class Row:
         return self.entry.get("metric") in PROFILE_CHECK_METRICS and where.get("scenario") == "native"
 
     @property
+    def illustration(self) -> bool:
+        """A row of an experiment whose source result is an idealised illustration (its
+        ``[reproduce] illustration`` says why the model may depart from the ideal arithmetic)."""
+        return bool(self.experiment.reproduce.get("illustration"))
+
+    @property
     def role(self) -> str:
-        return "calibration" if self.calibration else "profile check" if self.profile_check else "validation"
+        if self.calibration:
+            return "calibration"
+        if self.illustration:
+            return "illustration"
+        return "profile check" if self.profile_check else "validation"
 
     @property
     def name(self) -> str:
@@ -89,7 +99,9 @@ class Row:
         else:
             where = where_text(self.entry.get("where") or {})
             text = f"{self.entry['metric']}" + (f" ({where})" if where else "")
-        return f"{text} [calibration row {self.name}]" if self.calibration else text
+        if self.calibration:
+            return f"{text} [calibration row {self.name}]"
+        return f"{text} [illustration]" if self.illustration else text
 
     def to_json(self) -> dict[str, Any]:
         e, j = self.entry, self.judged
@@ -143,12 +155,13 @@ class Scoreboard:
     """Experiment id → the benchmarks its trace run left out for want of traces."""
 
     def validation(self) -> list[Row]:
-        """The rows that count: every row but the calibration rows and the profile checks."""
+        """The rows that count: every row but the calibration rows, the illustrations and the
+        profile checks."""
         return [r for r in self.rows if r.role == "validation"]
 
     def totals(self) -> dict[str, Any]:
-        """The profile runs' counts over the validation rows; ``calibration`` and
-        ``profile_checks``: those rows' own counts; ``trace``: the same counts over the rows of
+        """The profile runs' counts over the validation rows; ``calibration``,
+        ``illustrations`` and ``profile_checks``: those rows' own counts; ``trace``: the same counts over the rows of
         the experiments run with traces but the calibration rows (a profile check is a real
         measurement there), how many those are, and the trace runs' total line."""
         traced = [r for r in self.rows if r.trace is not None and not r.calibration]
@@ -156,6 +169,7 @@ class Scoreboard:
             **verdict_counts([r.judged.verdict for r in self.validation()]),
             "calibration": verdict_counts([r.judged.verdict for r in self.rows if r.calibration]),
             "profile_checks": verdict_counts([r.judged.verdict for r in self.rows if r.role == "profile check"]),
+            "illustrations": verdict_counts([r.judged.verdict for r in self.rows if r.role == "illustration"]),
             "experiments": len(self.experiments),
             "runnable": sum(1 for e in self.experiments if e.runnable),
             "not_expressible": sum(1 for e in self.experiments if not e.runnable),
@@ -179,6 +193,12 @@ class Scoreboard:
             extra.append(
                 f"{p['published_values']} rows that check a profile's declared type shown apart "
                 f"({p['reproduced']} reproduced)"
+            )
+        i = t["illustrations"]
+        if i["published_values"]:
+            extra.append(
+                f"{i['published_values']} rows of idealised illustrations shown apart "
+                f"({i['reproduced']} match the ideal arithmetic)"
             )
         c = t["calibration"]
         if c["published_values"]:

@@ -302,6 +302,11 @@ impl World<'_> {
                 ipi_to.push(c);
             }
         }
+        if deferred > 0 && self.remote_calls[sd as usize].pending == 0 {
+            // Every target was preempted: the PV flush deferred them all, and the shootdown
+            // completes without waiting on anyone; it is counted under "deferred".
+            self.remote_calls[sd as usize].last = TargetState::Deferred;
+        }
         let call = self.remote_calls[sd as usize];
         let inst = &mut self.insts[self.threads[call.sender as usize].inst as usize];
         match call.kind {

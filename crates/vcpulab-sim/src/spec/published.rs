@@ -251,4 +251,9 @@ pub struct ReproduceSpec {
     /// `--set` overrides of `vcpulab reproduce --quick` (reduced sizes).
     #[serde(default)]
     pub quick: IndexMap<String, toml::Value>,
+    /// Set when the source's result is an idealised illustration (exact arithmetic, not a
+    /// measurement): why the model may depart from it. Its rows are scored apart and never
+    /// counted as reproduced or not (issue 51 item 7).
+    #[serde(default)]
+    pub illustration: Option<String>,
 }

@@ -24,6 +24,9 @@ fn shootdowns_wait_for_preempted_targets_except_with_pv_and_shoot4u() {
     // for a target preempted between the check and the IPI's delivery: a few shootdowns of
     // milliseconds keep its mean at a third to a half of the IPI scheme's.)
     assert!(metric(&r[1], "tlb_deferred") > 0.0);
+    // A shootdown whose targets were all preempted waits on none of them: counted as deferred.
+    assert!(metric(&r[1], "tlb_critical_share_deferred") > 0.0, "{:?}", r[1].metrics);
+    assert_eq!(r[0].metrics.get("tlb_critical_share_deferred").copied().unwrap_or(0.0), 0.0);
     assert!(mean(1) < mean(0) / 2.0, "pv {} vs ipi {}", mean(1), mean(0));
     assert!(mean(2) < mean(0) / 3.0, "shoot4u {} vs ipi {}", mean(2), mean(0));
     assert_eq!(metric(&r[2], "tlb_wait_ms"), 0.0, "a Shoot4U sender never spins waiting for a vCPU");
