@@ -153,6 +153,11 @@ vcpus = [2]
         ),
         (
             "X-1.toml",
+            GOOD_HEAD + '[reproduce]\nid = "X-1"\ntitle = "t"\nstatus = "visible"\nillustration = 3\n',
+            r"X-1\.toml: reproduce\.illustration: integer `3`, expected a string",
+        ),
+        (
+            "X-1.toml",
             GOOD_HEAD + '[platform]\npreset = "NOPE"\n[reproduce]\nid = "X-1"\ntitle = "t"\nstatus = "visible"\n',
             r"X-1\.toml: platform\.preset",
         ),

@@ -159,6 +159,10 @@ class Scoreboard:
         profile checks."""
         return [r for r in self.rows if r.role == "validation"]
 
+    def role_counts(self, role: str) -> dict[str, int]:
+        """The profile runs' verdict counts over the rows of one ``role``."""
+        return verdict_counts([r.judged.verdict for r in self.rows if r.role == role])
+
     def totals(self) -> dict[str, Any]:
         """The profile runs' counts over the validation rows; ``calibration``,
         ``illustrations`` and ``profile_checks``: those rows' own counts; ``trace``: the same counts over the rows of
@@ -166,10 +170,10 @@ class Scoreboard:
         measurement there), how many those are, and the trace runs' total line."""
         traced = [r for r in self.rows if r.trace is not None and not r.calibration]
         return {
-            **verdict_counts([r.judged.verdict for r in self.validation()]),
-            "calibration": verdict_counts([r.judged.verdict for r in self.rows if r.calibration]),
-            "profile_checks": verdict_counts([r.judged.verdict for r in self.rows if r.role == "profile check"]),
-            "illustrations": verdict_counts([r.judged.verdict for r in self.rows if r.role == "illustration"]),
+            **self.role_counts("validation"),
+            "calibration": self.role_counts("calibration"),
+            "profile_checks": self.role_counts("profile check"),
+            "illustrations": self.role_counts("illustration"),
             "experiments": len(self.experiments),
             "runnable": sum(1 for e in self.experiments if e.runnable),
             "not_expressible": sum(1 for e in self.experiments if not e.runnable),
